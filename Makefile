@@ -1,0 +1,25 @@
+# Two commands do all set-up on a fresh machine:
+#   make autoloop   -- install into .venv and run `ytk autoloop` on the worked example
+#   make test       -- install into .venv and run the test suite (what CI runs)
+PYTHON ?= python3
+VENV ?= .venv
+ARCH ?= arm64-sm87-dos6010-cu114-trt86
+WORKDIR ?= runs/efficientvit_b1
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ytk-installed
+
+$(STAMP): requirements/base.txt requirements/packages.txt pyproject.toml hookspecs/pyproject.toml $(wildcard backends/*/pyproject.toml)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BIN)/python -m pip install -q -r requirements/base.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+autoloop: $(STAMP)
+	$(BIN)/ytk autoloop contrib/models/efficientvit_b1/model.py -a $(ARCH) -p fp16 --workdir $(WORKDIR)
+
+.PHONY: install test autoloop

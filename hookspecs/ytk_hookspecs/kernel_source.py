@@ -1,0 +1,111 @@
+"""The kernel source bundle: one ``<Name>.module_source.py`` holding header, source and contract.
+
+The file is plain Python with three string constants (``CUDA_HEADER``, ``CUDA_SOURCE``,
+``PLUGIN_META_YAML``). ytk reads it with ``ast`` and never executes it, so a generated file from
+a remote service cannot run code on your machine.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from .models.base import write_text_atomic
+from .models.kernel import PluginMeta
+
+_FIELDS = ("CUDA_HEADER", "CUDA_SOURCE", "PLUGIN_META_YAML")
+
+
+class KernelSourceError(ValueError):
+    pass
+
+
+@dataclass
+class KernelSource:
+    header: str
+    source: str
+    meta: PluginMeta
+    generator: str = "ytk"
+
+    # -- reading --------------------------------------------------------------------------------
+    @classmethod
+    def read(cls, path: str | Path) -> "KernelSource":
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise KernelSourceError(f"{p}: cannot read kernel source: {e.strerror}") from None
+        return cls.parse(text, origin=str(p))
+
+    @classmethod
+    def parse(cls, text: str, origin: str = "<source>") -> "KernelSource":
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as e:
+            raise KernelSourceError(f"{origin}: not a Python file (line {e.lineno}): {e.msg}") from None
+        found: dict[str, str] = {}
+        generator = "unknown"
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name = node.targets[0].id
+                if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                    if name in _FIELDS:
+                        found[name] = node.value.value
+                    elif name == "GENERATOR":
+                        generator = node.value.value
+        missing = [f for f in _FIELDS if f not in found]
+        if missing:
+            raise KernelSourceError(
+                f"{origin}: not a kernel source bundle: missing {', '.join(missing)} "
+                "(expected string constants CUDA_HEADER, CUDA_SOURCE and PLUGIN_META_YAML)")
+        try:
+            meta_raw = yaml.safe_load(found["PLUGIN_META_YAML"])
+        except yaml.YAMLError as e:
+            raise KernelSourceError(f"{origin}: plugin_meta.yaml block is not valid YAML: {e}") from None
+        if not isinstance(meta_raw, dict):
+            raise KernelSourceError(f"{origin}: plugin_meta.yaml block must be a mapping")
+        try:
+            meta = PluginMeta.model_validate(meta_raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise KernelSourceError(
+                f"{origin}: plugin_meta.yaml is not a valid contract ({e.error_count()} problem(s); "
+                f"first at {loc}: {first['msg']})") from None
+        return cls(header=found["CUDA_HEADER"], source=found["CUDA_SOURCE"], meta=meta, generator=generator)
+
+    # -- writing --------------------------------------------------------------------------------
+    def meta_yaml(self) -> str:
+        return yaml.safe_dump(self.meta.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+    def render(self) -> str:
+        def lit(s: str) -> str:
+            # repr() always yields a valid, exact Python literal, whatever the CUDA text holds.
+            return repr(s)
+
+        return (
+            f'"""Kernel source bundle for plugin {self.meta.plugin_name} '
+            f'(namespace {self.meta.plugin_namespace!r}, version {self.meta.plugin_version}).\n\n'
+            "Read by ytk with ast, never executed. Edit with `ytk embedded build-plugin --plugin-name`,\n"
+            'which rewrites the name in a copy.\n"""\n\n'
+            f"GENERATOR = {self.generator!r}\n\n"
+            f"CUDA_HEADER = {lit(self.header)}\n\n"
+            f"CUDA_SOURCE = {lit(self.source)}\n\n"
+            f"PLUGIN_META_YAML = {lit(self.meta_yaml())}\n"
+        )
+
+    def write(self, path: str | Path) -> Path:
+        p = Path(path)
+        write_text_atomic(p, self.render())
+        return p
+
+    def renamed(self, plugin_name: str, namespace: str | None = None) -> "KernelSource":
+        """A copy whose contract reports ``plugin_name`` (the original is never modified)."""
+        meta = self.meta.model_copy(update={"plugin_name": plugin_name,
+                                            **({"plugin_namespace": namespace} if namespace is not None else {})})
+        PluginMeta.model_validate(meta.model_dump())
+        return KernelSource(header=self.header, source=self.source, meta=meta, generator=self.generator)

@@ -1,0 +1,16 @@
+"""Contract models passed through the hooks and written to disk (all pydantic v2, versioned)."""
+
+from .arch import GPU_PROPERTIES, ArchSpec, ArchSpecError, GpuProperties
+from .backend import ROLE_STAGES, SELECTABLE_ROLES, Availability, BackendInfo, Role, Stage
+from .base import ArtifactError, Versioned, sha256_file, write_bytes_atomic, write_text_atomic
+from .build import BuildRequest, BuildResult, EngineApi, PluginDescription
+from .carve import (PLUGIN_DOMAIN, Candidate, CandidateFiles, CandidatesFile, CarveRequest, CarveResult,
+                    LiftMode, PluginEntry, PluginsFile, SiteInfo)
+from .engine import (CompileRequest, CompileResult, LayerTime, PluginArtifact, Precision, ProfileRequest,
+                     ProfileResult)
+from .kernel import (CandidateScore, KernelGenRequest, KernelGenResult, KernelPerf, KernelReport, PluginMeta,
+                     TensorContract)
+from .tensors import TensorInfo
+from .trace import FxNode, FxNodesFile, ModuleFrame, TraceRequest, TraceResult
+
+__all__ = [n for n in dir() if not n.startswith("_")]

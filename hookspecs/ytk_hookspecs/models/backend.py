@@ -1,0 +1,55 @@
+"""What a backend declares about itself when it registers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import Versioned
+
+Role = Literal["engine", "kernelgen", "builder", "frontend"]
+Stage = Literal["trace", "carve", "kernelgen", "build_plugin", "compile", "profile"]
+
+#: Which stage hooks a backend serving a role must implement.
+ROLE_STAGES: dict[str, tuple[str, ...]] = {
+    "engine": ("compile", "profile"),
+    "kernelgen": ("kernelgen",),
+    "builder": ("build_plugin",),
+    "frontend": ("trace", "carve"),
+}
+
+#: The roles a user picks with --engine/--kernelgen/--builder (frontend is the core's own).
+SELECTABLE_ROLES: tuple[str, ...] = ("engine", "kernelgen", "builder")
+
+
+class Availability(BaseModel):
+    """Whether a backend can run on this machine, and if not, why (one short sentence)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    available: bool
+    reason: str = ""
+    details: dict[str, str] = Field(default_factory=dict)
+
+
+class BackendInfo(Versioned):
+    """A backend's self-description, passed to ``register()`` from ``ytk_register_backend``.
+
+    ``auto_priority`` maps a role to the backend's rank in the automatic choice for that role
+    (highest available wins); a role missing from it is never chosen automatically, so installing
+    a third-party backend never silently changes what ytk picks.
+    """
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    roles: list[Role]
+    description: str
+    version: str = "0"
+    simulated: bool = False
+    auto_priority: dict[Role, int] = Field(default_factory=dict)
+
+    def stages(self) -> list[str]:
+        out: list[str] = []
+        for r in self.roles:
+            out.extend(s for s in ROLE_STAGES[r] if s not in out)
+        return out

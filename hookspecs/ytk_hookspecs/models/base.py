@@ -1,0 +1,107 @@
+"""Base class for every versioned artifact and hook payload.
+
+Every model that crosses a hook boundary or lands on disk carries ``schema_version``. A file
+written by a newer ytk is refused with a message that says so, instead of a pile of field errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+T = TypeVar("T", bound="Versioned")
+
+
+class ArtifactError(Exception):
+    """A file on disk is missing, corrupt, or from an incompatible version."""
+
+
+class Versioned(BaseModel):
+    """A pydantic model with a schema version; unknown fields are rejected."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    schema_version: int = 1
+
+    def __init__(self, **data: Any) -> None:
+        data.setdefault("schema_version", type(self).SCHEMA_VERSION)
+        super().__init__(**data)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _not_newer(cls, v: int) -> int:
+        if v > cls.SCHEMA_VERSION:
+            raise ValueError(
+                f"{cls.__name__} schema_version {v} was written by a newer ytk "
+                f"(this one reads up to {cls.SCHEMA_VERSION}); upgrade yasp-toolkit"
+            )
+        return v
+
+    # -- disk helpers -------------------------------------------------------------------------
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """Write as indented JSON atomically (temp file + rename): a crash never leaves half a file."""
+        p = Path(path)
+        write_text_atomic(p, self.model_dump_json(indent=2) + "\n")
+        return p
+
+    @classmethod
+    def read(cls: type[T], path: str | os.PathLike[str]) -> T:
+        """Read and validate; any problem is an :class:`ArtifactError` naming the file."""
+        p = Path(path)
+        try:
+            raw = p.read_text()
+        except FileNotFoundError:
+            raise ArtifactError(f"{p}: file not found (expected a {cls.__name__} JSON file)") from None
+        except OSError as e:
+            raise ArtifactError(f"{p}: cannot read: {e.strerror}") from None
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first.get("loc", ())) or "<root>"
+            raise ArtifactError(
+                f"{p}: not a valid {cls.__name__} ({e.error_count()} problem(s); first at {loc}: "
+                f"{first.get('msg')})"
+            ) from None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same directory and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

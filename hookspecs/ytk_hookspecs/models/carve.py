@@ -1,0 +1,118 @@
+"""Carving (step 3): regions replaced by custom-op nodes, and the kernel-generation inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import Versioned
+from .tensors import TensorInfo
+
+#: ONNX domain of every custom-op node ytk inserts. TensorRT's parser ignores the domain and looks
+#: the plugin up by (op_type, plugin_namespace, plugin_version); the domain keeps the ONNX checker
+#: from treating the node as an unknown standard op.
+PLUGIN_DOMAIN = "trt.plugins"
+
+LiftMode = Literal["fold_conv_bn", "fold_conv_bn_seq", "none"]
+InputRole = Literal["activation", "weight", "bias"]
+
+
+class SiteInfo(BaseModel):
+    """One place in the model where a plugin's region was matched."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    module_path: str
+    onnx_node: str
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    replaced_onnx_nodes: list[str]
+    fx_nodes: list[str]
+
+
+class CandidateFiles(BaseModel):
+    """Paths relative to the prepare directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pt2: str | None = None
+    io_npz: str | None = None
+    inputs_pt: str | None = None
+    reference_py: str | None = None
+
+
+class Candidate(BaseModel):
+    """A plugin's region as a kernel generator sees it (one entry of ``candidates.json``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    namespace: str
+    version: str = "1"
+    selector: str
+    ops_name: str
+    around: bool = False
+    lift: LiftMode
+    input_roles: list[InputRole]
+    sites: list[SiteInfo]
+    op_inventory: dict[str, int]
+    constant_axes: list[list[bool]] = Field(
+        description="per region input, per axis: is that dim the same at every site")
+    dynamic_dims: dict[str, list[int]] = Field(
+        default_factory=dict, description="per region input name: the axes that vary across sites")
+    files: CandidateFiles = Field(default_factory=CandidateFiles)
+    notes: list[str] = Field(default_factory=list)
+
+
+class CandidatesFile(Versioned):
+    """``candidates.json``."""
+
+    onnx: str
+    candidates: list[Candidate]
+
+
+class PluginEntry(BaseModel):
+    """One plugin of the carve (an entry of ``plugins.json``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    namespace: str
+    version: str = "1"
+    op_type: str
+    domain: str = PLUGIN_DOMAIN
+    selector: str
+    sites: int
+    site_nodes: list[str]
+    kernelgen_input: str | None = None
+
+
+class PluginsFile(Versioned):
+    """``plugins.json``: the machine-readable carve; propose reads it back."""
+
+    onnx: str
+    plugins: list[PluginEntry]
+
+    def by_name(self, name: str) -> PluginEntry | None:
+        return next((p for p in self.plugins if p.name == name), None)
+
+
+class CarveRequest(Versioned):
+    """Carve ``selectors`` out of a freshly traced prepare directory."""
+
+    prepare_dir: Path
+    onnx: Path
+    fx_nodes: Path
+    selectors: list[str]
+    export_pt2: bool = True
+
+
+class CarveResult(Versioned):
+    plugins: Path
+    candidates: Path
+    onnx: Path
+    custom_nodes: int
+    wall_s: float

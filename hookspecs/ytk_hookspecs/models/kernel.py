@@ -1,0 +1,129 @@
+"""Kernel generation (step 4): the kernel contract (plugin_meta) and the report beside a source.
+
+The launcher contract every generated kernel honours (builders wrap exactly this in their
+engine-specific shim: TensorRT 8.6 IPluginV2DynamicExt, TensorRT 10 IPluginV3, torch)::
+
+    extern "C" int <launcher>(const void* const* inputs, void* const* outputs,
+                              const int64_t* extents, void* workspace, cudaStream_t stream);
+    extern "C" size_t <workspace>(const int64_t* extents);   // optional
+
+``inputs``/``outputs`` are device pointers in the declared order (lifted weights included);
+``extents`` holds the values of ``PluginMeta.extents`` in declaration order, evaluated from the
+runtime input dims. The return value is 0 or a ``cudaError_t``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .base import Versioned
+from .carve import Candidate, InputRole
+
+TensorFormat = Literal["kLINEAR", "kHWC8", "kCHW32", "kHWC"]
+KernelDtype = Literal["float16", "float32", "int32", "int8"]
+
+
+class TensorContract(BaseModel):
+    """One input or output of the plugin as the engine must feed it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    dtype: KernelDtype
+    format: TensorFormat = "kLINEAR"
+    role: InputRole = "activation"
+    shape: list[str] = Field(description="one expression per logical (NCHW) dim; see shape_expr")
+
+
+class KernelPerf(BaseModel):
+    """What the kernel generator measured, so a simulator can price the kernel honestly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    measured_on: str
+    achieved_bandwidth_fraction: float = Field(gt=0, le=1.0)
+    time_ms_per_site: list[float] = Field(default_factory=list)
+
+
+class PluginMeta(Versioned):
+    """The ``plugin_meta.yaml`` block of a kernel source bundle: the TensorRT contract."""
+
+    plugin_name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    plugin_namespace: str = Field(default="yasp", pattern=r"^[A-Za-z0-9_]*$")
+    plugin_version: str = "1"
+    deployment_target: Literal["tensorrt", "torch"] = "tensorrt"
+    inputs: list[TensorContract]
+    outputs: list[TensorContract]
+    accumulation: KernelDtype = "float32"
+    extents: dict[str, str] = Field(description="name -> expression over input dims, in launcher order")
+    launcher: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    workspace: str | None = None
+    constraints: list[str] = Field(default_factory=list)
+    perf: KernelPerf | None = None
+
+    @field_validator("outputs")
+    @classmethod
+    def _one_output_at_least(cls, v: list[TensorContract]) -> list[TensorContract]:
+        if not v:
+            raise ValueError("a plugin needs at least one output")
+        return v
+
+
+class KernelGenRequest(Versioned):
+    """``ytk kernelgen compile -r X.pt2 -g GPU --config k=v -o X.module_source.py``."""
+
+    reference: Path
+    gpu: str
+    config: dict[str, str] = Field(default_factory=dict)
+    output: Path
+    candidate: Candidate | None = None
+    prepare_dir: Path | None = None
+    arch: str | None = None
+    precision: Literal["fp16", "fp32"] = "fp16"
+    plugin_name: str | None = None
+
+
+class CandidateScore(BaseModel):
+    """One kernel variant tried by a generator and what happened to it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    variant: str
+    params: dict[str, int | str | float] = Field(default_factory=dict)
+    compiled: bool = True
+    correct: bool | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    time_ms_per_site: list[float] = Field(default_factory=list)
+    spread_ms_per_site: list[float] = Field(default_factory=list)
+    floor_ms_per_site: list[float] = Field(default_factory=list)
+    fraction_of_floor: float | None = None
+    rejected: str | None = None
+
+
+class KernelReport(Versioned):
+    """``report.json`` beside a generated source: every candidate tried, the winner, the hardware."""
+
+    plugin_name: str
+    backend: str
+    job_id: str
+    region_kind: str
+    measured_on: str
+    simulated: bool
+    error_budget: str
+    candidates: list[CandidateScore]
+    winner: str | None
+    torch_ms_per_site: list[float] = Field(default_factory=list)
+    floor_ms_per_site: list[float] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class KernelGenResult(Versioned):
+    job_id: str
+    status: Literal["done", "running", "failed"]
+    source: Path | None = None
+    report: Path | None = None
+    message: str = ""

@@ -1,0 +1,104 @@
+"""Shape and extent expressions of the kernel contract.
+
+Grammar (a safe subset of Python expressions, never ``eval``-ed): integer literals, names of
+extents, input dims written ``in0[2]`` (input 0, axis 2), ``+ - *``, ``//`` (floor division),
+``cdiv(a, b)``, ``max(a, b)``, ``min(a, b)``. This covers strided output extents such as
+``(in0[2] + 2*1 - 3)//2 + 1``, and maps one to one onto TensorRT's IExprBuilder operations.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+
+_FUNCS = {"cdiv", "max", "min"}
+
+
+class ShapeExprError(ValueError):
+    pass
+
+
+def parse(expr: str) -> ast.expr:
+    """Parse and validate ``expr``; raises :class:`ShapeExprError` with the offending part."""
+    try:
+        tree = ast.parse(str(expr).strip(), mode="eval")
+    except SyntaxError as e:
+        raise ShapeExprError(f"shape expression {expr!r}: syntax error at column {e.offset}") from None
+    _check(tree.body, expr)
+    return tree.body
+
+
+def _check(node: ast.AST, src: str) -> None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return
+    if isinstance(node, ast.Name):
+        return
+    if isinstance(node, ast.Subscript):
+        if (isinstance(node.value, ast.Name) and node.value.id.startswith(("in", "out"))
+                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
+            return
+        raise ShapeExprError(f"shape expression {src!r}: only inK[axis] may be subscripted")
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+        _check(node.left, src)
+        _check(node.right, src)
+        return
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        _check(node.operand, src)
+        return
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
+            and len(node.args) == 2 and not node.keywords:
+        for a in node.args:
+            _check(a, src)
+        return
+    raise ShapeExprError(
+        f"shape expression {src!r}: unsupported part {ast.unparse(node)!r} "
+        "(allowed: ints, names, inK[axis], + - * //, cdiv/max/min)")
+
+
+def evaluate(expr: str, input_shapes: Sequence[Sequence[int]], extents: Mapping[str, int] | None = None) -> int:
+    """Evaluate ``expr`` for concrete input shapes (and already-known extents)."""
+    extents = extents or {}
+
+    def ev(n: ast.AST) -> int:
+        if isinstance(n, ast.Constant):
+            return int(n.value)
+        if isinstance(n, ast.Name):
+            if n.id not in extents:
+                raise ShapeExprError(f"shape expression {expr!r}: unknown name {n.id!r}")
+            return int(extents[n.id])
+        if isinstance(n, ast.Subscript):
+            assert isinstance(n.value, ast.Name) and isinstance(n.slice, ast.Constant)
+            k = int(n.value.id[2:]) if n.value.id.startswith("in") else -1
+            if k < 0 or k >= len(input_shapes):
+                raise ShapeExprError(f"shape expression {expr!r}: no input {n.value.id}")
+            shp = input_shapes[k]
+            ax = int(n.slice.value)
+            if ax >= len(shp):
+                raise ShapeExprError(f"shape expression {expr!r}: input {k} has rank {len(shp)}")
+            return int(shp[ax])
+        if isinstance(n, ast.UnaryOp):
+            return -ev(n.operand)
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Add):
+                return a + b
+            if isinstance(n.op, ast.Sub):
+                return a - b
+            if isinstance(n.op, ast.Mult):
+                return a * b
+            return a // b
+        if isinstance(n, ast.Call):
+            a, b = (ev(x) for x in n.args)
+            fn = n.func.id  # type: ignore[attr-defined]
+            return -(-a // b) if fn == "cdiv" else (max(a, b) if fn == "max" else min(a, b))
+        raise ShapeExprError(f"shape expression {expr!r}: cannot evaluate")
+
+    return ev(parse(expr))
+
+
+def evaluate_extents(extents: Mapping[str, str], input_shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Evaluate every extent in declaration order (later extents may use earlier ones)."""
+    out: dict[str, int] = {}
+    for name, e in extents.items():
+        out[name] = evaluate(e, input_shapes, out)
+    return out

@@ -1,0 +1,32 @@
+import pytest
+
+from ytk_hookspecs.models import ArchSpec, ArchSpecError
+
+
+def test_orin_spec_fields():
+    a = ArchSpec.parse("arm64-sm87-dos6010-cu114-trt86")
+    assert (a.cpu_arch, a.sm, a.os, a.os_version, a.cuda, a.tensorrt) == (
+        "aarch64", 87, "drive-os", "6.0.10", "11.4", "8.6")
+    assert a.trt_major == 8
+    assert a.gpu is not None and a.gpu.mem_bandwidth_gbs == pytest.approx(204.8)
+    assert "-gencode=arch=compute_87,code=sm_87" in a.nvcc_arch_flags()
+
+
+def test_x86_spec_fields():
+    a = ArchSpec.parse("x86_64-sm90-linux-cu130-trt10")
+    assert (a.cpu_arch, a.sm, a.os, a.cuda, a.tensorrt, a.trt_major) == ("x86_64", 90, "linux", "13.0", "10", 10)
+    assert ArchSpec.parse("x86_64-sm90-linux-cu130-trt105").tensorrt == "10.5"
+
+
+@pytest.mark.parametrize("spec, field", [
+    ("arm64-sm87-dos6010-cu114", "expected 5"),
+    ("sparc-sm87-dos6010-cu114-trt86", "CPU arch"),
+    ("arm64-smX-dos6010-cu114-trt86", "SM field"),
+    ("arm64-sm87-windos-cu114-trt86", "OS field"),
+    ("arm64-sm87-dos6010-cuda114-trt86", "CUDA field"),
+    ("arm64-sm87-dos6010-cu114-trt7", "TensorRT field"),
+    ("x86_64-sm90-dos6010-cu130-trt10", "CPU arch"),
+])
+def test_malformed_specs_name_the_field(spec, field):
+    with pytest.raises(ArchSpecError, match=field):
+        ArchSpec.parse(spec)

@@ -1,0 +1,92 @@
+"""The hookspecs distribution: no torch, documented hooks, contract helpers."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+from ytk_hookspecs import specs
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.models import PluginMeta, TensorContract, Versioned
+from ytk_hookspecs.models.base import ArtifactError
+from ytk_hookspecs.shape_expr import ShapeExprError, evaluate, evaluate_extents
+
+
+def test_import_does_not_pull_torch():
+    code = "import sys, ytk_hookspecs, ytk_hookspecs.models, ytk_hookspecs.kernel_source, ytk_hookspecs.plugin_info; " \
+           "print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("name", [n for n in dir(specs) if n.startswith("ytk_")])
+def test_every_hookspec_is_documented_with_an_example(name):
+    doc = inspect.getdoc(getattr(specs, name)) or ""
+    assert "Example" in doc and ("Called" in doc or "called" in doc), name
+    assert len(doc.splitlines()) >= 5
+
+
+def test_versioned_rejects_newer_schema(tmp_path):
+    class Thing(Versioned):
+        x: int
+
+    p = tmp_path / "t.json"
+    Thing(x=1).write(p)
+    assert Thing.read(p).x == 1
+    p.write_text('{"schema_version": 99, "x": 1}')
+    with pytest.raises(ArtifactError, match="newer ytk"):
+        Thing.read(p)
+    p.write_text('{"schema_version": 1, "x": 1, "y": 2}')
+    with pytest.raises(ArtifactError, match="Extra inputs|extra"):
+        Thing.read(p)
+    with pytest.raises(ArtifactError, match="not found"):
+        Thing.read(tmp_path / "missing.json")
+
+
+def test_shape_expressions_cover_strided_extents():
+    shapes = [[4, 64, 135, 239]]
+    assert evaluate("(in0[2] + 2*1 - 3)//2 + 1", shapes) == 68
+    assert evaluate("cdiv(in0[3], 2)", shapes) == 120
+    assert evaluate_extents({"N": "in0[0]", "C": "in0[1]", "HW": "in0[2]*in0[3]"}, shapes)["HW"] == 135 * 239
+    with pytest.raises(ShapeExprError, match="unsupported"):
+        evaluate("__import__('os')", shapes)
+    with pytest.raises(ShapeExprError):
+        evaluate("in0[9]", shapes)
+
+
+def _meta(**kw):
+    base = dict(plugin_name="DwConv3x3s1C256", inputs=[
+        TensorContract(name="x", dtype="float16", format="kHWC8", shape=["N", "C", "H", "W"])],
+        outputs=[TensorContract(name="y", dtype="float16", format="kHWC8", shape=["N", "C", "H", "W"])],
+        extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]"}, launcher="ytk_launch_dw")
+    base.update(kw)
+    return PluginMeta(**base)
+
+
+def test_kernel_source_roundtrip_and_rename(tmp_path):
+    src = KernelSource(header="#pragma once\n", source='extern "C" int f() { return 0; } // \'\'\' """',
+                       meta=_meta(), generator="test")
+    p = src.write(tmp_path / "a.module_source.py")
+    back = KernelSource.read(p)
+    assert back.source == src.source and back.meta == src.meta
+    renamed = back.renamed("Other")
+    assert renamed.meta.plugin_name == "Other" and back.meta.plugin_name == "DwConv3x3s1C256"
+
+
+def test_kernel_source_is_never_executed(tmp_path):
+    p = tmp_path / "evil.py"
+    marker = tmp_path / "pwned"
+    p.write_text(f"open({str(marker)!r}, 'w').write('x')\nCUDA_HEADER=''\n")
+    with pytest.raises(KernelSourceError, match="missing CUDA_SOURCE"):
+        KernelSource.read(p)
+    assert not marker.exists()
+
+
+def test_kernel_source_bad_meta_is_clear(tmp_path):
+    p = tmp_path / "b.py"
+    p.write_text("CUDA_HEADER=''\nCUDA_SOURCE=''\nPLUGIN_META_YAML='plugin_name: 1x\\n'\n")
+    with pytest.raises(KernelSourceError, match="not a valid contract"):
+        KernelSource.read(p)

@@ -1,0 +1,3 @@
+from .app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,53 @@
+"""``ytk backends``: every installed backend, its roles and stages, and whether it runs here."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ytk_hookspecs.models import SELECTABLE_ROLES
+
+from ..plugins import select_backend
+from ..errors import YtkError
+from ..runtime import emit_json, runtime, stdout
+from .app import app
+from .options import JsonOpt
+
+
+@app.command("backends")
+def backends_cmd(json_: JsonOpt = False) -> None:
+    """List installed backends, their roles and stages, and their availability on this machine."""
+    rt = runtime()
+    mgr = rt.manager
+    rows = []
+    for b in sorted(mgr.backends.values(), key=lambda b: b.name):
+        av = b.availability()
+        rows.append({
+            "name": b.name, "roles": list(b.info.roles), "stages": b.info.stages(),
+            "distribution": b.distribution, "version": b.info.version, "simulated": b.info.simulated,
+            "available": av.available, "reason": av.reason, "description": b.info.description,
+        })
+    chosen: dict[str, str | None] = {}
+    reasons: dict[str, str] = {}
+    for role in SELECTABLE_ROLES:
+        try:
+            sel = select_backend(mgr, role, None, rt.config)
+            chosen[role] = sel.name
+            reasons[role] = f"{sel.source}: {sel.reason}"
+        except YtkError as e:
+            chosen[role] = None
+            reasons[role] = str(e)
+    if json_:
+        emit_json({"backends": rows, "selected": chosen, "selection_reasons": reasons, "warnings": mgr.warnings})
+        return
+    t = Table(title="installed ytk backends", title_justify="left")
+    for col in ("backend", "roles", "stages", "available", "why / notes", "distribution"):
+        t.add_column(col)
+    for r in rows:
+        note = r["reason"] + (" [simulated target]" if r["simulated"] else "")
+        t.add_row(r["name"], ", ".join(r["roles"]), ", ".join(r["stages"]),
+                  "yes" if r["available"] else "no", note, r["distribution"])
+    stdout.print(t)
+    for role in SELECTABLE_ROLES:
+        stdout.print(f"{role:>9}: {chosen[role] or '-'}  ({reasons[role]})", highlight=False, markup=False)
+    for w in mgr.warnings:
+        stdout.print(f"warning: {w}", highlight=False, markup=False)

@@ -1,0 +1,42 @@
+"""``ytk.toml``: project configuration, found in the working directory or a parent of it."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+CONFIG_NAME = "ytk.toml"
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    env = os.environ.get("YTK_CONFIG")
+    if env:
+        p = Path(env)
+        if not p.is_file():
+            raise UsageError(f"YTK_CONFIG points at {p}, which is not a file")
+        return p
+    d = (start or Path.cwd()).resolve()
+    for cand in (d, *d.parents):
+        p = cand / CONFIG_NAME
+        if p.is_file():
+            return p
+    return None
+
+
+def load_config(start: Path | None = None) -> tuple[dict[str, Any], Path | None]:
+    """Return the parsed ytk.toml (empty when there is none) and its path."""
+    p = find_config(start)
+    if p is None:
+        return {}, None
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{p}: not valid TOML: {e}") from None
+    backends = data.get("backends", {})
+    if not isinstance(backends, dict):
+        raise UsageError(f"{p}: [backends] must be a table, e.g.\n[backends]\nengine = \"torch\"")
+    return data, p

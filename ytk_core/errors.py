@@ -1,0 +1,38 @@
+"""User-facing errors: one clear paragraph and a non-zero exit, never a bare traceback."""
+
+from __future__ import annotations
+
+from ytk_hookspecs.errors import StageError
+
+
+class YtkError(StageError):
+    """An error the user can act on. ``str(err)`` is the whole message shown to them."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def render(self) -> str:
+        return f"{self}" + (f"\n  hint: {self.hint}" if self.hint else "")
+
+
+class UsageError(YtkError):
+    exit_code = 2
+
+
+class BackendError(YtkError):
+    exit_code = 3
+
+
+class NotImplementedYet(YtkError):
+    """A command whose stage a later milestone implements; says so plainly."""
+
+    exit_code = 4
+
+
+class NumericsFailed(YtkError):
+    exit_code = 5

@@ -1,0 +1,1 @@
+"""The built-in frontend: torch.export tracing, ONNX export, FX-node mapping and carving."""
