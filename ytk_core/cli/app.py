@@ -53,6 +53,8 @@ def _root(
 def _register_groups() -> None:
     from . import autoloop, backends, embedded, kernelgen  # noqa: F401  (commands register on import)
 
+    embedded.register_commands()
+
     app.add_typer(embedded.app, name="embedded", help="Kronos steps: prepare, propose, compile, build-plugin, verify.")
     app.add_typer(kernelgen.app, name="kernelgen", help="Gaia kernel generation: export, compile, get.")
     app.add_typer(worker_app, name="worker")

@@ -19,7 +19,7 @@ import pluggy
 from pydantic import ValidationError
 
 from ytk_hookspecs import ENTRY_POINT_GROUP, PROJECT, specs
-from ytk_hookspecs.models import ROLE_STAGES, Availability, BackendInfo
+from ytk_hookspecs.models import Availability, BackendInfo
 
 from ..errors import BackendError, YtkError
 from ..logs import get_logger
