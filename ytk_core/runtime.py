@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ytk_hookspecs import StageContext
+from ytk_hookspecs.models import ArchSpec
 
 from .config import load_config
 from .logs import bind, get_logger
@@ -104,8 +105,8 @@ class Runtime:
             self._config = load_config()
         return self._config[0]
 
-    def select(self, role: str, flag: str | None) -> Selection:
-        sel = select_backend(self.manager, role, flag, self.config)
+    def select(self, role: str, flag: str | None, arch: ArchSpec | None = None) -> Selection:
+        sel = select_backend(self.manager, role, flag, self.config, arch)
         if sel.source == "auto":
             self.log.info(f"{role} backend chosen automatically", backend=sel.name, why=sel.reason)
         else:

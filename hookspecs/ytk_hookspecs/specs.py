@@ -39,8 +39,10 @@ def ytk_register_backend(register: "RegisterFn") -> None:
 
     Called once per plugin when ytk starts. Call ``register(info, probe)`` exactly once, where
     ``info`` is a :class:`~ytk_hookspecs.models.BackendInfo` and ``probe`` is an optional
-    zero-argument callable returning :class:`~ytk_hookspecs.models.Availability`. The probe runs
-    lazily (``ytk backends``, automatic selection), so keep imports of heavy libraries inside it.
+    callable returning :class:`~ytk_hookspecs.models.Availability`. The probe runs lazily
+    (``ytk backends``, automatic selection), so keep imports of heavy libraries inside it. A probe
+    may take one keyword argument ``arch`` (an :class:`~ytk_hookspecs.models.ArchSpec` or None)
+    to answer for a specific target, e.g. a builder that cannot cross-compile to aarch64 here.
     An exception raised here disables this backend with a warning naming its distribution; the
     rest of ytk keeps working.
 

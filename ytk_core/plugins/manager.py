@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import importlib.metadata as md
 import os
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import pluggy
 from pydantic import ValidationError
 
 from ytk_hookspecs import ENTRY_POINT_GROUP, PROJECT, specs
-from ytk_hookspecs.models import Availability, BackendInfo
+from ytk_hookspecs.models import ArchSpec, Availability, BackendInfo
 
 from ..errors import BackendError, YtkError
 from ..logs import get_logger
@@ -46,25 +47,31 @@ class RegisteredBackend:
     plugin: Any
     plugin_name: str
     distribution: str
-    probe: Callable[[], Availability] | None = None
-    _availability: Availability | None = field(default=None, repr=False)
+    probe: Callable[..., Availability] | None = None
+    _availability: dict[str, Availability] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
         return self.info.name
 
-    def availability(self) -> Availability:
-        if self._availability is None:
+    def availability(self, arch: ArchSpec | None = None) -> Availability:
+        """Probe once per target: a probe that takes an ``arch`` argument can answer per target
+        (e.g. a builder that cannot cross-compile for aarch64 on this host)."""
+        key = arch.spec if arch is not None else ""
+        if key not in self._availability:
             if self.probe is None:
-                self._availability = Availability(available=True, reason="")
+                res = Availability(available=True, reason="no probe declared")
             else:
                 try:
-                    res = self.probe()
-                    self._availability = res if isinstance(res, Availability) else Availability(
-                        available=False, reason=f"probe returned {type(res).__name__}, not Availability")
+                    takes_arch = "arch" in inspect.signature(self.probe).parameters
+                    res = self.probe(arch=arch) if takes_arch else self.probe()
+                    if not isinstance(res, Availability):
+                        res = Availability(available=False,
+                                           reason=f"probe returned {type(res).__name__}, not Availability")
                 except Exception as e:  # a broken probe must not take ytk down
-                    self._availability = Availability(available=False, reason=f"availability probe failed: {e}")
-        return self._availability
+                    res = Availability(available=False, reason=f"availability probe failed: {e}")
+            self._availability[key] = res
+        return self._availability[key]
 
 
 class BackendManager:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BackendError, UsageError
+from ytk_hookspecs.models import ArchSpec
+
 from .manager import BackendManager, RegisteredBackend
 
 ENV_VARS = {"engine": "YTK_ENGINE", "kernelgen": "YTK_KERNELGEN", "builder": "YTK_BUILDER"}
@@ -33,7 +35,8 @@ class Selection:
 
 
 def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
-                   config: dict[str, Any] | None = None) -> Selection:
+                   config: dict[str, Any] | None = None, arch: ArchSpec | None = None) -> Selection:
+    """Select the backend for ``role``; with ``arch``, availability is judged for that target."""
     candidates = mgr.for_role(role)
     cfg_backends = (config or {}).get("backends", {}) if config else {}
     explicit: tuple[str, str, str] | None = None
@@ -51,7 +54,7 @@ def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
             extra = "" if b is None else f" ({name!r} is installed but serves {', '.join(b.info.roles)})"
             raise UsageError(f"unknown {role} backend {name!r} (from {where}){extra}. "
                              f"Installed {role} backends: {installed}. See `ytk backends`.")
-        av = b.availability()
+        av = b.availability(arch)
         if not av.available:
             raise BackendError(f"{role} backend {name!r} (from {where}) is not available on this machine: "
                                f"{av.reason}")
@@ -60,7 +63,7 @@ def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
                     key=lambda c: (-c.info.auto_priority[role], c.name))
     skipped: list[str] = []
     for c in ranked:
-        av = c.availability()
+        av = c.availability(arch)
         if av.available:
             why = av.reason or "available"
             tail = f"; skipped {'; '.join(skipped)}" if skipped else ""

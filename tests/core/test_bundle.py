@@ -1,0 +1,104 @@
+"""Engine bundles: round trip, and refusal of unsafe or damaged archives."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import numpy as np
+import pytest
+
+from ytk_core.bundle import (BENCHMARK, ENGINE, MANIFEST, OUTPUTS, PROFILE, BenchmarkRecord, BundleManifest,
+                             EngineBundle, LayerProfile, write_bundle)
+from ytk_hookspecs.models import ArtifactError, LayerTime
+
+
+def _manifest():
+    return BundleManifest(arch="arm64-sm87-dos6010-cu114-trt86", precision="fp16", engine_backend="mock",
+                          engine_version="8.6-sim", device="sim", simulated=True, onnx="model.onnx",
+                          onnx_sha256="a" * 64, npz_sha256="b" * 64)
+
+
+def _write(tmp_path):
+    buf = io.BytesIO()
+    np.savez(buf, out=np.arange(4, dtype=np.float32))
+    prof = LayerProfile(device="sim", simulated=True, iterations=3,
+                        layers=[LayerTime(name="/conv/Conv + PWN(/act/HardSwish)", median_ms=1.5,
+                                          onnx_nodes=["node_Conv_1", "n0"])])
+    bench = BenchmarkRecord(device="sim", simulated=True, warmup=1, iterations_ms=[1.0, 1.1])
+    return write_bundle(tmp_path / "b.tgz", _manifest(), {
+        ENGINE: b"engine", PROFILE: prof.model_dump_json().encode(), BENCHMARK: bench.model_dump_json().encode(),
+        OUTPUTS: buf.getvalue()})
+
+
+def test_roundtrip(tmp_path):
+    b = EngineBundle.open(_write(tmp_path))
+    assert b.manifest.simulated and set(b.manifest.members) == {ENGINE, PROFILE, BENCHMARK, OUTPUTS}
+    assert b.profile.total_ms == pytest.approx(1.5)
+    assert b.benchmark.iterations_ms == [1.0, 1.1]
+    np.testing.assert_array_equal(b.outputs()["out"], np.arange(4, dtype=np.float32))
+
+
+def _evil(tmp_path, add):
+    p = tmp_path / "evil.tgz"
+    with tarfile.open(p, "w:gz") as tf:
+        data = _manifest().model_dump_json().encode()
+        info = tarfile.TarInfo(MANIFEST)
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+        add(tf)
+    return p
+
+
+@pytest.mark.parametrize("kind", ["abs", "dotdot", "symlink", "nested"])
+def test_unsafe_members_are_refused(tmp_path, kind):
+    def add(tf):
+        if kind == "symlink":
+            info = tarfile.TarInfo("engine.plan")
+            info.type = tarfile.SYMTYPE
+            info.linkname = "/etc/passwd"
+            tf.addfile(info)
+            return
+        name = {"abs": "/tmp/x", "dotdot": "../x", "nested": "a/b"}[kind]
+        info = tarfile.TarInfo(name)
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"x"))
+
+    with pytest.raises(ArtifactError, match="refusing member"):
+        EngineBundle.open(_evil(tmp_path, add))
+
+
+def test_oversized_member_is_refused(tmp_path, monkeypatch):
+    import ytk_core.bundle as bundle_mod
+
+    p = _write(tmp_path)
+    monkeypatch.setattr(bundle_mod, "MAX_MEMBER_BYTES", 3)
+    with pytest.raises(ArtifactError, match="over the 3-byte limit"):
+        EngineBundle.open(p)
+
+
+def test_truncated_and_tampered(tmp_path):
+    p = _write(tmp_path)
+    data = p.read_bytes()
+    (tmp_path / "t.tgz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArtifactError, match="corrupt or truncated"):
+        EngineBundle.open(tmp_path / "t.tgz")
+    # same manifest, different engine bytes
+    src = EngineBundle.open(p)
+
+    def add(tf):
+        for name in (ENGINE, PROFILE, BENCHMARK, OUTPUTS):
+            blob = b"tampered" if name == ENGINE else src.read_bytes(name)
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tf.addfile(info, io.BytesIO(blob))
+
+    q = tmp_path / "q.tgz"
+    with tarfile.open(q, "w:gz") as tf:
+        blob = src.read_bytes(MANIFEST)
+        info = tarfile.TarInfo(MANIFEST)
+        info.size = len(blob)
+        tf.addfile(info, io.BytesIO(blob))
+        add(tf)
+    with pytest.raises(ArtifactError, match="does not match its sha256"):
+        EngineBundle.open(q)

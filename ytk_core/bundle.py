@@ -1,0 +1,243 @@
+"""The engine bundle: one ``.tgz`` holding everything a compile measured on the target.
+
+Members (fixed names):
+
+==================  ===================================================================
+manifest.json       :class:`BundleManifest` (arch, precision, engine backend, simulated?,
+                    ONNX hash, plugins with hashes, sha256 of every other member)
+engine.plan         the engine as the backend serialised it
+profile.json        :class:`LayerProfile`: per-layer median ms, ONNX nodes covered
+layer_info.json     the engine's own raw layer dump (e.g. trtexec --exportLayerInfo)
+benchmark.json      :class:`BenchmarkRecord`: end-to-end latency per iteration
+outputs.npz         engine outputs for model.npz, keyed by ONNX output name
+build.log           optional
+==================  ===================================================================
+
+Reading is safe against absolute paths, ``..``, links, non-files and oversized members, and
+every member is checked against the manifest's sha256, so a truncated or edited bundle is a
+clear error rather than wrong numbers.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned
+from ytk_hookspecs.models.base import sha256_file
+
+from . import __version__
+
+MANIFEST = "manifest.json"
+ENGINE = "engine.plan"
+PROFILE = "profile.json"
+LAYER_INFO = "layer_info.json"
+BENCHMARK = "benchmark.json"
+OUTPUTS = "outputs.npz"
+BUILD_LOG = "build.log"
+KNOWN_MEMBERS = (MANIFEST, ENGINE, PROFILE, LAYER_INFO, BENCHMARK, OUTPUTS, BUILD_LOG)
+
+#: Largest member ytk will read from a bundle (engines of big models run to a few hundred MB).
+MAX_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_MEMBER_BYTES", 8 << 30))
+
+
+class BundlePlugin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    namespace: str
+    version: str
+    sha256: str
+    file: str
+    engine_api: str
+
+
+class BundleManifest(Versioned):
+    created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    ytk_version: str = __version__
+    arch: str
+    precision: str
+    engine_backend: str
+    engine_version: str
+    device: str
+    simulated: bool
+    onnx: str
+    onnx_sha256: str
+    npz_sha256: str
+    plugins: list[BundlePlugin] = Field(default_factory=list)
+    members: dict[str, str] = Field(default_factory=dict, description="member name -> sha256")
+    label: str = ""
+
+    @property
+    def display_name(self) -> str:
+        return self.label or "bundle"
+
+
+class LayerProfile(Versioned):
+    """Per-layer times as measured on the target (``profile.json``)."""
+
+    device: str
+    simulated: bool
+    iterations: int
+    layers: list[LayerTime]
+
+    @property
+    def total_ms(self) -> float:
+        return float(sum(layer.median_ms for layer in self.layers))
+
+
+class BenchmarkRecord(Versioned):
+    device: str
+    simulated: bool
+    warmup: int
+    iterations_ms: list[float]
+
+
+def write_bundle(out: Path, manifest: BundleManifest, members: dict[str, Path | bytes]) -> Path:
+    """Write the bundle atomically; ``members`` maps fixed member names to files or bytes."""
+    unknown = set(members) - set(KNOWN_MEMBERS)
+    if unknown:
+        raise ValueError(f"unknown bundle members: {sorted(unknown)}")
+    hashes: dict[str, str] = {}
+    blobs: dict[str, Path | bytes] = {}
+    for name, src in members.items():
+        if name == MANIFEST:
+            continue
+        if isinstance(src, bytes):
+            import hashlib
+
+            hashes[name] = hashlib.sha256(src).hexdigest()
+        else:
+            hashes[name] = sha256_file(src)
+        blobs[name] = src
+    manifest = manifest.model_copy(update={"members": hashes})
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w:gz") as tf:
+            _add_bytes(tf, MANIFEST, manifest.model_dump_json(indent=2).encode())
+            for name, src in blobs.items():
+                if isinstance(src, bytes):
+                    _add_bytes(tf, name, src)
+                else:
+                    tf.add(str(src), arcname=name, recursive=False)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _add_bytes(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mtime = int(datetime.now(timezone.utc).timestamp())
+    tf.addfile(info, io.BytesIO(data))
+
+
+class EngineBundle:
+    """A bundle opened for reading. Members are validated when read."""
+
+    def __init__(self, path: Path, members: dict[str, bytes], manifest: BundleManifest) -> None:
+        self.path = path
+        self._members = members
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, path: str | Path) -> "EngineBundle":
+        p = Path(path)
+        if not p.is_file():
+            raise ArtifactError(f"{p}: engine bundle not found")
+        members: dict[str, bytes] = {}
+        try:
+            with tarfile.open(p, "r:gz") as tf:
+                for m in tf:
+                    _check_member(p, m)
+                    f = tf.extractfile(m)
+                    assert f is not None
+                    members[m.name] = f.read()
+        except (tarfile.TarError, EOFError, OSError, ValueError) as e:
+            raise ArtifactError(f"{p}: not a readable engine bundle (corrupt or truncated .tgz: {e})") from None
+        if MANIFEST not in members:
+            raise ArtifactError(f"{p}: not an engine bundle (no {MANIFEST})")
+        try:
+            manifest = BundleManifest.model_validate_json(members[MANIFEST])
+        except Exception as e:
+            raise ArtifactError(f"{p}: its {MANIFEST} is invalid: {e}") from None
+        import hashlib
+
+        for name, digest in manifest.members.items():
+            if name not in members:
+                raise ArtifactError(f"{p}: member {name} listed in the manifest is missing")
+            if hashlib.sha256(members[name]).hexdigest() != digest:
+                raise ArtifactError(f"{p}: member {name} does not match its sha256 in the manifest "
+                                    "(the bundle was modified or damaged)")
+        extra = set(members) - set(manifest.members) - {MANIFEST}
+        if extra:
+            raise ArtifactError(f"{p}: members not covered by the manifest: {sorted(extra)}")
+        return cls(p, members, manifest)
+
+    # -- members --------------------------------------------------------------------------------
+    def has(self, name: str) -> bool:
+        return name in self._members
+
+    def read_bytes(self, name: str) -> bytes:
+        if name not in self._members:
+            raise ArtifactError(f"{self.path}: bundle has no {name}")
+        return self._members[name]
+
+    @property
+    def profile(self) -> LayerProfile:
+        return _model(self, PROFILE, LayerProfile)
+
+    @property
+    def benchmark(self) -> BenchmarkRecord:
+        return _model(self, BENCHMARK, BenchmarkRecord)
+
+    def layer_info(self) -> Any:
+        import json
+
+        return json.loads(self.read_bytes(LAYER_INFO)) if self.has(LAYER_INFO) else None
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        with np.load(io.BytesIO(self.read_bytes(OUTPUTS)), allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+
+    def extract(self, name: str, dest: Path) -> Path:
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(self.read_bytes(name))
+        return dest
+
+
+def _model(b: EngineBundle, name: str, cls: type[Versioned]) -> Any:
+    try:
+        return cls.model_validate_json(b.read_bytes(name))
+    except ArtifactError:
+        raise
+    except Exception as e:
+        raise ArtifactError(f"{b.path}: its {name} is invalid: {e}") from None
+
+
+def _check_member(bundle: Path, m: tarfile.TarInfo) -> None:
+    name = m.name
+    pp = PurePosixPath(name)
+    if name.startswith("/") or pp.is_absolute() or ".." in pp.parts or "\\" in name:
+        raise ArtifactError(f"{bundle}: refusing member {name!r} (absolute path or '..')")
+    if not m.isfile():
+        raise ArtifactError(f"{bundle}: refusing member {name!r} (links and special files are not allowed)")
+    if len(pp.parts) != 1:
+        raise ArtifactError(f"{bundle}: refusing member {name!r} (bundles are flat)")
+    if m.size > MAX_MEMBER_BYTES:
+        raise ArtifactError(f"{bundle}: member {name!r} is {m.size} bytes, over the {MAX_MEMBER_BYTES}-byte limit "
+                            "(set YTK_BUNDLE_MAX_MEMBER_BYTES to raise it)")
