@@ -1,0 +1,32 @@
+"""Core-owned artifacts that are not hook payloads."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pydantic import Field
+
+from ytk_hookspecs.models import Versioned
+
+PREPARE_MANIFEST = "prepare.json"
+
+
+class PrepareManifest(Versioned):
+    """``prepare.json`` beside the ONNX: how this prepare directory was produced.
+
+    ``verify`` reads it to time the torch model on this machine (the "torch host" row) with the
+    same model.py and input size; paths other than ``model`` are relative to the directory.
+    """
+
+    created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    model: str = Field(description="absolute path of model.py")
+    model_sha256: str
+    env: dict[str, str] = Field(default_factory=dict, description="YTK_* variables that shaped the inputs")
+    onnx: str
+    npz: str
+    reference: str
+    fx_nodes: str
+    plugins: str | None = None
+    candidates: str | None = None
+    selectors: list[str] = Field(default_factory=list)
+    torch_version: str
