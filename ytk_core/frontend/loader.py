@@ -1,0 +1,107 @@
+"""Load a user's model.py: a ``Model`` class and a ``get_fwd_args()`` returning forward arguments.
+
+Every way this can go wrong is a one-paragraph :class:`UsageError` naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import UsageError
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    module: ModuleType
+    model: Any  # torch.nn.Module in eval mode
+    args: tuple[Any, ...]
+    sha256: str
+
+
+def _user_frame(exc: BaseException, path: Path) -> str:
+    """The last traceback line inside the user's file, so the error points at their code."""
+    for fr in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(fr.filename).resolve() == path:
+            return f" (at {path.name}:{fr.lineno}: {fr.line})"
+    return ""
+
+
+def import_model_file(path: Path) -> ModuleType:
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"model file {path} does not exist. Pass the path of a model.py that defines a Model "
+                         "class and a get_fwd_args() function.")
+    if path.is_dir() or path.suffix != ".py":
+        raise UsageError(f"{path} is not a Python file; prepare takes a model.py defining Model and get_fwd_args().")
+    path = path.resolve()
+    name = f"ytk_user_model_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    # The model's own folder goes first on sys.path so it can import its neighbours.
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise UsageError(f"{path} has a syntax error at line {e.lineno}: {e.msg}") from None
+    except Exception as e:
+        raise UsageError(f"importing {path} failed: {type(e).__name__}: {e}{_user_frame(e, path)}") from None
+    finally:
+        try:
+            sys.path.remove(str(path.parent))
+        except ValueError:
+            pass
+    sys.modules[name] = module
+    return module
+
+
+def load_model(path: Path) -> LoadedModel:
+    """Import model.py, build ``Model()`` in eval mode and call ``get_fwd_args()``."""
+    import torch
+
+    path = Path(path)
+    module = import_model_file(path)
+    rp = path.resolve()
+    missing = [n for n in ("Model", "get_fwd_args") if not hasattr(module, n)]
+    if missing:
+        raise UsageError(f"{path} does not define {' and '.join(missing)}. A model file needs a `Model` class "
+                         "(a torch.nn.Module) and a `get_fwd_args()` function returning its forward arguments.")
+    try:
+        model = module.Model()
+    except Exception as e:
+        raise UsageError(f"{path}: Model() failed: {type(e).__name__}: {e}{_user_frame(e, rp)}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"{path}: Model() returned a {type(model).__name__}, not a torch.nn.Module")
+    try:
+        raw = module.get_fwd_args()
+    except Exception as e:
+        raise UsageError(f"{path}: get_fwd_args() failed: {type(e).__name__}: {e}{_user_frame(e, rp)}") from None
+    args = normalise_args(raw, path)
+    model.eval()
+    return LoadedModel(path=rp, module=module, model=model, args=args, sha256=hashlib.sha256(rp.read_bytes()).hexdigest())
+
+
+def normalise_args(raw: Any, path: Path) -> tuple[Any, ...]:
+    import torch
+
+    if isinstance(raw, torch.Tensor):
+        return (raw,)
+    if not isinstance(raw, (tuple, list)):
+        raise UsageError(f"{path}: get_fwd_args() returned a {type(raw).__name__}; it must return a tuple (or "
+                         "list) of tensors, the positional arguments of Model.forward")
+    if not raw:
+        raise UsageError(f"{path}: get_fwd_args() returned an empty sequence; Model.forward needs its inputs")
+    bad = [f"#{i} ({type(a).__name__})" for i, a in enumerate(raw) if not isinstance(a, torch.Tensor)]
+    if bad:
+        raise UsageError(f"{path}: get_fwd_args() must return tensors only; argument {', '.join(bad)} is not a "
+                         "tensor. Bake non-tensor settings into Model instead.")
+    return tuple(raw)
