@@ -1,0 +1,97 @@
+"""``ytk_build_plugin`` for nvcc: a kernel source bundle becomes a self-describing launcher .so."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from ytk_hookspecs import StageContext
+from ytk_hookspecs.errors import StageError
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.models import ArchSpec, ArchSpecError, BuildRequest, BuildResult, PluginDescription
+from ytk_hookspecs.plugin_info import c_snippet
+
+from .launcher import ERROR_STRING_SYMBOL
+from .toolchain import compile_shared, find_nvcc, nvcc_version, target_problem
+
+#: Engine APIs whose shims are not written yet; requesting one is an error, never a silent fallback.
+_LATER_SHIMS = {"trt8-IPluginV2DynamicExt": "TensorRT 8.6 IPluginV2DynamicExt",
+                "trt10-IPluginV3": "TensorRT 10 IPluginV3"}
+
+_ERROR_STRING_C = (
+    "/* lets ytk name a launcher's cudaError_t without linking the CUDA runtime itself */\n"
+    f'extern "C" __attribute__((visibility("default"))) const char* {ERROR_STRING_SYMBOL}(int code) '
+    "{ return cudaGetErrorString((cudaError_t)code); }\n")
+
+
+def describe(src: KernelSource, arch: ArchSpec, source_sha256: str, builder: str,
+             engine_api: str = "torch-launcher") -> PluginDescription:
+    """The self-description compiled into a plugin built from ``src`` for ``arch``."""
+    m = src.meta
+    return PluginDescription(
+        name=m.plugin_name, namespace=m.plugin_namespace, version=m.plugin_version,
+        num_inputs=len(m.inputs), num_outputs=len(m.outputs),
+        input_dtypes=[t.dtype for t in m.inputs], output_dtypes=[t.dtype for t in m.outputs],
+        input_formats=[t.format for t in m.inputs], output_formats=[t.format for t in m.outputs],
+        sm=arch.sm, cpu_arch=arch.cpu_arch, engine_api=engine_api, launcher=m.launcher, builder=builder,
+        source_sha256=source_sha256, meta_yaml=src.meta_yaml())
+
+
+def translation_unit(src: KernelSource, desc: PluginDescription) -> str:
+    """The one .cu nvcc compiles: header, source, the error-string helper and the self-description.
+
+    Concatenated rather than ``#include``-d so that a bundle needs no file-name convention for its
+    header; ``#line`` markers keep nvcc's messages pointing at the bundle's own lines.
+    """
+    return "\n".join([
+        "#include <cuda_runtime.h>", "#include <cstdint>", "#include <cstddef>",
+        '#line 1 "CUDA_HEADER"', src.header,
+        '#line 1 "CUDA_SOURCE"', src.source,
+        '#line 1 "ytk_builder"', _ERROR_STRING_C, c_snippet(desc)])
+
+
+def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
+    """Compile ``request.source`` for ``request.arch`` into ``request.output`` (atomically)."""
+    api = request.engine_api or "torch-launcher"
+    if api in _LATER_SHIMS:
+        raise StageError(
+            f"the nvcc builder does not build {_LATER_SHIMS[api]} plugins yet: that shim around the launcher "
+            "comes with the TensorRT engine issue. It builds engine API 'torch-launcher' (the bare extern \"C\" "
+            "launcher the torch engine calls); nothing was built.")
+    if api != "torch-launcher":
+        raise StageError(f"the nvcc builder cannot build engine API {api!r}; it builds 'torch-launcher'")
+    try:
+        arch = ArchSpec.parse(request.arch)
+    except ArchSpecError as e:
+        raise StageError(str(e)) from None
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise StageError("nvcc not found: install the CUDA toolkit, put nvcc on PATH or set YTK_NVCC")
+    problem = target_problem(arch, nvcc)
+    if problem:
+        raise StageError(f"cannot build plugin {request.plugin_name!r} for {arch.spec} here: {problem}")
+    try:
+        src = KernelSource.read(request.source)
+    except KernelSourceError as e:
+        raise StageError(str(e)) from None
+    if src.meta.plugin_name != request.plugin_name:
+        src = src.renamed(request.plugin_name)
+    sha = hashlib.sha256(Path(request.source).read_bytes()).hexdigest()
+    desc = describe(src, arch, sha, builder=f"ytk-backend-nvcc (nvcc {nvcc_version(nvcc)})", engine_api=api)
+    t0 = time.perf_counter()
+    with ctx.progress(f"nvcc: building {request.plugin_name} for sm_{arch.sm}", total=1) as task:
+        res = compile_shared(translation_unit(src, desc), request.output, arch, ptxas_verbose=True)
+        task.advance()
+    log = " ".join(res.cmd) + "\n" + res.log
+    log_path = Path(request.output).with_suffix(Path(request.output).suffix + ".build.log")
+    _write_log(log_path, log)
+    ctx.log.info("plugin built", plugin=request.plugin_name, so=str(request.output), sm=arch.sm,
+                 wall_s=round(res.wall_s, 2), log=str(log_path))
+    return BuildResult(so_path=Path(request.output), description=desc, log=log, wall_s=time.perf_counter() - t0)
+
+
+def _write_log(path: Path, text: str) -> None:
+    from ytk_hookspecs.models import write_text_atomic
+
+    write_text_atomic(path, text)
