@@ -42,7 +42,9 @@ def configure(verbosity: int = 0, fmt: str = "auto") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    # Third-party libraries log chatty INFO lines (exporters, ONNX passes): show them only with -v.
+    logging.basicConfig(level=logging.DEBUG if verbosity >= 1 else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s", force=True)
 
 
 def get_logger(**bind: Any) -> Any:

@@ -21,7 +21,7 @@ def prepare(
         "--plugin", help="carve a region: '<ns>::<PluginName>=<OpsName>[:around][@modifier...]' (repeatable)")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Trace model.py, export ONNX + inputs + reference outputs + fx_nodes.json; with --plugin, carve."""
+    """Trace model.py, export ONNX + inputs + reference outputs + fx_nodes.json; with --plugin, carve regions."""
     from ..stages.prepare import run_prepare
 
     run_prepare(model, onnx_out, npz_out, reference_out, plugin or [], json_)

@@ -1,0 +1,267 @@
+"""Step 3: replace every region a selector matches by one custom-op node, and write what a
+kernel generator needs (plugins.json, candidates.json, plugin_candidates/<Name>.*)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+from ytk_hookspecs import StageContext
+from ytk_hookspecs.models import (Candidate, CandidatesFile, CarveRequest, CarveResult, FxNodesFile,
+                                  PluginEntry, PluginsFile, SiteInfo, TensorInfo)
+from ytk_hookspecs.models.base import ArtifactError, sha256_file, write_bytes_atomic
+
+from ..errors import UsageError
+from .capture import capture, weight_values
+from .onnx_rewrite import OnnxGraph, finalize, replace_with_plugin
+from .region_module import RegionSpec, analyse, build_module, conv_signature, folded_weights
+from .regions import GraphIndex, Site, match_sites
+from .selectors import Selector, parse_selector
+
+PLUGINS_JSON = "plugins.json"
+CANDIDATES_JSON = "candidates.json"
+CANDIDATES_DIR = "plugin_candidates"
+_ONNX_FLOAT = 1
+
+
+@dataclass
+class SitePlan:
+    site: Site
+    spec: RegionSpec
+    lift: str
+    onnx_nodes: list[str]
+    onnx_inputs: list[str]
+    onnx_outputs: list[str]
+
+
+@dataclass
+class PluginPlan:
+    sel: Selector
+    sites: list[SitePlan]
+
+
+def remove_carve_artifacts(prep_dir: Path, keep: set[str] | None = None) -> None:
+    """Delete what an earlier carve in this directory wrote (only its own files; kernels and .so stay)."""
+    cj = prep_dir / CANDIDATES_JSON
+    keep = keep or set()
+    if cj.is_file():
+        try:
+            old = CandidatesFile.read(cj)
+            for c in old.candidates:
+                if c.name in keep:
+                    continue
+                for rel in (c.files.pt2, c.files.io_npz, c.files.inputs_pt, c.files.reference_py):
+                    if rel:
+                        (prep_dir / rel).unlink(missing_ok=True)
+        except ArtifactError:
+            pass
+    if not keep:
+        for name in (PLUGINS_JSON, CANDIDATES_JSON):
+            (prep_dir / name).unlink(missing_ok=True)
+
+
+def _trace_state(request: CarveRequest, fx: FxNodesFile) -> Any:
+    from . import trace as trace_mod
+    from .export import export_onnx, export_program
+    from .loader import load_model
+
+    st = trace_mod.LAST_TRACE
+    if st is not None and st.onnx_sha256 == sha256_file(request.onnx):
+        return st
+    # Carve called on its own: re-export and make sure the graph is the one fx_nodes.json describes.
+    loaded = load_model(Path(fx.model))
+    prog = export_onnx(export_program(loaded.model, loaded.args, loaded.path), loaded.args, loaded.path, 18)
+    names = {n.name for n in prog.exported_program.graph.nodes}
+    if names != {n.name for n in fx.nodes}:
+        raise UsageError(f"{request.fx_nodes} no longer matches {fx.model}; run prepare again without --plugin first")
+    return trace_mod.TraceState(onnx_sha256=fx.onnx_sha256, loaded=loaded, onnx_program=prog)
+
+
+def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str, list[str]], og: OnnxGraph,
+                  what: str, where: str) -> list[str]:
+    """ONNX tensor name for each FX boundary value (value names normally equal FX node names)."""
+    out = []
+    for n in fx_nodes:
+        if n.name in onnx_names:
+            out.append(n.name)
+            continue
+        produced = [o for on in onnx_of.get(n.name, []) if on in og.nodes for o in og.nodes[on].output if o in onnx_names]
+        if len(produced) != 1:
+            raise UsageError(f"internal carve error at {where}: cannot find the ONNX tensor of region {what} {n.name}")
+        out.append(produced[0])
+    if sorted(out) != sorted(onnx_names):
+        raise UsageError(f"internal carve error at {where}: region {what}s differ between FX ({out}) and ONNX "
+                         f"({onnx_names})")
+    return out
+
+
+def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: OnnxGraph) -> list[PluginPlan]:
+    sig = ep.graph_signature
+    weight_names = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(
+        getattr(sig, "inputs_to_lifted_tensor_constants", {}))
+    out_node = next(n for n in gi.nodes if n.op == "output")
+    graph_outputs = set(out_node.all_input_nodes)
+    onnx_of = {n.name: n.onnx_nodes for n in fx.nodes}
+    claimed: dict[str, str] = {}
+    plans = []
+    for sel in sels:
+        site_plans = []
+        for site in match_sites(sel, gi):
+            where = site.module_path or sel.text
+            for n in site.nodes:
+                if n.name in claimed and claimed[n.name] != sel.text:
+                    raise UsageError(f"selectors {claimed[n.name]!r} and {sel.text!r} both claim fx node {n.name} "
+                                     f"(in {where}); regions must not overlap. Narrow one with @where.")
+                claimed[n.name] = sel.text
+            spec, lift = analyse(site.nodes, weight_names, graph_outputs, sel.lift, where)
+            onnx_nodes = sorted({o for n in site.nodes for o in onnx_of.get(n.name, [])})
+            if not onnx_nodes:
+                raise UsageError(f"selector {sel.text!r}: region {where} became no ONNX node (it was constant-folded "
+                                 "or optimised away); there is nothing to replace")
+            og.check_convex(onnx_nodes, where)
+            b = og.boundary(onnx_nodes)
+            if len(b.outputs) > 1:
+                leaks = [f"{o} -> {', '.join(c for c in og.consumers.get(o, []) if c not in set(onnx_nodes)) or 'graph output'}"
+                         for o in b.outputs]
+                raise UsageError(f"selector {sel.text!r}: region {where} has {len(b.outputs)} values used outside it "
+                                 f"({'; '.join(leaks)}); carving it would cut those edges. Grow the region to include "
+                                 "those consumers or narrow it so only one value leaves.")
+            ins = _map_boundary(spec.activations, b.inputs, onnx_of, og, "input", where)
+            outs = _map_boundary(spec.outputs, b.outputs, onnx_of, og, "output", where)
+            site_plans.append(SitePlan(site=site, spec=spec, lift=lift, onnx_nodes=onnx_nodes, onnx_inputs=ins,
+                                       onnx_outputs=outs))
+        plans.append(PluginPlan(sel=sel, sites=site_plans))
+    return plans
+
+
+def _inventory(gm: Any) -> dict[str, int]:
+    return dict(sorted(Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function").items()))
+
+
+def _tinfo(name: str, t: Any) -> TensorInfo:
+    return TensorInfo(name=name, shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""))
+
+
+def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
+    import onnx
+
+    t0 = time.perf_counter()
+    sels = [parse_selector(s) for s in request.selectors]
+    seen: dict[str, str] = {}
+    for s in sels:
+        if s.name in seen:
+            raise UsageError(f"plugin name {s.name!r} is used by two selectors ({seen[s.name]!r} and {s.text!r}); "
+                             "each plugin needs its own name")
+        seen[s.name] = s.text
+    prep = Path(request.prepare_dir)
+    fx = FxNodesFile.read(request.fx_nodes)
+    state = _trace_state(request, fx)
+    ep = state.onnx_program.exported_program
+    gi = GraphIndex(ep.graph)
+    proto = onnx.load(str(request.onnx))
+    og = OnnxGraph(proto)
+    with ctx.progress("matching selectors to regions", total=len(sels)):
+        plans = _plan(sels, gi, ep, fx, og)
+    wanted = {n.name for p in plans for sp in p.sites for n in sp.spec.activations + sp.spec.outputs}
+    with ctx.progress("capturing region inputs and outputs"):
+        values = capture(ep, state.loaded.args, wanted)
+    weights = weight_values(ep)
+    remove_carve_artifacts(prep)
+    cdir = prep / CANDIDATES_DIR
+    cdir.mkdir(parents=True, exist_ok=True)
+    candidates, entries, value_infos = [], [], {}
+    with ctx.progress("exporting regions and rewriting the ONNX", total=len(plans)) as task:
+        for plan in plans:
+            cand, entry = _carve_plugin(plan, values, weights, og, prep, cdir, value_infos)
+            candidates.append(cand)
+            entries.append(entry)
+            task.advance()
+    finalize(og, value_infos)
+    try:
+        onnx.checker.check_model(proto)
+        proto = onnx.shape_inference.infer_shapes(proto, check_type=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise UsageError(f"internal carve error: the carved ONNX fails the ONNX checker: {str(e).splitlines()[0]}") from None
+    write_bytes_atomic(Path(request.onnx), proto.SerializeToString())
+    onnx_name = Path(request.onnx).name
+    CandidatesFile(onnx=onnx_name, candidates=candidates).write(prep / CANDIDATES_JSON)
+    PluginsFile(onnx=onnx_name, plugins=entries).write(prep / PLUGINS_JSON)
+    return CarveResult(plugins=prep / PLUGINS_JSON, candidates=prep / CANDIDATES_JSON, onnx=Path(request.onnx),
+                       custom_nodes=sum(len(p.sites) for p in plans), wall_s=time.perf_counter() - t0)
+
+
+def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, Any], og: OnnxGraph, prep: Path,
+                  cdir: Path, value_infos: dict[str, tuple[int, list[int]]]) -> tuple[Candidate, PluginEntry]:
+    import torch
+
+    sel = plan.sel
+    site_inputs: list[list[Any]] = []
+    site_outputs: list[list[Any]] = []
+    modules = []
+    infos: list[SiteInfo] = []
+    for k, sp in enumerate(plan.sites):
+        where = sp.site.module_path or sel.text
+        pairs = folded_weights(sp.spec, weights)
+        gm = build_module(sp.spec, weights)
+        ins = [values[a.name] for a in sp.spec.activations] + [t for pair in pairs for t in pair]
+        outs = [values[o.name] for o in sp.spec.outputs]
+        with torch.no_grad():
+            got = gm(*ins)
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        for g, want in zip(got, outs):
+            scale = float(want.abs().max()) or 1.0
+            if not torch.allclose(g, want, rtol=1e-4, atol=1e-5 * scale):
+                raise UsageError(f"internal carve error: region {where} rebuilt as a module does not reproduce the "
+                                 f"model (max diff {float((g - want).abs().max()):.3g}); please report this")
+        if k and _inventory(gm) != _inventory(modules[0]):
+            raise UsageError(f"selector {sel.text!r} matches regions of different structure: {plan.sites[0].site.module_path} "
+                             f"runs {_inventory(modules[0])} but {where} runs {_inventory(gm)}. One plugin needs one "
+                             "kind of region: split the selector with @where.")
+        if k and [conv_signature(c) for c in sp.spec.convs] != [conv_signature(c) for c in plan.sites[0].spec.convs]:
+            raise UsageError(f"selector {sel.text!r} matches convolutions of different kinds: "
+                             f"{plan.sites[0].site.module_path} has {[conv_signature(c) for c in plan.sites[0].spec.convs]} "
+                             f"(kernel, stride, padding, dilation, depthwise) but {where} has "
+                             f"{[conv_signature(c) for c in sp.spec.convs]}. Split it with @where.")
+        if k and len(ins) != len(site_inputs[0]):
+            raise UsageError(f"selector {sel.text!r}: sites differ in input count ({len(site_inputs[0])} vs {len(ins)})")
+        modules.append(gm)
+        site_inputs.append(ins)
+        site_outputs.append(outs)
+        wnames = []
+        for j, (w, b) in enumerate(pairs):
+            wnames += [(f"{sel.name}.site{k}.w{j}", w.numpy()), (f"{sel.name}.site{k}.b{j}", b.numpy())]
+        node_name = f"{sel.name}_{k}"
+        from .onnx_rewrite import OnnxBoundary
+
+        replace_with_plugin(og, OnnxBoundary(nodes=sp.onnx_nodes, inputs=sp.onnx_inputs, outputs=sp.onnx_outputs),
+                            node_name, sel.name, sel.namespace, "1", wnames)
+        for name, t in zip(sp.onnx_outputs, outs):
+            value_infos[name] = (_ONNX_FLOAT, list(t.shape))
+        in_names = sp.onnx_inputs + [w for w, _ in wnames]
+        infos.append(SiteInfo(index=k, module_path=sp.site.module_path, onnx_node=node_name,
+                              inputs=[_tinfo(n, t) for n, t in zip(in_names, ins)],
+                              outputs=[_tinfo(n, t) for n, t in zip(sp.onnx_outputs, outs)],
+                              replaced_onnx_nodes=sp.onnx_nodes, fx_nodes=[n.name for n in sp.site.nodes]))
+    n_in = len(site_inputs[0])
+    constant_axes = [[all(s[i].shape[a] == site_inputs[0][i].shape[a] for s in site_inputs)
+                      for a in range(site_inputs[0][i].dim())] for i in range(n_in)]
+    n_act = len(plan.sites[0].spec.activations)
+    n_conv = len(plan.sites[0].spec.convs)
+    arg_names = [f"in{i}" for i in range(n_act)] + [x for j in range(n_conv) for x in (f"w{j}", f"b{j}")]
+    roles = ["activation"] * n_act + ["weight", "bias"] * n_conv
+    dynamic = {arg_names[i]: [a for a, c in enumerate(axes) if not c] for i, axes in enumerate(constant_axes)
+               if not all(axes)}
+    from .region_files import write_region_files
+
+    files, notes = write_region_files(sel, modules[0], site_inputs, site_outputs, arg_names, dynamic, prep, cdir)
+    cand = Candidate(name=sel.name, namespace=sel.namespace, version="1", selector=sel.text,
+                     ops_name=sel.ops_name or sel.kind, around=sel.around, lift=plan.sites[0].lift,  # type: ignore[arg-type]
+                     input_roles=roles, sites=infos, op_inventory=_inventory(modules[0]),  # type: ignore[arg-type]
+                     constant_axes=constant_axes, dynamic_dims=dynamic, files=files, notes=notes)
+    entry = PluginEntry(name=sel.name, namespace=sel.namespace, version="1", op_type=sel.name, selector=sel.text,
+                        sites=len(plan.sites), site_nodes=[s.onnx_node for s in infos], kernelgen_input=files.pt2)
+    return cand, entry

@@ -1,0 +1,148 @@
+"""torch.export + torch's own ONNX exporter, with failures turned into errors that name the module."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import sys
+import traceback
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """The exporters print progress and warnings on stdout/stderr; ytk's stdout is for results only."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._dynamo", "torch.export", "torch._export",
+                                                "onnxscript", "onnx_ir", "torch.fx.experimental.symbolic_shapes")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    sink = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
+
+
+class _ModuleTracker:
+    """Forward pre/post hooks that remember which module was running when export failed."""
+
+    def __init__(self, model: Any) -> None:
+        self.stack: list[tuple[str, str]] = []
+        self.failed_at: list[tuple[str, str]] | None = None
+        self.handles = []
+        for name, mod in model.named_modules():
+            self.handles.append(mod.register_forward_pre_hook(self._pre(name, type(mod).__name__)))
+            self.handles.append(mod.register_forward_hook(self._post()))
+
+    def _pre(self, name: str, cls: str):  # type: ignore[no-untyped-def]
+        def hook(mod, args):  # type: ignore[no-untyped-def]
+            self.stack.append((name, cls))
+        return hook
+
+    def _post(self):  # type: ignore[no-untyped-def]
+        def hook(mod, args, out):  # type: ignore[no-untyped-def]
+            if self.stack:
+                self.stack.pop()
+        return hook
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _failure_message(stage: str, e: BaseException, model_path: Path, where: list[tuple[str, str]] | None) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    first = first[:400]
+    loc = ""
+    for fr in reversed(traceback.extract_tb(e.__traceback__)):
+        if Path(fr.filename).resolve() == model_path.resolve():
+            loc = f" at {model_path.name}:{fr.lineno} ({(fr.line or '').strip()})"
+            break
+    mod = ""
+    if where:
+        path, cls = where[-1]
+        mod = f" in module {path or '<root>'} ({cls})"
+    return (f"{stage} failed{mod}{loc}: {type(e).__name__}: {first}. torch.export needs a graph without data-"
+            "dependent Python control flow and with ops it can trace; rewrite that part of the model (or move it "
+            "out of Model.forward) and run prepare again.")
+
+
+def export_program(model: Any, args: tuple[Any, ...], model_path: Path) -> Any:
+    """torch.export the model; an untraceable op is an error naming the op's module and line."""
+    import torch
+
+    tracker = _ModuleTracker(model)
+    try:
+        with quiet_exporter():
+            return torch.export.export(model, args, strict=False)
+    except Exception as e:
+        raise UsageError(_failure_message("torch.export", e, model_path, list(tracker.stack) or None)) from None
+    finally:
+        tracker.remove()
+
+
+@contextlib.contextmanager
+def exact_constant_matching() -> Iterator[None]:
+    """Make the ONNX optimizer's constant patterns compare without an absolute tolerance.
+
+    onnxscript's no-op rules match ``x + 0`` with ``abs_tol=1e-8``, so ``x + 1e-15`` (LiteMLA's eps)
+    is rewritten to ``x`` and a 0/0 becomes NaN. A relative tolerance alone keeps real zeros matching.
+    """
+    try:
+        from onnxscript.rewriter import _matcher
+    except ImportError:  # a future onnxscript without this module: nothing to patch
+        yield
+        return
+    real = _matcher.math
+
+    class _Math:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        @staticmethod
+        def isclose(a: float, b: float, *, rel_tol: float = 1e-9, abs_tol: float = 0.0) -> bool:
+            return real.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0)
+
+    _matcher.math = _Math()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _matcher.math = real
+
+
+def export_onnx(program: Any, args: tuple[Any, ...], model_path: Path, opset: int) -> Any:
+    """Export with torch's dynamo ONNX exporter; returns the ONNXProgram (model_proto + decomposed program)."""
+    import torch
+
+    try:
+        with quiet_exporter(), exact_constant_matching():
+            return torch.onnx.export(program, args, dynamo=True, opset_version=opset, optimize=True,
+                                     verbose=False, report=False)
+    except Exception as e:
+        msg = str(e)
+        op = ""
+        for line in msg.splitlines():
+            if "aten." in line or "Unsupported" in line or "No decomposition" in line:
+                op = f" ({line.strip()[:200]})"
+                break
+        raise UsageError(_failure_message("ONNX export" + op, e, model_path, None)) from None
+
+
+def torch_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("YTK_") and k not in (
+        "YTK_ENGINE", "YTK_KERNELGEN", "YTK_BUILDER", "YTK_CONFIG", "YTK_DISABLE_PLUGIN_AUTOLOAD")}
+
+
+def python_version() -> str:
+    return sys.version.split()[0]

@@ -1,0 +1,87 @@
+"""The kernel-generation inputs of one plugin: ``<Name>.pt2``, ``.io.npz``, ``.inputs.pt``, ``.reference.py``."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ytk_hookspecs.models import CandidateFiles
+from ytk_hookspecs.models.base import write_bytes_atomic, write_text_atomic
+
+from .selectors import Selector
+
+
+def _export(gm: Any, example: list[Any], arg_names: list[str], dynamic: dict[str, list[int]]) -> tuple[Any, str | None]:
+    import torch
+    from torch.export import Dim
+
+    if dynamic:
+        shapes = tuple({a: Dim.AUTO for a in dynamic.get(n, [])} or None for n in arg_names)
+        try:
+            return torch.export.export(gm, tuple(example), dynamic_shapes=shapes, strict=False), None
+        except Exception as e:  # shape-specialised ops (e.g. reshapes with baked sizes) cannot go dynamic
+            note = (f"exported with the shapes of site 0: the region does not trace with dynamic "
+                    f"{', '.join(dynamic)} ({type(e).__name__}); .io.npz carries every site's shapes")
+            return torch.export.export(gm, tuple(example), strict=False), note
+    return torch.export.export(gm, tuple(example), strict=False), None
+
+
+def _save_pt2(program: Any, path: Path) -> None:
+    import torch
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp.pt2", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.export.save(program, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def reference_source(sel: Selector, gm: Any, arg_names: list[str], shapes: list[list[list[int]]]) -> str:
+    code = gm.print_readable(print_output=False)
+    site_lines = "\n".join(f"#   site {k}: " + ", ".join(f"{n}{list(s)}" for n, s in zip(arg_names, ss))
+                           for k, ss in enumerate(shapes))
+    return (f'"""Torch reference of plugin {sel.name} (selector {sel.text}).\n\n'
+            "Inputs, in the custom-op node's order: " + ", ".join(arg_names) + ".\n"
+            "Load the runnable program with torch.export.load('<Name>.pt2').module().\n"
+            '"""\n# Input shapes per site:\n' + site_lines + "\n\nimport torch\nfrom torch import device  # noqa: F401\n\n"
+            + code + "\n")
+
+
+def write_region_files(sel: Selector, gm: Any, site_inputs: list[list[Any]], site_outputs: list[list[Any]],
+                       arg_names: list[str], dynamic: dict[str, list[int]], prep: Path,
+                       cdir: Path) -> tuple[CandidateFiles, list[str]]:
+    import torch
+
+    notes: list[str] = []
+    program, note = _export(gm, site_inputs[0], arg_names, dynamic)
+    if note:
+        notes.append(note)
+    base = cdir / sel.name
+    pt2 = base.with_suffix(".pt2")
+    _save_pt2(program, pt2)
+    arrays: dict[str, np.ndarray] = {}
+    for k, (ins, outs) in enumerate(zip(site_inputs, site_outputs)):
+        for i, t in enumerate(ins):
+            arrays[f"site{k}.in{i}"] = t.detach().cpu().numpy()
+        for j, t in enumerate(outs):
+            arrays[f"site{k}.out{j}"] = t.detach().cpu().numpy()
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    io_npz = Path(str(base) + ".io.npz")
+    write_bytes_atomic(io_npz, buf.getvalue())
+    pt_buf = io.BytesIO()
+    torch.save({"arg_names": arg_names, "sites": [[t.detach().cpu() for t in ins] for ins in site_inputs]}, pt_buf)
+    inputs_pt = Path(str(base) + ".inputs.pt")
+    write_bytes_atomic(inputs_pt, pt_buf.getvalue())
+    ref = Path(str(base) + ".reference.py")
+    write_text_atomic(ref, reference_source(sel, gm, arg_names, [[list(t.shape) for t in ins] for ins in site_inputs]))
+    rel = lambda p: str(p.relative_to(prep))  # noqa: E731
+    return CandidateFiles(pt2=rel(pt2), io_npz=rel(io_npz), inputs_pt=rel(inputs_pt), reference_py=rel(ref)), notes

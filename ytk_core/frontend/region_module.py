@@ -1,0 +1,185 @@
+"""Turn one site's FX nodes into a standalone torch module: the plugin's reference semantics.
+
+The module takes the node's inputs in the custom-op node's order (activations, then one folded
+(weight, bias) pair per lifted conv) and returns its outputs. BatchNorm following a lifted conv is
+folded into that pair, exactly as the engine will see the weights.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+from .regions import is_conv, op_name
+
+
+@dataclass
+class RegionSpec:
+    """The interface of a site's region and everything needed to rebuild it."""
+
+    nodes: list[Any]
+    activations: list[Any]             # outside fx nodes feeding the region, first-use order
+    outputs: list[Any]                 # region nodes consumed outside (or graph outputs)
+    convs: list[Any] = field(default_factory=list)       # lifted convs in call order
+    folded_bn: dict[Any, Any] = field(default_factory=dict)  # conv -> bn node folded into it
+    baked: list[Any] = field(default_factory=list)       # weight placeholders kept inside the region
+
+
+def _conv_parts(c: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(input, weight, bias, stride, padding, dilation, groups) of aten.conv2d / aten.convolution."""
+    a = list(c.args) + [None] * 9
+    if op_name(c).startswith("convolution"):
+        return a[0], a[1], a[2], a[3], a[4], a[5], a[8]  # type: ignore[return-value]
+    kw = c.kwargs
+    return (a[0], a[1], a[2] if len(c.args) > 2 else kw.get("bias"),
+            a[3] if len(c.args) > 3 else kw.get("stride", [1, 1]),
+            a[4] if len(c.args) > 4 else kw.get("padding", [0, 0]),
+            a[5] if len(c.args) > 5 else kw.get("dilation", [1, 1]),
+            a[6] if len(c.args) > 6 else kw.get("groups", 1))  # type: ignore[return-value]
+
+
+def _is_depthwise(conv: Any, groups: Any) -> bool:
+    x = _conv_parts(conv)[0]
+    val = getattr(x, "meta", {}).get("val")
+    return val is not None and val.dim() == 4 and int(groups) > 1 and int(val.shape[1]) == int(groups)
+
+
+def conv_signature(conv: Any) -> tuple[Any, ...]:
+    """What must agree between sites of one plugin: kernel size, stride, padding, dilation, depthwise."""
+    _, w, _, stride, padding, dilation, groups = _conv_parts(conv)
+    wval = getattr(w, "meta", {}).get("val")
+    k = tuple(int(d) for d in wval.shape[2:]) if wval is not None else ()
+    return (k, tuple(stride), tuple(padding), tuple(dilation), _is_depthwise(conv, groups))
+
+
+def _is_bn(n: Any) -> bool:
+    return n.op == "call_function" and op_name(n).split(".")[0] in (
+        "_native_batch_norm_legit_no_training", "batch_norm", "_native_batch_norm_legit")
+
+
+def _bn_parts(bn: Any) -> tuple[Any, Any, Any, Any, float]:
+    a = bn.args
+    if op_name(bn).startswith("batch_norm"):
+        return a[1], a[2], a[3], a[4], float(a[7])
+    return a[1], a[2], a[3], a[4], float(a[6])
+
+
+def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], lift: str | None,
+            where: str) -> tuple[RegionSpec, str]:
+    """Find the region's boundary and decide which convs are lifted; returns (spec, lift mode used)."""
+    inside = set(nodes)
+    acts: list[Any] = []
+    baked: list[Any] = []
+    for n in nodes:
+        for m in n.all_input_nodes:
+            if m in inside:
+                continue
+            if m.op == "placeholder" and m.name in weight_names:
+                if m not in baked:
+                    baked.append(m)
+            elif m not in acts:
+                acts.append(m)
+    outs = [n for n in nodes if n in graph_outputs or any(u not in inside for u in n.users)]
+    convs = [n for n in nodes if is_conv(n)]
+    if lift:
+        mode = lift
+    elif not convs:
+        mode = "none"
+    elif len(convs) == 1:
+        mode = "fold_conv_bn"
+    else:
+        mode = "auto-many"
+    if mode == "auto-many" or (mode == "fold_conv_bn" and len(convs) > 1):
+        raise UsageError(f"region {where or '<root>'} contains {len(convs)} convolutions; fold_conv_bn lifts exactly "
+                         "one (weight, bias) pair, which cannot describe several convolutions. Add "
+                         "@lift=fold_conv_bn_seq (one folded pair per conv, in call order) or @lift=none.")
+    spec = RegionSpec(nodes=nodes, activations=acts, outputs=outs, baked=baked)
+    if mode != "none":
+        for c in convs:
+            _, w, _, _, _, _, _ = _conv_parts(c)
+            if not (hasattr(w, "op") and w.op == "placeholder" and w.name in weight_names):
+                raise UsageError(f"region {where}: conv {c.name} takes its weight from a computed tensor, so it cannot "
+                                 "be lifted; use @lift=none")
+            spec.convs.append(c)
+            users = list(c.users)
+            if len(users) == 1 and users[0] in inside and _is_bn(users[0]):
+                spec.folded_bn[c] = users[0]
+        lifted_w = {_conv_parts(c)[1] for c in spec.convs} | {b for c in spec.convs for b in
+                                                             ([_conv_parts(c)[2]] if _conv_parts(c)[2] is not None else [])}
+        bn_params = {p for bn in spec.folded_bn.values() for p in _bn_parts(bn)[:4]}
+        spec.baked = [b for b in baked if b not in lifted_w and b not in bn_params]
+    return spec, mode
+
+
+def folded_weights(spec: RegionSpec, values: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Per lifted conv: (weight, bias) with any following BatchNorm folded in (float32)."""
+    import torch
+
+    pairs = []
+    with torch.no_grad():
+        for c in spec.convs:
+            pairs.append(_fold_one(spec, c, values))
+    return pairs
+
+
+def _fold_one(spec: RegionSpec, c: Any, values: dict[str, Any]) -> tuple[Any, Any]:
+    import torch
+
+    _, w, b, _, _, _, _ = _conv_parts(c)
+    wt = values[w.name].detach().to(torch.float64)
+    bt = values[b.name].detach().to(torch.float64) if b is not None else torch.zeros(wt.shape[0], dtype=torch.float64)
+    bn = spec.folded_bn.get(c)
+    if bn is not None:
+        g, beta, mean, var, eps = _bn_parts(bn)
+        gv = values[g.name].double() if g is not None else torch.ones_like(bt)
+        betav = values[beta.name].double() if beta is not None else torch.zeros_like(bt)
+        scale = gv / torch.sqrt(values[var.name].double() + eps)
+        wt = wt * scale.reshape(-1, *([1] * (wt.dim() - 1)))
+        bt = (bt - values[mean.name].double()) * scale + betav
+    return wt.float().contiguous(), bt.float().contiguous()
+
+
+
+
+def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
+    """A GraphModule: forward(activations..., w0, b0, w1, b1, ...) -> outputs."""
+    import torch
+    from torch import fx, nn
+
+    g = fx.Graph()
+    env: dict[Any, Any] = {}
+    for i, a in enumerate(spec.activations):
+        env[a] = g.placeholder(f"in{i}")
+    lifted: dict[Any, tuple[Any, Any]] = {}
+    for k, c in enumerate(spec.convs):
+        lifted[c] = (g.placeholder(f"w{k}"), g.placeholder(f"b{k}"))
+    root = nn.Module()
+    for j, p in enumerate(spec.baked):
+        root.register_buffer(f"const{j}", values[p.name].detach().clone())
+        env[p] = g.get_attr(f"const{j}")
+    folded_bn = {bn: c for c, bn in spec.folded_bn.items()}
+    for n in spec.nodes:
+        if n in lifted:
+            x, _, _, stride, padding, dilation, groups = _conv_parts(n)
+            w, b = lifted[n]
+            groups_arg: Any = int(groups)
+            if _is_depthwise(n, groups):
+                # Depthwise: groups == channels. Tie it to the input so one program serves every C.
+                groups_arg = g.call_function(torch.ops.aten.sym_size.int, (env[x], 1))
+            env[n] = g.call_function(torch.ops.aten.conv2d.default,
+                                     (env[x], w, b, list(stride), list(padding), list(dilation), groups_arg))
+        elif n in folded_bn:
+            env[n] = ("folded", folded_bn[n])
+        elif n.target is operator.getitem and isinstance(env.get(n.args[0]), tuple) and env[n.args[0]][0] == "folded":
+            if n.args[1] != 0:
+                raise UsageError(f"region uses BatchNorm statistics output {n.name}; it cannot be folded (use @lift=none)")
+            env[n] = env[env[n.args[0]][1]]
+        else:
+            env[n] = g.node_copy(n, lambda m: env[m])
+    outs = [env[o] for o in spec.outputs]
+    g.output(outs[0] if len(outs) == 1 else tuple(outs))
+    gm = fx.GraphModule(root, g)
+    gm.eval()
+    return gm

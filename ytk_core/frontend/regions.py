@@ -1,0 +1,219 @@
+"""Match selectors to regions of the traced FX graph (sets of FX nodes, one set per site).
+
+A region is a set of ``call_function`` nodes of the decomposed FX graph that torch's ONNX exporter
+translated. Matching works on module paths and classes recorded in the FX node metadata, and on
+dataflow for ``:around`` growth and the escape hatches.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import operator
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+from .selectors import Selector
+
+#: Ops an ``:around`` region targets inside a block: attention-style heavy ops. Convolutions are
+#: deliberately not here, so a block's convs stay their own (separately pluggable) regions.
+HEAVY_OPS = ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear", "scaled_dot_product", "_softmax", "softmax",
+             "einsum")
+CONV_OPS = ("conv2d", "convolution", "conv1d", "conv3d", "_convolution")
+#: What ``:around`` may absorb around the heavy ops: reformats, slicing, casts, pads and pointwise math.
+PLUMBING_OPS = ("view", "reshape", "_unsafe_view", "transpose", "permute", "t.", "slice", "select", "split",
+                "unsqueeze", "squeeze", "expand", "clone", "contiguous", "alias", "constant_pad_nd", "pad",
+                "_to_copy", "to.", "type_as", "cat", "flatten", "unflatten", "relu", "add", "sub", "mul", "div",
+                "neg", "exp", "pow", "sqrt", "rsqrt", "reciprocal", "clamp", "hardtanh", "sigmoid", "tanh", "gelu",
+                "silu", "hardswish", "hardsigmoid", "where", "mean", "sum", "amax", "maximum", "minimum", "scalar_tensor",
+                "full", "ones", "zeros", "getitem")
+
+
+def op_name(node: Any) -> str:
+    t = node.target
+    if t is operator.getitem:
+        return "getitem"
+    s = str(t)
+    return s.split("aten.", 1)[1] if "aten." in s else s
+
+
+def _is(node: Any, names: tuple[str, ...]) -> bool:
+    o = op_name(node)
+    base = o.split(".")[0]
+    return any(base == n.rstrip(".") or (n.endswith(".") and o.startswith(n)) for n in names)
+
+
+def is_conv(node: Any) -> bool:
+    return node.op == "call_function" and _is(node, CONV_OPS)
+
+
+def is_cat(node: Any) -> bool:
+    return node.op == "call_function" and op_name(node).split(".")[0] in ("cat", "concat")
+
+
+@dataclass
+class Site:
+    module_path: str
+    nodes: list[Any]  # fx.Node, in graph order
+    notes: list[str] = field(default_factory=list)
+
+
+class GraphIndex:
+    """Module ownership and dataflow queries over the decomposed FX graph."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.nodes = [n for n in graph.nodes]
+        self.order = {n: i for i, n in enumerate(self.nodes)}
+        self.by_name = {n.name: n for n in self.nodes}
+        self.calls = [n for n in self.nodes if n.op == "call_function"]
+        self.stacks: dict[Any, list[tuple[str, str]]] = {}
+        for n in self.calls:
+            st = n.meta.get("nn_module_stack") or {}
+            frames = []
+            for path, cls in st.values():
+                from .fxmap import _clean_path
+
+                cname = cls if isinstance(cls, str) else cls.__name__
+                frames.append((_clean_path(path), cname.rsplit(".", 1)[-1]))
+            self.stacks[n] = frames
+        self.instances: dict[str, str] = {}
+        for frames in self.stacks.values():
+            for path, cls in frames:
+                self.instances.setdefault(path, cls)
+
+    def owned_by(self, path: str) -> list[Any]:
+        return [n for n in self.calls if any(p == path for p, _ in self.stacks[n])]
+
+    def classes(self) -> set[str]:
+        return set(self.instances.values())
+
+
+def _glob_ok(path: str, sel: Selector) -> bool:
+    inc, exc = sel.includes, sel.excludes
+    if inc and not any(fnmatch.fnmatchcase(path, g) for g in inc):
+        return False
+    return not any(fnmatch.fnmatchcase(path, g) for g in exc)
+
+
+def _closest(word: str, pool: list[str], n: int = 5) -> str:
+    close = difflib.get_close_matches(word, pool, n=n, cutoff=0.4)
+    return ", ".join(close) if close else ", ".join(sorted(pool)[:n])
+
+
+def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
+    """All sites of ``sel`` (outermost instances only), or a UsageError listing the closest names."""
+    if sel.kind == "class" and sel.ops_name not in gi.classes() and sel.ops_name in gi.by_name:
+        return [Site(module_path="", nodes=[gi.by_name[sel.ops_name]])]
+    if sel.kind in ("class", "mod"):
+        if sel.kind == "class":
+            paths = [p for p, c in gi.instances.items() if c == sel.ops_name]
+            if not paths:
+                raise UsageError(f"selector {sel.text!r}: no module of class {sel.ops_name!r} in the traced model. "
+                                 f"Closest classes: {_closest(sel.ops_name, sorted(gi.classes()))}.")
+            scoped = [p for p in paths if _glob_ok(p, sel)]
+            if not scoped:
+                raise UsageError(f"selector {sel.text!r}: {len(paths)} {sel.ops_name} module(s) exist but none matches "
+                                 f"@where={','.join(sel.where)}. Closest paths: {_closest(sel.includes[0] if sel.includes else '', paths)}.")
+        else:
+            suf = sel.mod_suffix
+            scoped = [p for p in gi.instances if p == suf or p.endswith("." + suf)]
+            if not scoped:
+                raise UsageError(f"selector {sel.text!r}: no module path ends with {suf!r}. Closest paths: "
+                                 f"{_closest(suf, list(gi.instances))}.")
+        # Keep only outermost instances: a class nested in itself is one site.
+        scoped = [p for p in scoped if not any(p != q and p.startswith(q + ".") for q in scoped)]
+        sites = []
+        for p in sorted(scoped, key=lambda q: min((gi.order[n] for n in gi.owned_by(q)), default=0)):
+            nodes = gi.owned_by(p)
+            if not nodes:
+                continue
+            if sel.around:
+                nodes = grow_around(nodes, gi, nojoin=sel.nojoin, where=p)
+            sites.append(Site(module_path=p, nodes=sorted(nodes, key=gi.order.get)))
+        if not sites:
+            raise UsageError(f"selector {sel.text!r}: the matched modules contain no traced operations")
+        return sites
+    if sel.kind == "call":
+        want = _aten_name(sel.call_target)
+        hits = [n for n in gi.calls if op_name(n).split(".")[0] == want and
+                (not sel.where or _glob_ok(gi.stacks[n][-1][0] if gi.stacks[n] else "", sel))]
+        if not hits:
+            ops = sorted({op_name(n).split(".")[0] for n in gi.calls})
+            raise UsageError(f"selector {sel.text!r}: no call of {sel.call_target} (aten.{want}) in the traced graph. "
+                             f"Closest ops: {_closest(want, ops)}.")
+        return [Site(module_path=gi.stacks[n][-1][0] if gi.stacks[n] else "", nodes=[n]) for n in hits]
+    names = list(sel.span) if sel.kind == "span" else list(sel.nodes)
+    missing = [x for x in names if x not in gi.by_name]
+    if missing:
+        raise UsageError(f"selector {sel.text!r}: no fx node named {missing[0]!r} (see fx_nodes.json). Closest: "
+                         f"{_closest(missing[0], [n.name for n in gi.calls])}.")
+    if sel.kind == "nodes":
+        nodes = [gi.by_name[x] for x in names]
+    else:
+        a, b = (gi.by_name[x] for x in names)
+        nodes = span_nodes(a, b, gi)
+        if not nodes:
+            raise UsageError(f"selector {sel.text!r}: {b.name} is not downstream of {a.name}; a span A...B needs a "
+                             "dataflow path from A to B")
+    bad = [n.name for n in nodes if n.op != "call_function"]
+    if bad:
+        raise UsageError(f"selector {sel.text!r}: {bad[0]} is a graph input or weight, not an operation")
+    owner = gi.stacks[nodes[0]][-1][0] if gi.stacks.get(nodes[0]) else ""
+    return [Site(module_path=owner, nodes=sorted(nodes, key=gi.order.get))]
+
+
+def _aten_name(dotted: str) -> str:
+    last = dotted.split(".")
+    # aten.matmul.default -> matmul ; torch.nn.functional.relu -> relu ; torch.matmul -> matmul
+    if last[0] == "aten" and len(last) >= 2:
+        return last[1]
+    if last[-1] in ("default", "Tensor", "int") and len(last) >= 2:
+        return last[-2]
+    return last[-1]
+
+
+def span_nodes(a: Any, b: Any, gi: GraphIndex) -> list[Any]:
+    down = _reach(a, lambda n: n.users)
+    up = _reach(b, lambda n: n.all_input_nodes)
+    return [n for n in gi.calls if n in down and n in up]
+
+
+def _reach(start: Any, nxt: Any) -> set[Any]:
+    seen = {start}
+    q = deque([start])
+    while q:
+        for m in nxt(q.popleft()):
+            if m not in seen:
+                seen.add(m)
+                q.append(m)
+    return seen
+
+
+def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> list[Any]:
+    """Seed at the heavy ops of a block, then absorb the plumbing around them (within the block)."""
+    inside = set(nodes)
+    seeds = [n for n in nodes if _is(n, HEAVY_OPS)]
+    if not seeds:
+        seeds = [n for n in nodes if is_conv(n)]
+    if not seeds:
+        raise UsageError(f":around on {where}: the block has no heavy op (matmul/attention/conv) to grow from; "
+                         "select the block bare instead")
+    region = set(seeds)
+    q = deque(seeds)
+    while q:
+        n = q.popleft()
+        for m in list(n.all_input_nodes) + list(n.users):
+            if m in region or m not in inside or m.op != "call_function":
+                continue
+            if is_conv(m) or _is(m, HEAVY_OPS) and m not in seeds:
+                continue
+            if not _is(m, PLUMBING_OPS):
+                continue
+            if nojoin and is_cat(m):
+                continue
+            region.add(m)
+            q.append(m)
+    return list(region)

@@ -1,0 +1,148 @@
+"""Step 1: trace model.py, export ONNX, write inputs, reference outputs and fx_nodes.json."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ytk_hookspecs import StageContext
+from ytk_hookspecs.models import FxNodesFile, TensorInfo, TraceRequest, TraceResult
+from ytk_hookspecs.models.base import sha256_file, write_bytes_atomic
+
+from ..errors import UsageError
+from .export import export_onnx, export_program
+from .fxmap import NON_COMPUTE_OPS, build_fx_nodes, onnx_to_fx, strip_metadata
+from .loader import load_model
+
+FX_NODES = "fx_nodes.json"
+
+
+@dataclass
+class TraceState:
+    """The last trace of this process, so a carve right after it reuses the export (no second export)."""
+
+    onnx_sha256: str
+    loaded: Any
+    onnx_program: Any
+
+
+LAST_TRACE: TraceState | None = None
+
+
+def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def check_writable(*paths: Path) -> None:
+    """Fail before any work if an output cannot be written (nothing half-written afterwards)."""
+    for p in paths:
+        d = p.parent if str(p.parent) else Path(".")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create output directory {d}: {e.strerror}") from None
+        if p.is_dir():
+            raise UsageError(f"output path {p} is a directory; give a file name")
+        probe = d / f".ytk-write-test-{p.name}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise UsageError(f"cannot write {p}: {e.strerror} (check the directory's permissions)") from None
+
+
+def check_export(proto: Any, in_names: list[str], out_names: list[str], args: Any, ref: list[Any]) -> None:
+    """Exporters have bugs (one dropped LiteMLA's eps): the ONNX must reproduce torch before anyone builds on it."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    got = sess.run(out_names, {n: a.detach().cpu().numpy() for n, a in zip(in_names, args)})
+    bad = []
+    for name, g, r in zip(out_names, got, ref):
+        r = r.detach().cpu().numpy()
+        scale = float(np.abs(r).max()) or 1.0
+        err = float(np.abs(g - r).max()) if np.isfinite(g).all() else float("nan")
+        if not err <= 1e-3 * scale:
+            bad.append(f"{name}: max abs error {err:.3g} (output magnitude {scale:.3g})")
+    if bad:
+        raise UsageError("the exported ONNX does not reproduce the torch model on onnxruntime (" + "; ".join(bad) +
+                         "). This is an exporter bug or an op whose ONNX translation differs from torch; nothing "
+                         "was written. Set YTK_SKIP_EXPORT_CHECK=1 to write it anyway.")
+
+
+def _flatten_outputs(out: Any) -> list[Any]:
+    import torch
+
+    leaves, _ = torch.utils._pytree.tree_flatten(out)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
+    import onnx
+    import torch
+
+    t0 = time.perf_counter()
+    check_writable(request.onnx_out, request.npz_out, request.reference_out, request.onnx_out.parent / FX_NODES)
+    with ctx.progress("loading model.py"):
+        loaded = load_model(request.model_path)
+    with ctx.progress("tracing with torch.export"):
+        program = export_program(loaded.model, loaded.args, loaded.path)
+    with ctx.progress("exporting ONNX (torch dynamo exporter)"):
+        onnx_program = export_onnx(program, loaded.args, loaded.path, request.opset)
+    proto = onnx_program.model_proto
+    with ctx.progress("computing torch reference outputs"):
+        with torch.no_grad():
+            ref = _flatten_outputs(loaded.model(*loaded.args))
+    in_names = [i.name for i in proto.graph.input]
+    out_names = [o.name for o in proto.graph.output]
+    if len(in_names) != len(loaded.args):
+        raise UsageError(f"{request.model_path}: the ONNX graph has {len(in_names)} inputs but get_fwd_args() gave "
+                         f"{len(loaded.args)}; unused or constant-folded inputs are not supported")
+    if len(out_names) != len(ref):
+        raise UsageError(f"{request.model_path}: the model returns {len(ref)} tensors but the ONNX graph has "
+                         f"{len(out_names)} outputs; return tensors only (a tuple, list or dict of tensors)")
+    with ctx.progress("mapping ONNX nodes to torch modules"):
+        onnx_map = onnx_to_fx(proto)
+        graph = onnx_program.exported_program.graph
+        fx_nodes = build_fx_nodes(graph, onnx_map, type(loaded.model).__name__)
+        fx_names = {n.name for n in fx_nodes}
+        compute = [n for n in proto.graph.node if n.op_type not in NON_COMPUTE_OPS]
+        mapped = [n for n in compute if onnx_map.get(n.name) in fx_names]
+        unmapped = sorted(n.name for n in compute if onnx_map.get(n.name) not in fx_names)
+        strip_metadata(proto)
+    with ctx.progress("checking the ONNX against torch (onnxruntime)"):
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as e:
+            raise UsageError(f"the exported ONNX does not pass the ONNX checker: {str(e).splitlines()[0]}") from None
+        if os.environ.get("YTK_SKIP_EXPORT_CHECK") != "1":
+            check_export(proto, in_names, out_names, loaded.args, ref)
+    with ctx.progress("writing artifacts"):
+        write_bytes_atomic(request.onnx_out, proto.SerializeToString())
+        save_npz_atomic(request.npz_out, {n: a.detach().cpu().numpy() for n, a in zip(in_names, loaded.args)})
+        save_npz_atomic(request.reference_out, {n: r.detach().cpu().numpy() for n, r in zip(out_names, ref)})
+        fx_path = request.onnx_out.parent / FX_NODES
+        FxNodesFile(model=str(loaded.path), onnx=request.onnx_out.name, onnx_sha256=sha256_file(request.onnx_out),
+                    torch_version=torch.__version__, nodes=fx_nodes, onnx_compute_nodes=len(compute),
+                    onnx_mapped_nodes=len(mapped), unmapped_onnx_nodes=unmapped).write(fx_path)
+    global LAST_TRACE
+    LAST_TRACE = TraceState(onnx_sha256=sha256_file(request.onnx_out), loaded=loaded, onnx_program=onnx_program)
+    return TraceResult(
+        onnx=request.onnx_out, npz=request.npz_out, reference=request.reference_out, fx_nodes=fx_path,
+        fx_node_count=len(fx_nodes), onnx_node_count=len(proto.graph.node),
+        coverage=len(mapped) / max(1, len(compute)),
+        inputs=[TensorInfo(name=n, shape=list(a.shape), dtype=str(a.dtype).replace("torch.", ""))
+                for n, a in zip(in_names, loaded.args)],
+        outputs=[TensorInfo(name=n, shape=list(r.shape), dtype=str(r.dtype).replace("torch.", ""))
+                 for n, r in zip(out_names, ref)],
+        wall_s=time.perf_counter() - t0)

@@ -1,0 +1,83 @@
+"""``ytk embedded prepare``: trace + export (step 1) and, with --plugin, carve (step 3)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from ytk_hookspecs.models import CarveRequest, CarveResult, TraceRequest, TraceResult
+from ytk_hookspecs.models.base import sha256_file
+
+from ..artifacts import PREPARE_MANIFEST, PrepareManifest
+from ..frontend.export import torch_env
+from ..runtime import emit_json, runtime, stdout
+
+
+def _rel(p: Path, base: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(Path(p).resolve())
+
+
+def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, selectors: list[str],
+                json_out: bool) -> None:
+    rt = runtime()
+    t0 = time.perf_counter()
+    prep_dir = onnx_out.parent if str(onnx_out.parent) else Path(".")
+    if selectors:
+        # Parse every selector before the (slow) export so a typo costs nothing.
+        from ..frontend.selectors import parse_selector
+
+        for s in selectors:
+            parse_selector(s)
+    front = rt.frontend()
+    trace: TraceResult = rt.call(front, "ytk_trace", "trace", workdir=prep_dir,
+                                 request=TraceRequest(model_path=model, onnx_out=onnx_out, npz_out=npz_out,
+                                                      reference_out=reference_out))
+    carve: CarveResult | None = None
+    if selectors:
+        carve = rt.call(front, "ytk_carve", "carve", workdir=prep_dir,
+                        request=CarveRequest(prepare_dir=prep_dir, onnx=onnx_out, fx_nodes=trace.fx_nodes,
+                                             selectors=selectors))
+    else:
+        from ..frontend.carve import remove_carve_artifacts
+
+        remove_carve_artifacts(prep_dir)
+    manifest = PrepareManifest(
+        model=str(Path(model).resolve()), model_sha256=sha256_file(model), env=torch_env(),
+        onnx=_rel(onnx_out, prep_dir), npz=_rel(npz_out, prep_dir), reference=_rel(reference_out, prep_dir),
+        fx_nodes=_rel(trace.fx_nodes, prep_dir), plugins=_rel(carve.plugins, prep_dir) if carve else None,
+        candidates=_rel(carve.candidates, prep_dir) if carve else None, selectors=list(selectors),
+        torch_version=_torch_version())
+    manifest.write(prep_dir / PREPARE_MANIFEST)
+    wall = time.perf_counter() - t0
+    if json_out:
+        emit_json({"trace": trace.model_dump(mode="json"), "carve": carve.model_dump(mode="json") if carve else None,
+                   "prepare": manifest.model_dump(mode="json"), "wall_s": round(wall, 2)})
+        return
+    t = Table(title=f"prepare: {model}", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    t.add_row("FX nodes", str(trace.fx_node_count))
+    t.add_row("ONNX nodes", str(trace.onnx_node_count))
+    t.add_row("module coverage", f"{trace.coverage * 100:.1f}% of ONNX compute nodes map to a torch module")
+    t.add_row("inputs", ", ".join(f"{i.name} {list(i.shape)}" for i in trace.inputs))
+    t.add_row("outputs", ", ".join(f"{o.name} {list(o.shape)}" for o in trace.outputs))
+    for label, p in (("onnx", onnx_out), ("inputs npz", npz_out), ("reference npz", reference_out),
+                     ("fx nodes", trace.fx_nodes), ("manifest", prep_dir / PREPARE_MANIFEST)):
+        t.add_row(label, str(p))
+    t.add_row("wall time", f"{wall:.1f} s")
+    stdout.print(t)
+    if carve is not None:
+        from ..frontend.carve_report import print_carve_table
+
+        print_carve_table(carve)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
