@@ -1,0 +1,145 @@
+"""Registers the ``torch`` engine: a real GPU engine on PyTorch for machines without TensorRT.
+
+Compile folds the ONNX for the static shapes of model.npz into an engine file (fp16 or fp32
+weights, BatchNorm folded into its Conv, custom-op nodes bound to their plugin .so files) and
+checks it runs on the GPU; profile measures it: per-layer median times named after the ONNX nodes,
+end-to-end latency of CUDA-graph replays, and the outputs for model.npz.
+
+Options (``CompileRequest.options``, e.g. from ``[backends.torch]`` in ytk.toml): ``device``
+(``cuda`` default, ``cuda:1``, or ``cpu`` for fp32 checks without a GPU) and
+``profile_iterations`` (timed eager runs behind the per-layer medians, default 30).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ytk_hookspecs import StageContext, hookimpl
+from ytk_hookspecs.errors import StageError
+from ytk_hookspecs.models import (ArchSpec, Availability, BackendInfo, CompileRequest, CompileResult, LayerTime,
+                                  ProfileRequest, ProfileResult, write_text_atomic)
+
+from . import __version__
+
+NAME = "torch"
+ENGINE_FILE = "engine.ytkplan"
+LAYER_INFO = "layer_info.json"
+BUILD_LOG = "build.log"
+OUTPUTS = "outputs.npz"
+
+
+def _probe(arch: ArchSpec | None = None) -> Availability:
+    try:
+        import torch
+    except Exception as e:  # a broken torch install must not take `ytk backends` down
+        return Availability(available=False, reason=f"torch not importable ({type(e).__name__})")
+    if not torch.cuda.is_available():
+        return Availability(available=False, reason="no CUDA device")
+    name = torch.cuda.get_device_name(0)
+    major, minor = torch.cuda.get_device_capability(0)
+    sm = major * 10 + minor
+    reason = f"CUDA device {name} (no TensorRT needed)"
+    if arch is not None and arch.sm != sm:
+        # Still usable, but the figures are this GPU's, not the target's: say so where it is chosen.
+        reason += f"; it measures this sm{sm} GPU, not the sm{arch.sm} target"
+    return Availability(available=True, reason=reason, details={"device": name, "sm": str(sm),
+                                                                "torch": torch.__version__})
+
+
+@hookimpl
+def ytk_register_backend(register):  # type: ignore[no-untyped-def]
+    register(BackendInfo(name=NAME, roles=["engine"], version=__version__,
+                         description="PyTorch GPU engine: ONNX executed in fp16 channels_last with folded "
+                                     "BatchNorm, CUDA graphs, plugins through the launcher ABI (no TensorRT)",
+                         auto_priority={"engine": 20}), _probe)
+
+
+def _int_option(options: dict[str, str], key: str, default: int) -> int:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise StageError(f"engine option {key}={raw!r}: expected a whole number") from None
+    if v < 1:
+        raise StageError(f"engine option {key}={raw!r}: must be at least 1")
+    return v
+
+
+@hookimpl
+def ytk_engine_compile(request: CompileRequest, ctx: StageContext) -> CompileResult:
+    from .engine import build_plan, device_name, read_inputs, resolve_device, save_plan, tuned_kernels
+    from .layer_info import build_layer_info
+    from .program import Program
+
+    t0 = time.perf_counter()
+    device = resolve_device(request.options.get("device"))
+    import torch
+
+    with ctx.progress("torch engine: folding the graph") as task:
+        plan, consts, bindings = build_plan(request.onnx, request.precision, request.plugins, task)
+    out = Path(request.workdir)
+    out.mkdir(parents=True, exist_ok=True)
+    engine = save_plan(out / ENGINE_FILE, plan, consts, bindings)
+    with ctx.progress(f"torch engine: building on {device}"), tuned_kernels(device):
+        # Building the program loads every plugin and checks it can run here; one forward on the
+        # real inputs autotunes cuDNN and proves the engine runs before anything is measured.
+        program = Program(plan, consts, bindings, device)
+        program(program.prepare_inputs(read_inputs(request.npz, plan)))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    info = build_layer_info(program)
+    layer_info = info.write(out / LAYER_INFO)
+    build_s = time.perf_counter() - t0
+    log = [f"torch engine {__version__} (torch {torch.__version__}) on {device_name(device)}",
+           f"onnx: {request.onnx} ({plan.stats.get('onnx_nodes', 0)} nodes, opset {plan.opset})",
+           f"precision: {plan.precision}; activations channels_last for 4-D tensors",
+           f"folded: {plan.stats.get('folded_nodes', 0)} constant nodes, "
+           f"{plan.stats.get('batchnorm_folded', 0)} BatchNorm into Conv",
+           f"layers: {len(program.steps)} ({len(plan.layers)} from the graph, "
+           f"{len(program.steps) - len(plan.layers)} input/output reformats)"]
+    log += [f"plugin: {b.namespace}::{b.name} v{b.version} {b.path} sha256={b.sha256[:16]}" for b in plan.plugins]
+    log.append(f"build: {build_s:.2f} s")
+    build_log = out / BUILD_LOG
+    write_text_atomic(build_log, "\n".join(log) + "\n")
+    ctx.log.info("torch engine built", layers=len(program.steps), folded=plan.stats.get("folded_nodes", 0),
+                 plugins=len(plan.plugins), device=str(device))
+    return CompileResult(engine=engine, backend=NAME, backend_version=torch.__version__, simulated=False,
+                         device=device_name(device), layer_info=layer_info, build_log=build_log, build_s=build_s,
+                         extra={"device_type": device.type, "layers": len(program.steps), **plan.stats})
+
+
+@hookimpl
+def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
+    from .engine import device_name, load_program, read_inputs, resolve_device, tuned_kernels, write_outputs
+    from .profiling import benchmark, layer_times
+
+    import torch
+
+    creq = request.request
+    device = resolve_device(creq.options.get("device"))
+    layer_iters = _int_option(creq.options, "profile_iterations", 30)
+    program = load_program(Path(request.compile.engine), device)
+    with tuned_kernels(device):
+        inputs = program.prepare_inputs(read_inputs(creq.npz, program.plan))
+        outputs = program(inputs)
+        out_path = write_outputs(Path(creq.workdir) / OUTPUTS, program.plan, outputs)
+        with ctx.progress("torch engine: per-layer profile", total=layer_iters) as task:
+            stats = layer_times(program, inputs, request.warmup, layer_iters, task)
+        with ctx.progress("torch engine: benchmark", total=request.iterations) as task:
+            times, replay_out = benchmark(program, inputs, request.warmup, request.iterations, task)
+    if replay_out is not None:
+        drift = max(float((a - b).abs().max()) for a, b in zip(outputs, replay_out)) if outputs else 0.0
+        if not all(torch.isfinite(a).all() == torch.isfinite(b).all() for a, b in zip(outputs, replay_out)) \
+                or drift > 1e-2 * max(1.0, max(float(a.abs().max()) for a in outputs)):
+            raise StageError(f"the CUDA-graph replay of the engine disagrees with its eager run (max abs difference "
+                             f"{drift:.3g}); a plugin probably depends on state outside the stream it is given.")
+    layers = [LayerTime(name=s.name, type=s.type, median_ms=t.median_ms, average_ms=t.average_ms,
+                        onnx_nodes=list(s.onnx_nodes), metadata=s.metadata or None)
+              for s, t in zip(program.steps, stats)]
+    ctx.log.info("torch engine profiled", layers=len(layers), median_ms=sorted(times)[len(times) // 2],
+                 layer_sum_ms=round(sum(t.median_ms for t in stats), 3))
+    return ProfileResult(layers=layers, iterations_ms=times, outputs=out_path, device=device_name(device),
+                         simulated=False)

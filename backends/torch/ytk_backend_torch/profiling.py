@@ -1,0 +1,155 @@
+"""Measuring a program: per-layer times (eager, CUDA events) and end-to-end latency (CUDA graph).
+
+Per-layer: every step is bracketed by CUDA events. Events measure when the GPU reaches them, so
+if the GPU ran dry waiting for Python to launch the next step, that gap would be charged to a
+layer. Each timed iteration therefore starts behind a GPU-side spin (``torch.cuda._sleep``) longer
+than the whole forward takes to enqueue: by the time the GPU reaches the first event, every step
+is already queued and consecutive events measure GPU execution only.
+
+End-to-end: the whole forward (input reformat to output reformat) is captured once in a CUDA graph
+and each replay is timed with its own pair of events, as trtexec times an engine's enqueue.
+
+On a CPU device (tests, CI) both use the wall clock; the figures are real CPU timings.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ytk_hookspecs.errors import StageError
+
+from .program import Program
+
+
+@dataclass
+class StepTime:
+    median_ms: float
+    average_ms: float
+
+
+def _summarise(samples: list[list[float]]) -> list[StepTime]:
+    return [StepTime(statistics.median(s), statistics.fmean(s)) for s in samples]
+
+
+def _sleep_cycles_per_ms() -> float:
+    """GPU clock cycles per ms as ``torch.cuda._sleep`` counts them (measured, clocks vary)."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 2_000_000
+    torch.cuda._sleep(cycles // 10)  # first launch pays lazy init
+    a.record()
+    torch.cuda._sleep(cycles)
+    b.record()
+    torch.cuda.synchronize()
+    return cycles / max(a.elapsed_time(b), 1e-3)
+
+
+def layer_times(program: Program, inputs: Sequence[torch.Tensor], warmup: int, iterations: int,
+                task: Any = None) -> list[StepTime]:
+    """Median and mean ms of every step of ``program`` over ``iterations`` timed runs."""
+    n = len(program.steps)
+    samples: list[list[float]] = [[] for _ in range(n)]
+    if program.device.type != "cuda":
+        stamps = [0.0] * (n + 1)
+
+        def stamp(k: int) -> None:
+            stamps[k + 1] = time.perf_counter()
+
+        for _ in range(warmup):
+            program(inputs)
+        for _ in range(iterations):
+            stamps[0] = time.perf_counter()
+            program(inputs, after_step=stamp)
+            for k in range(n):
+                samples[k].append((stamps[k + 1] - stamps[k]) * 1e3)
+            if task is not None:
+                task.advance()
+        return _summarise(samples)
+
+    for _ in range(max(1, warmup)):
+        program(inputs)
+    torch.cuda.synchronize(program.device)
+    t0 = time.perf_counter()
+    program(inputs)
+    enqueue_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize(program.device)
+    lead = int(_sleep_cycles_per_ms() * (2.0 * enqueue_ms + 1.0))
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+
+    def record(k: int) -> None:
+        events[k + 1].record()
+
+    for _ in range(iterations):
+        torch.cuda._sleep(lead)
+        events[0].record()
+        program(inputs, after_step=record)
+        torch.cuda.synchronize(program.device)
+        for k in range(n):
+            samples[k].append(events[k].elapsed_time(events[k + 1]))
+        if task is not None:
+            task.advance()
+    return _summarise(samples)
+
+
+class GraphRunner:
+    """The whole forward captured once as a CUDA graph; ``replay()`` reruns it on the same buffers."""
+
+    def __init__(self, program: Program, inputs: Sequence[torch.Tensor]) -> None:
+        self.inputs = [x.clone() for x in inputs]
+        main = torch.cuda.current_stream(program.device)
+        side = torch.cuda.Stream(program.device)
+        side.wait_stream(main)
+        # Warm-up off the capture (cuDNN autotuning, lazy kernel loading), as torch requires.
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                program(self.inputs)
+        main.wait_stream(side)
+        torch.cuda.synchronize(program.device)
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph):
+                self.outputs = program(self.inputs)
+        except StageError:
+            raise
+        except Exception as e:
+            raise StageError(
+                f"the engine's forward could not be captured in a CUDA graph ({type(e).__name__}: {e}). A plugin "
+                "launcher that synchronizes or allocates with cudaMalloc breaks capture; launchers must only "
+                "enqueue work on the stream they are given.") from None
+
+    def replay(self) -> list[torch.Tensor]:
+        self.graph.replay()
+        return self.outputs
+
+
+def benchmark(program: Program, inputs: Sequence[torch.Tensor], warmup: int, iterations: int,
+              task: Any = None) -> tuple[list[float], list[torch.Tensor] | None]:
+    """``iterations`` end-to-end latencies in ms (CUDA graph replays on a GPU) and the replay's outputs."""
+    if program.device.type != "cuda":
+        for _ in range(warmup):
+            program(inputs)
+        times = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            program(inputs)
+            times.append((time.perf_counter() - t0) * 1e3)
+            if task is not None:
+                task.advance()
+        return times, None
+    runner = GraphRunner(program, inputs)
+    for _ in range(warmup):
+        runner.replay()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iterations)]
+    for a, b in pairs:
+        a.record()
+        runner.replay()
+        b.record()
+    torch.cuda.synchronize(program.device)
+    if task is not None:
+        task.advance(iterations)
+    return [a.elapsed_time(b) for a, b in pairs], [t.clone() for t in runner.outputs]
