@@ -7,32 +7,71 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import NotImplementedYet
+from ..errors import UsageError
 from .embedded import app
 from .options import JsonOpt
 
 
-def _later(cmd: str, issue: int, what: str) -> NotImplementedYet:
-    return NotImplementedYet(f"`ytk {cmd}` is not implemented yet ({what} lands with issue #{issue}); "
-                             "nothing was run and no file was written.")
-
-
 @app.command("propose")
 def propose(
-    profile: Annotated[Path, typer.Option("--profile", help="engine bundle (.tgz) with the measured profile")],
+    profile: Annotated[Path, typer.Option("--profile", help="engine bundle (.tgz) with the measured profile, or a "
+                                                            "trtexec --exportProfile JSON")],
     onnx: Annotated[Path, typer.Option("--onnx", help="the ONNX the bundle was compiled from")],
     fx_nodes: Annotated[Path, typer.Option("--fx-nodes", help="fx_nodes.json written by prepare")],
     model: Annotated[Optional[Path], typer.Option("--model", help="model.py (named in the emitted script)")] = None,
     emit_prepare: Annotated[Optional[Path], typer.Option("--emit-prepare", help="write a runnable prepare script")] = None,
+    prepare_out: Annotated[Optional[Path], typer.Option(
+        "--prepare-out", help="prepare output directory the emitted script writes to (default: gaia/ beside the "
+                              "base prepare directory; a carved directory is re-carved in place)")] = None,
     plugin: Annotated[Optional[list[str]], typer.Option("--plugin", help="attribute onto this carve (repeatable)")] = None,
     plugins: Annotated[Optional[Path], typer.Option("--plugins", help="plugins.json (default: beside the ONNX)")] = None,
+    layer_info: Annotated[Optional[Path], typer.Option(
+        "--layer-info", help="trtexec --exportLayerInfo JSON, for a raw --profile (bundles carry their own)")] = None,
+    arch: Annotated[Optional[str], typer.Option(
+        "-a", "--arch", help="target arch spec for the roofline when the profile carries none (raw trtexec files)")] = None,
+    precision: Annotated[Optional[str], typer.Option(
+        "-p", "--precision", help="engine precision for a raw profile: fp16 (default) or fp32")] = None,
     merge_shape_families: Annotated[bool, typer.Option("--merge-shape-families",
                                                        help="one dynamic candidate per op")] = False,
     min_ms: Annotated[float, typer.Option("--min-ms", help="families under this total are not worth a kernel")] = 1.0,
+    family_min_ms: Annotated[Optional[float], typer.Option(
+        "--family-min-ms", help="a shape family under this folds into its op's dynamic remainder "
+                                "(default: 2 x --min-ms)")] = None,
+    roofline: Annotated[float, typer.Option(
+        "--roofline", help="a family measured at this fraction of its roofline bound or better is 'at roofline'")] = 0.5,
+    namespace: Annotated[str, typer.Option("--namespace", help="plugin namespace of the proposed selectors")] = "yasp",
     verbose: Annotated[bool, typer.Option("--verbose", help="torch-class table and per-proposal detail")] = False,
     top: Annotated[int, typer.Option("--top", help="rows to show per table")] = 20,
-    depth: Annotated[int, typer.Option("--depth", help="module-path depth of the class table")] = 3,
+    depth: Annotated[int, typer.Option("--depth", help="module-path depth of the module table")] = 3,
     json_: JsonOpt = False,
 ) -> None:
     """Attribute every measured millisecond to a torch module and say what to plug."""
-    raise _later("embedded propose", 6, "attribution and proposals")
+    from ..propose import ProposeOptions, propose as run_propose
+    from ..propose.emit import write_script
+    from ..propose.report import render
+    from ..runtime import emit_json, stderr, stdout
+
+    if precision not in (None, "fp16", "fp32"):
+        raise UsageError(f"--precision must be fp16 or fp32, not {precision!r}")
+    for flag, v in (("--min-ms", min_ms), ("--family-min-ms", family_min_ms)):
+        if v is not None and v < 0:
+            raise UsageError(f"{flag} must be zero or more, not {v}")
+    if not 0 < roofline <= 1:
+        raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
+    if top < 1 or depth < 0:
+        raise UsageError("--top must be at least 1 and --depth zero or more")
+    opts = ProposeOptions(min_ms=min_ms, family_min_ms=family_min_ms, merge_shape_families=merge_shape_families,
+                          roofline_fraction=roofline, plugins=list(plugin or []), namespace=namespace, arch=arch,
+                          precision=precision)  # type: ignore[arg-type]
+    report = run_propose(profile, onnx, fx_nodes, plugins, opts, layer_info=layer_info, depth=depth)
+    script = None
+    if emit_prepare is not None:
+        script = write_script(report, emit_prepare, onnx=onnx, model=model, out_dir=prepare_out)
+    for w in report.warnings:
+        stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
+    if json_:
+        emit_json(report)
+    else:
+        render(report, stdout, verbose=verbose, top=top)
+    if script is not None:
+        stderr.print(f"wrote {script} (run it to carve these regions: step 3)", highlight=False)

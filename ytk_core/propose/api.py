@@ -1,0 +1,103 @@
+"""``propose()``: the Python API behind ``ytk embedded propose`` (autoloop calls it directly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ytk_hookspecs.models import ArchSpec, ArchSpecError, GpuProperties
+from ytk_hookspecs.models.base import sha256_file
+
+from .attribution import attribute
+from .given import given_tables
+from .measurement import Measurement, load_measurement
+from .models import ProposeOptions, ProposeReport
+from .modules import ModuleIndex, load_fx_nodes
+from .onnx_graph import OnnxGraph
+from .plugged import load_carve, plugged_proposals, plugin_nodes
+from .proposals import Judge, build_tables, glue_row, summary_line
+from .regions import discover_regions
+from .tables import class_table, module_table
+
+#: Engines whose layer times are TensorRT layer times (the mock simulates TensorRT 8.6).
+_TRT_ENGINES = {"tensorrt", "mock", "trtexec"}
+
+
+def engine_word(engine: str) -> str:
+    return "TRT" if engine in _TRT_ENGINES else engine
+
+
+def _gpu(arch: str | None, warnings: list[str]) -> GpuProperties | None:
+    if not arch:
+        return None
+    try:
+        spec = ArchSpec.parse(arch)
+    except ArchSpecError as e:
+        warnings.append(f"arch {arch!r} not understood ({e}); roofline not judged")
+        return None
+    if spec.gpu is None:
+        warnings.append(f"no GPU limits on record for sm{spec.sm}; roofline not judged")
+    return spec.gpu
+
+
+def propose(profile: str | Path, onnx: str | Path, fx_nodes: str | Path, plugins: str | Path | None = None,
+            options: ProposeOptions | None = None, *, layer_info: str | Path | None = None,
+            depth: int = 3) -> ProposeReport:
+    """Attribute a measured profile to torch modules and say what to plug.
+
+    ``profile`` is an engine bundle (``.tgz``) or a trtexec ``--exportProfile`` JSON (then pass
+    ``layer_info`` and ``options.arch`` for the best attribution and a roofline). ``plugins`` is the
+    carve's plugins.json (default: beside the ONNX). Raises ``UsageError`` on bad input.
+    """
+    opts = options or ProposeOptions()
+    m = load_measurement(profile, layer_info, arch=opts.arch, precision=opts.precision)
+    return propose_measurement(m, Path(onnx), Path(fx_nodes), Path(plugins) if plugins else None, opts, depth=depth)
+
+
+def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Path | None, opts: ProposeOptions,
+                        *, depth: int = 3) -> ProposeReport:
+    warnings: list[str] = []
+    graph = OnnxGraph.load(onnx)
+    fx = load_fx_nodes(fx_nodes)
+    mods = ModuleIndex(fx)
+    carve = load_carve(onnx, plugins)
+    pnodes = plugin_nodes(graph, carve)
+    _check_files(m, graph, fx, onnx, pnodes, warnings)
+    att = attribute(m.layers, graph, mods, pnodes, m.precision, m.layer_info)
+    word = engine_word(m.engine)
+    plugged = plugged_proposals(graph, carve, pnodes, att)
+    if opts.plugins:
+        props, rows, w = given_tables(opts.plugins, fx, mods, att, plugged)
+        warnings += w
+        rows.append(glue_row(att))
+    else:
+        regions, outside = discover_regions(graph, mods, att.node_ms)
+        judge = Judge(graph=graph, mods=mods, att=att, gpu=_gpu(m.arch, warnings), precision=m.precision,
+                      options=opts, engine_word=word)
+        new, rows = build_tables(judge, regions, outside, {p.name for p in plugged})
+        warnings += judge.warnings
+        props = plugged + new
+    cand_ms = sum(p.ms for p in props if not p.already_plugged)
+    plugged_ms = sum(p.ms for p in props if p.already_plugged)
+    return ProposeReport(
+        source=str(m.source), source_label=m.label, engine=m.engine, engine_version=m.engine_version,
+        device=m.device, arch=m.arch, precision=m.precision, simulated=m.simulated, onnx=str(onnx),
+        fx_nodes=str(fx_nodes), plugins_file=str(carve.path) if carve else None, total_ms=att.total_ms,
+        end_to_end_ms=m.end_to_end_ms, attributed_ms=att.attributed_ms, glue_ms=att.glue_ms,
+        candidates_ms=cand_ms, plugged_ms=plugged_ms, proposals=props, not_worth=rows, glue=att.glue_items(),
+        class_table=class_table(mods, att), module_table=module_table(mods, att, depth), layers=att.layers,
+        options=opts, summary=summary_line(props, att.total_ms, word), warnings=warnings)
+
+
+def _check_files(m: Measurement, graph: OnnxGraph, fx, onnx: Path, pnodes: set[str],  # type: ignore[no-untyped-def]
+                 warnings: list[str]) -> None:
+    """Mismatched inputs give wrong attributions silently; say so loudly instead."""
+    digest = sha256_file(onnx)
+    if m.onnx_sha256 and m.onnx_sha256 != digest:
+        warnings.append(f"{m.label} was compiled from a different ONNX than {onnx} (sha256 differs): attribution "
+                        "may be wrong; pass the ONNX the bundle was built from")
+    if fx.onnx_sha256 and fx.onnx_sha256 != digest and not pnodes:
+        warnings.append(f"fx_nodes.json was written for a different ONNX than {onnx}; pass the fx_nodes.json "
+                        "prepare wrote beside it")
+    named = [ly for ly in m.layers if ly.onnx_nodes or ly.metadata]
+    if not named and m.engine not in _TRT_ENGINES:
+        warnings.append(f"engine {m.engine!r} reports no ONNX nodes per layer; attribution relies on layer names")

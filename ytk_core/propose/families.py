@@ -1,0 +1,106 @@
+"""Shape families: regions that one specialised kernel can serve.
+
+A family shares op kind, torch class, kernel size, stride, dilation, the constant channel count(s)
+and the spatial size, because a kernel specialised on constant shapes measurably beats a general
+one on fixed-shape engines. Per op (kind, class, kernel, stride), families too small for a kernel
+of their own fold into one dynamic remainder; ``merge`` folds them all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .naming import family_label, family_name, remainder_label, remainder_name
+from .regions import Region
+
+
+def _t(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def family_key(r: Region) -> tuple[Any, ...]:
+    s = r.sig
+    if r.kind == "attention":
+        return ("attention", r.cls, s.get("C"), _t(s.get("spatial")))
+    if r.kind == "gemm":
+        return ("gemm", r.cls, s.get("K"), s.get("N"), _t(s.get("spatial")))
+    return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), s.get("transpose"),
+            s.get("groups"), s.get("C"), s.get("Cout"), _t(s.get("spatial")))
+
+
+def op_key(r: Region) -> tuple[Any, ...]:
+    s = r.sig
+    if r.kind in ("attention", "gemm"):
+        return (r.kind, r.cls)
+    return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), s.get("transpose"))
+
+
+@dataclass
+class Family:
+    """Regions sharing one family key (or, for a remainder, one op key)."""
+
+    kind: str
+    cls: str
+    around: bool
+    regions: list[Region]
+    members: list["Family"] = field(default_factory=list)  # for a dynamic remainder: the families folded in
+
+    @property
+    def ms(self) -> float:
+        return float(sum(r.ms for r in self.regions))
+
+    @property
+    def sig(self) -> dict[str, Any]:
+        return self.regions[0].sig
+
+    @property
+    def dynamic(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def label(self) -> str:
+        if self.dynamic:
+            return remainder_label(self.kind, self.cls, [m.sig for m in self.members])
+        return family_label(self.kind, self.cls, self.sig)
+
+    @property
+    def default_name(self) -> str:
+        if self.dynamic:
+            return remainder_name(self.kind, self.cls, self.sig)
+        return family_name(self.kind, self.cls, self.sig)
+
+
+def group_families(regions: list[Region]) -> list[Family]:
+    """One Family per family key, in the order their first site appears."""
+    by_key: dict[tuple[Any, ...], list[Region]] = defaultdict(list)
+    for r in regions:
+        by_key[family_key(r)].append(r)
+    return [Family(kind=rs[0].kind, cls=rs[0].cls, around=rs[0].around, regions=rs) for rs in by_key.values()]
+
+
+def fold(families: list[Family], *, own_kernel_ms: float, min_ms: float, merge: bool) -> tuple[list[Family],
+                                                                                              list[Family]]:
+    """(kernels worth generating, families under the threshold).
+
+    Per op: a family of at least ``own_kernel_ms`` keeps its own kernel (unless ``merge``); the rest
+    fold into one dynamic remainder. A remainder (or a lone leftover family) under ``min_ms`` is not
+    worth a kernelgen run.
+    """
+    by_op: dict[tuple[Any, ...], list[Family]] = defaultdict(list)
+    for f in families:
+        by_op[op_key(f.regions[0])].append(f)
+    worth: list[Family] = []
+    small: list[Family] = []
+    for fams in by_op.values():
+        own = [] if merge else [f for f in fams if f.ms >= own_kernel_ms and f.ms >= min_ms]
+        rest = [f for f in fams if f not in own]
+        worth += own
+        if len(rest) >= 2:
+            rem = Family(kind=rest[0].kind, cls=rest[0].cls, around=rest[0].around,
+                         regions=[r for f in rest for r in f.regions], members=rest)
+            (worth if rem.ms >= min_ms else small).append(rem)
+        elif rest:
+            (worth if rest[0].ms >= min_ms else small).append(rest[0])
+    return worth, small

@@ -1,0 +1,123 @@
+"""Human labels (the WHAT TO PLUG column) and derived plugin names (``DwConv3x3s1C256``).
+
+A name encodes what a kernel may specialise on: op, kernel size, stride and, for a shape family,
+the constant channel count; a dynamic remainder ends in ``Dyn``. Names are only defaults: the
+spec's "the names are yours" -- users rename them in the emitted script.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def _dims(v: list[Any] | None) -> str:
+    return "x".join(str(x) for x in (v or [])) or "?"
+
+
+def _stride(v: list[Any] | None) -> str:
+    v = list(v or [1])
+    return str(v[0]) if len(set(v)) == 1 else "x".join(str(x) for x in v)
+
+
+def _dil(sig: dict[str, Any]) -> str:
+    d = list(sig.get("dilation") or [1])
+    return "" if all(x == 1 for x in d) else f"d{_stride(d)}"
+
+
+def op_label(kind: str, cls: str, sig: dict[str, Any]) -> str:
+    """The op part of a label, without channels: ``depthwise 3x3 s1``."""
+    k, s = _dims(sig.get("k")), _stride(sig.get("stride"))
+    dil = f" {_dil(sig)}" if _dil(sig) else ""
+    pre = "transposed " if sig.get("transpose") else ""
+    if kind == "depthwise_conv":
+        return f"{pre}depthwise {k} s{s}{dil}"
+    if kind == "grouped_conv":
+        return f"{pre}grouped conv {k} s{s}{dil}"
+    if kind == "conv":
+        return f"{pre}conv {k} s{s}{dil}"
+    if kind == "attention":
+        return f"{cls} region"
+    return "GEMM"
+
+
+def channel_text(kind: str, sig: dict[str, Any]) -> str:
+    if kind in ("conv", "grouped_conv"):
+        g = f", g={sig['groups']}" if kind == "grouped_conv" else ""
+        return f"C={sig.get('C')}->{sig.get('Cout')}{g}"
+    if kind == "gemm":
+        return f"K={sig.get('K')}, N={sig.get('N')}"
+    return f"C={sig.get('C')}"
+
+
+def family_label(kind: str, cls: str, sig: dict[str, Any]) -> str:
+    sep = " " if kind == "attention" else "  "
+    return f"{op_label(kind, cls, sig)}{sep}({channel_text(kind, sig)})"
+
+
+def remainder_label(kind: str, cls: str, sigs: list[dict[str, Any]]) -> str:
+    cs = [s.get("C") for s in sigs]
+    ints = sorted({c for c in cs if isinstance(c, int)})
+    if ints and len(ints) == len(set(cs)):
+        rng = f"C={ints[0]}..{ints[-1]}" if len(ints) > 1 else f"C={ints[0]}"
+    else:
+        rng = "C=" + ",".join(sorted({str(c) for c in cs}))
+    sep = " " if kind == "attention" else "  "
+    return f"{op_label(kind, cls, sigs[0])}{sep}({rng}, {len(sigs)} families)  (dynamic remainder)"
+
+
+def _ident(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "", text)
+    return s if s and not s[0].isdigit() else f"P{s}"
+
+
+def op_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
+    """The op part of a plugin name: ``DwConv3x3s1``, ``Conv1x1s1``, ``LiteMLA``."""
+    k, s, d = _dims(sig.get("k")), _stride(sig.get("stride")), _dil(sig)
+    conv = "Deconv" if sig.get("transpose") else "Conv"
+    if kind == "depthwise_conv":
+        return _ident(f"Dw{conv}{k}s{s}{d}")
+    if kind == "grouped_conv":
+        return _ident(f"G{conv}{k}s{s}{d}")
+    if kind == "conv":
+        return _ident(f"{conv}{k}s{s}{d}")
+    if kind == "attention":
+        return _ident(cls)
+    return "Gemm"
+
+
+def family_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
+    base = op_name(kind, cls, sig)
+    if kind in ("conv",):
+        return _ident(f"{base}C{sig.get('C')}to{sig.get('Cout')}")
+    if kind == "grouped_conv":
+        return _ident(f"{base}G{sig.get('groups')}C{sig.get('C')}to{sig.get('Cout')}")
+    if kind == "gemm":
+        return _ident(f"{base}K{sig.get('K')}N{sig.get('N')}")
+    return _ident(f"{base}C{sig.get('C')}")
+
+
+def remainder_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
+    return _ident(f"{op_name(kind, cls, sig)}Dyn")
+
+
+def spatial_suffix(sig: dict[str, Any]) -> str:
+    sp = sig.get("spatial") or []
+    return "".join(f"{ax}{v}" for ax, v in zip("HWD" if len(sp) <= 3 else "ABCDEFG", sp))
+
+
+def unique(names: list[str], suffixes: list[str]) -> list[str]:
+    """Make names unique: first by a shape suffix, then by a counter."""
+    out = list(names)
+    for i, n in enumerate(out):
+        if out.count(n) > 1:
+            for j in [j for j, m in enumerate(out) if m == n]:
+                out[j] = _ident(f"{n}{suffixes[j]}") if suffixes[j] else n
+    seen: dict[str, int] = {}
+    for i, n in enumerate(out):
+        if n in seen:
+            seen[n] += 1
+            out[i] = f"{n}_{seen[n]}"
+        else:
+            seen[n] = 1
+    return out

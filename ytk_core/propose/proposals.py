@@ -1,0 +1,180 @@
+"""From regions to the two tables: WHAT TO PLUG and NOT WORTH PLUGGING.
+
+Order of judgement for each shape family: a region the kernel contract cannot express is reported
+as such; a family the engine already runs near the arch's roofline is not worth a kernel (measured
+time against bytes/bandwidth and FLOPs/throughput, never the op type alone); the rest fold into
+candidates per op (``families.fold``), and what stays under ``--min-ms`` is reported as too small.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ytk_hookspecs.models import GpuProperties
+
+from .attribution import Attribution
+from .families import Family, fold, group_families
+from .globs import synthesize
+from .models import NotWorthRow, Proposal, ProposeOptions, RooflineFigures, SiteTime
+from .modules import ModuleIndex
+from .naming import spatial_suffix, unique
+from .onnx_graph import OnnxGraph
+from .regions import Region
+from .roofline import region_cost, roofline
+
+_GLUE_WHY = {
+    "reformat": "reformats between regions",
+    "engine-internal": "engine-internal copies",
+    "unresolved-layer": "layers whose names match no ONNX node",
+    "unmapped-onnx-node": "ONNX nodes no torch module owns",
+}
+
+
+@dataclass
+class Judge:
+    """Everything the table builders need, in one place."""
+
+    graph: OnnxGraph
+    mods: ModuleIndex
+    att: Attribution
+    gpu: GpuProperties | None
+    precision: str
+    options: ProposeOptions
+    engine_word: str = "TRT"
+    warnings: list[str] = field(default_factory=list)
+
+    def site(self, r: Region) -> SiteTime:
+        layers = sorted({ly for n in r.nodes for ly in self.att.node_layers.get(n, [])})
+        return SiteTime(module_path=r.path, ms=r.ms, onnx_nodes=list(r.nodes), layers=layers,
+                        input_shapes=[s for s in r.sig.get("inputs", []) if s is not None])
+
+    def roofline(self, regions: list[Region], ms: float) -> RooflineFigures | None:
+        if self.gpu is None:
+            return None
+        total_b = total_f = 0
+        for r in regions:
+            b, f = region_cost(self.graph, r.nodes, self.precision)
+            if b is None or f is None:
+                return None
+            total_b += b
+            total_f += f
+        return roofline(total_b, total_f, ms, self.gpu, self.precision)
+
+    def selector(self, fam: Family, name: str) -> str:
+        globs = synthesize([r.path for r in fam.regions], self.mods.instances(fam.cls))
+        around = ":around" if fam.around else ""
+        where = f"@where={','.join(globs)}" if globs else ""
+        return f"{self.options.namespace}::{name}={fam.cls}{around}{where}"
+
+
+def build_tables(j: Judge, regions: list[Region], outside: list[str],
+                 taken_names: set[str]) -> tuple[list[Proposal], list[NotWorthRow]]:
+    """(new candidates sorted by time, NOT WORTH PLUGGING rows)."""
+    rows: list[NotWorthRow] = []
+    fams = group_families([r for r in regions if r.cannot is None])
+    roof: dict[int, RooflineFigures | None] = {id(f): j.roofline(f.regions, f.ms) for f in fams}
+    if j.gpu is None and fams:
+        j.warnings.append("no target GPU known (arch missing or not in GPU_PROPERTIES): roofline not judged, so "
+                          "no family is ruled out as 'at roofline'; pass --arch")
+    at_roof = [f for f in fams if (rf := roof[id(f)]) is not None and f.ms > 0
+               and rf.fraction >= j.options.roofline_fraction]
+    rest = [f for f in fams if f not in at_roof]
+    worth, small = fold(rest, own_kernel_ms=j.options.own_kernel_ms, min_ms=j.options.min_ms,
+                        merge=j.options.merge_shape_families)
+    names = unique([f.default_name for f in worth], [spatial_suffix(f.sig) for f in worth])
+    names = [_avoid(n, taken_names) for n in names]
+    props = []
+    for f, name in zip(worth, names):
+        props.append(Proposal(
+            name=name, namespace=j.options.namespace, label=f.label, selector=j.selector(f, name), ops_name=f.cls,
+            around=f.around, kind=f.kind, dynamic=f.dynamic,
+            families=[m.label for m in f.members] if f.dynamic else [f.label],
+            sites=[j.site(r) for r in f.regions], ms=f.ms, ms_per_site=[r.ms for r in f.regions],
+            roofline=j.roofline(f.regions, f.ms)))
+    props.sort(key=lambda p: -p.ms)
+    rows += _roofline_rows(j, at_roof, roof)
+    if small:
+        ms = sum(f.ms for f in small)
+        rows.append(NotWorthRow(label=f"families under {j.options.min_ms:g} ms", category="under_threshold",
+                                sites=sum(len(f.regions) for f in small), ms=ms,
+                                reason="a kernelgen run cannot repay this", members=[f.label for f in small]))
+    if outside:
+        ms = sum(j.att.node_ms.get(n, 0.0) for n in outside)
+        owners = sorted({j.mods.owner_path(n) or "" for n in outside})
+        rows.append(NotWorthRow(label="ops outside any region", category="outside_regions", sites=len(owners),
+                                ms=ms, reason="residual adds and plumbing: no heavy op to build a kernel around",
+                                members=owners))
+    rows.append(glue_row(j.att))
+    rows += _cannot_rows([r for r in regions if r.cannot is not None])
+    return props, [r for r in rows if r.ms > 0 or r.category == "glue"]
+
+
+def _avoid(name: str, taken: set[str]) -> str:
+    out, k = name, 2
+    while out in taken:
+        out = f"{name}_{k}"
+        k += 1
+    taken.add(out)
+    return out
+
+
+def _roofline_rows(j: Judge, at_roof: list[Family], roof: dict[int, RooflineFigures | None]) -> list[NotWorthRow]:
+    rows = []
+    gemms = [f for f in at_roof if f.regions[0].gemm_like]
+    others = [f for f in at_roof if not f.regions[0].gemm_like]
+
+    def reason(fs: list[Family]) -> str:
+        bound = sum(roof[id(f)].bound_ms for f in fs)  # type: ignore[union-attr]
+        meas = sum(f.ms for f in fs)
+        gpu = j.gpu.name if j.gpu else "target"
+        return (f"{j.engine_word} at roofline — {100 * bound / meas:.0f}% of the {gpu} bound; "
+                "a custom kernel has little to win")
+
+    if gemms:
+        rows.append(NotWorthRow(label="1x1 / dense GEMMs", category="roofline",
+                                sites=sum(len(f.regions) for f in gemms), ms=sum(f.ms for f in gemms),
+                                reason=reason(gemms), members=[f.label for f in gemms]))
+    for f in sorted(others, key=lambda f: -f.ms):
+        rows.append(NotWorthRow(label=f.label, category="roofline", sites=len(f.regions), ms=f.ms,
+                                reason=reason([f]), members=[f.label]))
+    return rows
+
+
+def glue_row(att: Attribution) -> NotWorthRow:
+    causes = [c for c, v in sorted(att.glue.items(), key=lambda kv: -kv[1][0]) if v[0] > 0]
+    why = "; ".join(_GLUE_WHY[c] for c in causes[:2]) or "none measured"
+    if "reformat" in causes:
+        why += "; shrinks as regions get plugged"
+    return NotWorthRow(label="unattributed glue", category="glue", sites=None, ms=att.glue_ms, reason=why,
+                       members=[f"{c}: {att.glue[c][0]:.3f} ms in {int(att.glue[c][1])} layer(s)" for c in causes])
+
+
+def _cannot_rows(regions: list[Region]) -> list[NotWorthRow]:
+    groups: dict[tuple[str, str], list[Region]] = defaultdict(list)
+    for r in regions:
+        fam = Family(kind=r.kind, cls=r.cls, around=r.around, regions=[r])
+        groups[(fam.label, r.cannot or "")].append(r)
+    return [NotWorthRow(label=label, category="cannot_express", sites=len(rs), ms=sum(r.ms for r in rs),
+                        reason=f"cannot express: {why}", members=[r.path or "<root>" for r in rs])
+            for (label, why), rs in sorted(groups.items(), key=lambda kv: -sum(r.ms for r in kv[1]))]
+
+
+def summary_line(props: list[Proposal], total_ms: float, engine_word: str) -> str:
+    new = [p for p in props if not p.already_plugged]
+    plugged = [p for p in props if p.already_plugged]
+    cand_ms = sum(p.ms for p in new)
+    parts = []
+    if plugged:
+        pl_ms = sum(p.ms for p in plugged)
+        parts.append(f"{len(plugged)} plugged region{'s' if len(plugged) != 1 else ''} take {pl_ms:.1f} ms "
+                     f"(the time to beat).")
+    if new:
+        share = 100.0 * cand_ms / total_ms if total_ms > 0 else 0.0
+        parts.append(f"{len(new)} candidate{'s' if len(new) != 1 else ''} covering {cand_ms:.1f} ms of the "
+                     f"{total_ms:.1f} ms — {share:.0f}% of the model's time sits in regions a custom kernel could "
+                     f"take over. Every {engine_word} ms figure is what that region costs today, the most a "
+                     "perfect plugin could recover.")
+    else:
+        parts.append(f"0 new candidates: nothing left over {total_ms:.1f} ms worth a kernel at these thresholds.")
+    return " ".join(parts)

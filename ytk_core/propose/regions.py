@@ -1,0 +1,179 @@
+"""Regions: the module instances a plugin could replace, found from the ops they contain.
+
+* An attention block is the module that itself calls an activation x activation product (Q.K,
+  attn.V, LiteMLA's k^T.v): it is proposed ``:around``, so its region is the block's own ops and
+  the plumbing children (no child that carries weights: those convs/GEMMs are regions of their own).
+* Every other weighted op (conv, GEMM) is the region of the largest module around it that holds
+  no other heavy op: the whole ``ConvNormAct`` (conv + norm + activation), but just the ``Conv2d``
+  when its parent also holds a second conv. Containers (Sequential, ModuleList) are not chosen.
+* What is left (residual adds, ops at the model root) is outside every region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from ytk_hookspecs.models.kernel import KernelDtype
+
+from .modules import ModuleIndex
+from .onnx_graph import OnnxGraph
+from .roofline import boundary, is_attention_op, is_weighted
+
+CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "ParameterList"}
+DATA_DEPENDENT = {"NonZero", "Unique", "NonMaxSuppression", "Compress", "RandomNormal", "RandomUniform",
+                  "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+_KERNEL_DTYPES = set(get_args(KernelDtype))
+
+
+@dataclass
+class Region:
+    """One site: a module instance, its ONNX nodes and what kind of op it is built around."""
+
+    path: str
+    cls: str
+    kind: str                          # depthwise_conv | grouped_conv | conv | gemm | attention
+    around: bool
+    anchors: list[str]                 # the heavy ONNX node(s)
+    nodes: list[str]
+    ms: float = 0.0
+    sig: dict[str, Any] = field(default_factory=dict)
+    cannot: str | None = None          # why the kernel contract cannot express it
+
+    @property
+    def gemm_like(self) -> bool:
+        return self.kind in ("conv", "grouped_conv", "gemm")
+
+
+def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float]) -> tuple[list[Region], list[str]]:
+    """All regions in graph order, and the owned nodes that fall outside every region."""
+    heavy_in: dict[str, int] = {}
+    weighted_in: dict[str, bool] = {}
+    weighted = [n.name for n in g.nodes if n.name in mods.owner and is_weighted(g, n)]
+    attn = [n.name for n in g.nodes if n.name in mods.owner and is_attention_op(g, n)]
+    for n in (*weighted, *attn):
+        for p, _ in mods.owner[n]:
+            heavy_in[p] = heavy_in.get(p, 0) + 1
+    for n in weighted:
+        for p, _ in mods.owner[n]:
+            weighted_in[p] = True
+
+    regions: dict[str, Region] = {}
+    taken: set[str] = set()
+    for n in attn:
+        block = mods.owner_path(n) or ""
+        if block in regions:
+            regions[block].anchors.append(n)
+            continue
+        nodes = []
+        for m in mods.nodes_of.get(block, []):
+            stack = [p for p, _ in mods.owner[m]]
+            below = stack[stack.index(block) + 1:]
+            if any(weighted_in.get(p) for p in below):
+                continue
+            nodes.append(m)
+        regions[block] = Region(path=block, cls=mods.cls_of.get(block, "?"), kind="attention", around=True,
+                                anchors=[n], nodes=nodes)
+        taken.update(nodes)
+    for n in weighted:
+        if n in taken:
+            continue
+        path = _climb(mods, n, heavy_in, set(r.path for r in regions.values() if r.kind == "attention"))
+        if path in regions:
+            regions[path].anchors.append(n)
+            continue
+        nodes = [m for m in mods.nodes_of.get(path, []) if m not in taken]
+        regions[path] = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
+                               anchors=[n], nodes=nodes)
+        taken.update(nodes)
+    out = sorted(regions.values(), key=lambda r: min(g.by_name[a].index for a in r.anchors))
+    for r in out:
+        r.nodes.sort(key=lambda m: g.by_name[m].index)
+        r.ms = float(sum(node_ms.get(m, 0.0) for m in r.nodes))
+        _describe(g, r)
+        r.cannot = cannot_express(g, r)
+    outside = [m for m in node_ms if m in mods.owner and m not in taken]
+    return out, outside
+
+
+def _climb(mods: ModuleIndex, node: str, heavy_in: dict[str, int], blocks: set[str]) -> str:
+    stack = mods.owner[node]
+    i = len(stack) - 1
+    while i > 1 and heavy_in.get(stack[i - 1][0], 0) == 1 and stack[i - 1][0] not in blocks:
+        i -= 1
+    # Prefer a real module over a container that happens to hold only this op.
+    j = i
+    while j < len(stack) - 1 and stack[j][1] in CONTAINERS:
+        j += 1
+    return stack[j][0]
+
+
+def _describe(g: OnnxGraph, r: Region) -> None:
+    a = g.by_name[r.anchors[0]]
+    ins, _outs, _c = boundary(g, r.nodes)
+    r.sig["inputs"] = [g.shape(t) for t in ins]
+    if r.kind == "attention":
+        x = g.shape(ins[0]) if ins else None
+        r.sig["C"] = _channels(x)
+        r.sig["spatial"] = _spatial(x)
+        return
+    if a.op_type in ("Conv", "ConvTranspose"):
+        x, w = g.shape(a.inputs[0]), g.shape(a.inputs[1])
+        k = list(a.attrs.get("kernel_shape") or (w[2:] if w else []))
+        groups = int(a.attrs.get("group", 1))
+        cin = x[1] if x and len(x) > 1 else None
+        cout = w[0] if w else None
+        r.sig.update(k=k, stride=list(a.attrs.get("strides") or [1] * len(k)),
+                     dilation=list(a.attrs.get("dilations") or [1] * len(k)), groups=groups, C=cin, Cout=cout,
+                     spatial=_spatial(x), transpose=a.op_type == "ConvTranspose")
+        if isinstance(cin, int) and groups == cin and groups > 1:
+            r.kind = "depthwise_conv"
+        elif groups > 1:
+            r.kind = "grouped_conv"
+        else:
+            r.kind = "conv"
+        return
+    x = g.shape(a.inputs[0])
+    w = g.shape(a.inputs[1]) if len(a.inputs) > 1 else None
+    r.kind = "gemm"
+    n_out = None
+    if w:
+        n_out = w[0] if a.op_type == "Gemm" and a.attrs.get("transB") else w[-1]
+    r.sig.update(K=x[-1] if x else None, N=n_out, C=x[-1] if x else None, spatial=list(x[:-1]) if x else None)
+
+
+def _channels(shape: list[int | str] | None) -> int | str | None:
+    if not shape:
+        return None
+    return shape[1] if len(shape) == 4 else shape[-1]
+
+
+def _spatial(shape: list[int | str] | None) -> list[int | str] | None:
+    if not shape:
+        return None
+    return list(shape[2:]) if len(shape) == 4 else list(shape[1:-1])
+
+
+def cannot_express(g: OnnxGraph, r: Region) -> str | None:
+    """Why the kernel contract (or the carve) cannot take this region, or None."""
+    if r.path == "":
+        return "its ops sit at the model root: no module to select"
+    ops = {g.by_name[n].op_type for n in r.nodes}
+    dd = sorted(ops & DATA_DEPENDENT)
+    if dd:
+        return f"data-dependent output shape ({', '.join(dd)}): a plugin declares its output shape up front"
+    cf = sorted(ops & CONTROL_FLOW)
+    if cf:
+        return f"control flow ({', '.join(cf)}) inside the region"
+    _ins, outs, _c = boundary(g, r.nodes)
+    if not outs:
+        return "the region has no output used outside it"
+    if len(outs) > 1:
+        return (f"{len(outs)} outputs leave the region (the carve refuses to cut the edges of "
+                f"{', '.join(outs[:3])})")
+    for o in outs:
+        m = g.meta.get(o)
+        if m is not None and m.dtype not in _KERNEL_DTYPES:
+            return f"{m.dtype} output: the kernel contract carries float16/float32/int32/int8 tensors only"
+    return None

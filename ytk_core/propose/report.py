@@ -1,0 +1,132 @@
+"""The human report: the spec's WHAT TO PLUG / NOT WORTH PLUGGING tables, and the --verbose detail."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .api import engine_word
+from .models import Proposal, ProposeReport
+
+
+def _fmt(total: float):  # type: ignore[no-untyped-def]
+    """Decimals that keep the model's scale readable: 70.3 ms models in tenths, tiny ones in microseconds."""
+    d = 1 if total >= 10 else (2 if total >= 1 else 3)
+    return lambda ms: f"{ms:.{d}f}"
+
+
+def _table(title_cols: list[tuple[str, str]]) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold", expand=False)
+    for name, justify in title_cols:
+        t.add_column(name, justify=justify, no_wrap=name not in ("why",), overflow="fold")  # type: ignore[arg-type]
+    return t
+
+
+def header_text(r: ProposeReport) -> str:
+    what = f"{engine_word(r.engine) if engine_word(r.engine) != 'TRT' else 'TensorRT'} layer time"
+    src = r.source_label
+    if r.simulated:
+        src += f" (SIMULATED: {r.engine} engine, {r.device or 'simulated target'})"
+        what = "simulated " + what
+    total = f"model total {r.total_ms:.{1 if r.total_ms >= 10 else 3}f} ms"
+    if r.end_to_end_ms is not None:
+        total += (f" (sum of layer medians; end-to-end median {r.end_to_end_ms:.{1 if r.end_to_end_ms >= 10 else 3}f}"
+                  " ms)")
+    return (f"measured: {src} — every ms below is {what} attributed to a region (today's cost = the most a plugin "
+            f"can recover). {total}.")
+
+
+def plug_table(r: ProposeReport, top: int) -> Table:
+    word = engine_word(r.engine)
+    fmt = _fmt(r.total_ms)
+    t = _table([("WHAT TO PLUG", "left"), ("SITES", "right"), (f"{word} ms", "right"),
+                ("plug as (names are yours)", "left")])
+    for p in r.proposals[:top]:
+        t.add_row(p.label, str(len(p.sites)), fmt(p.ms), _plug_as(p))
+    if not r.proposals:
+        t.add_row("(nothing)", "", "", "no region is worth a kernel at these thresholds")
+    return t
+
+
+def _plug_as(p: Proposal) -> str:
+    if p.already_plugged:
+        return f"re-optimize: {p.ms_to_beat:.3f} ms/site to beat"
+    return p.selector
+
+
+def not_worth_table(r: ProposeReport, top: int) -> Table:
+    fmt = _fmt(r.total_ms)
+    t = _table([("NOT WORTH PLUGGING", "left"), ("", "right"), ("", "right"), ("why", "left")])
+    for row in r.not_worth[:top]:
+        sites = "—" if row.sites is None else f"{row.sites} site{'s' if row.sites != 1 else ''}"
+        t.add_row(row.label, sites, f"{fmt(row.ms)} ms", row.reason)
+    return t
+
+
+def render(r: ProposeReport, console: Console, *, verbose: bool = False, top: int = 20) -> None:
+    """Print the report the spec shows (and, with ``verbose``, the class/module tables and details)."""
+    console.print(Text(header_text(r)), highlight=False)
+    console.print()
+    console.print(plug_table(r, top))
+    hidden = len(r.proposals) - top
+    if hidden > 0:
+        console.print(Text(f"  ... {hidden} more row(s); raise --top to see them", style="dim"))
+    console.print(not_worth_table(r, top))
+    console.print(Text(r.summary), highlight=False)
+    if verbose:
+        _verbose(r, console, top)
+
+
+def _verbose(r: ProposeReport, console: Console, top: int) -> None:
+    word = engine_word(r.engine)
+    fmt = _fmt(r.total_ms)
+    console.print()
+    t = _table([("BLOCK", "left"), ("INSTANCES", "right"), (f"{word} ms", "right"), ("%", "right")])
+    t.title, t.title_justify = "time by torch class (inclusive: a block counts everything inside it)", "left"
+    for c in r.class_table[:top]:
+        t.add_row(c.cls, str(c.instances), fmt(c.ms), f"{100 * c.share:.1f}")
+    console.print(t)
+    t = _table([("MODULE", "left"), ("BLOCK", "left"), (f"{word} ms", "right"), ("%", "right")])
+    t.title, t.title_justify = f"time by module (depth {max((m.depth for m in r.module_table), default=0)})", "left"
+    for m in r.module_table:
+        t.add_row("  " * m.depth + m.path, m.cls, fmt(m.ms), f"{100 * m.share:.1f}")
+    console.print(t)
+    for p in r.proposals[:top]:
+        _detail(p, console, fmt)
+    console.print()
+    console.print(Text("unattributed glue by cause:", style="bold"))
+    for g in r.glue:
+        console.print(f"  {g.cause:<20} {fmt(g.ms):>8} ms  in {g.layers} layer(s)", highlight=False)
+    glue_layers = sorted((ly for ly in r.layers if ly.glue_ms > 0), key=lambda ly: -ly.glue_ms)[:top]
+    for ly in glue_layers:
+        console.print(f"    {fmt(ly.glue_ms):>8} ms  {ly.name}", highlight=False)
+
+
+def _detail(p: Proposal, console: Console, fmt) -> None:  # type: ignore[no-untyped-def]
+    console.print()
+    head = Text.assemble((p.name, "bold"), f"  {p.label}  {len(p.sites)} site(s)  {fmt(p.ms)} ms")
+    console.print(head, highlight=False)
+    if p.selector:
+        console.print(f"  plug as    {p.selector}", highlight=False)
+    if p.already_plugged:
+        console.print(f"  to beat    {p.ms_to_beat:.3f} ms/site (measured now)", highlight=False)
+        if p.kernelgen_input:
+            console.print(f"  re-run     ytk kernelgen compile -r {p.kernelgen_input} -g <GPU> "
+                          "--config deployment_target=tensorrt -o <out>.module_source.py", highlight=False)
+        else:
+            console.print("  re-run     (no kernel-generation input on record in plugins.json)", highlight=False)
+    if p.dynamic:
+        console.print(f"  families   {'; '.join(p.families)}", highlight=False)
+    rf = p.roofline
+    if rf is not None:
+        console.print(f"  roofline   {rf.bytes / 1e6:.2f} MB + {rf.flops / 1e9:.3f} GFLOP -> {rf.bound_ms:.3f} ms "
+                      f"{rf.limiter}-bound on {rf.gpu}; measured {rf.measured_ms:.3f} ms "
+                      f"({100 * rf.fraction:.0f}% of roofline)", highlight=False)
+    t = _table([("SITE", "left"), ("ms", "right"), ("input shapes", "left"), ("engine layers", "left")])
+    for s in p.sites:
+        shapes = " ".join("x".join(str(d) for d in sh) for sh in s.input_shapes[:3])
+        layers = "; ".join(s.layers[:3]) + (f"; +{len(s.layers) - 3}" if len(s.layers) > 3 else "")
+        t.add_row(s.module_path, f"{s.ms:.3f}", shapes, layers)
+    console.print(t)
