@@ -10,6 +10,7 @@ profile.json        :class:`LayerProfile`: per-layer median ms, ONNX nodes cover
 layer_info.json     the engine's own raw layer dump (e.g. trtexec --exportLayerInfo)
 benchmark.json      :class:`BenchmarkRecord`: end-to-end latency per iteration
 outputs.npz         engine outputs for model.npz, keyed by ONNX output name
+raw_profile.json    optional: the engine's own per-layer timing dump (e.g. trtexec --exportProfile)
 build.log           optional
 ==================  ===================================================================
 
@@ -43,7 +44,8 @@ LAYER_INFO = "layer_info.json"
 BENCHMARK = "benchmark.json"
 OUTPUTS = "outputs.npz"
 BUILD_LOG = "build.log"
-KNOWN_MEMBERS = (MANIFEST, ENGINE, PROFILE, LAYER_INFO, BENCHMARK, OUTPUTS, BUILD_LOG)
+RAW_PROFILE = "raw_profile.json"
+KNOWN_MEMBERS = (MANIFEST, ENGINE, PROFILE, LAYER_INFO, BENCHMARK, OUTPUTS, BUILD_LOG, RAW_PROFILE)
 
 #: Largest member ytk will read from a bundle (engines of big models run to a few hundred MB).
 MAX_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_MEMBER_BYTES", 8 << 30))
@@ -131,6 +133,10 @@ def write_bundle(out: Path, manifest: BundleManifest, members: dict[str, Path | 
                     _add_bytes(tf, name, src)
                 else:
                     tf.add(str(src), arcname=name, recursive=False)
+        # mkstemp creates 0600; a bundle is an ordinary user file, so honour the umask instead.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -208,6 +214,12 @@ class EngineBundle:
         import json
 
         return json.loads(self.read_bytes(LAYER_INFO)) if self.has(LAYER_INFO) else None
+
+    def raw_profile(self) -> Any:
+        """The engine's own per-layer timing dump, when the engine wrote one."""
+        import json
+
+        return json.loads(self.read_bytes(RAW_PROFILE)) if self.has(RAW_PROFILE) else None
 
     def outputs(self) -> dict[str, np.ndarray]:
         with np.load(io.BytesIO(self.read_bytes(OUTPUTS)), allow_pickle=False) as z:

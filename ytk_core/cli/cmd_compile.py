@@ -6,15 +6,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.table import Table
 
-from ..errors import NotImplementedYet
 from .embedded import app
 from .options import ArchOpt, EngineOpt, JsonOpt, PrecisionOpt
 
-
-def _later(cmd: str, issue: int, what: str) -> NotImplementedYet:
-    return NotImplementedYet(f"`ytk {cmd}` is not implemented yet ({what} lands with issue #{issue}); "
-                             "nothing was run and no file was written.")
+SIMULATED_NOTE = "SIMULATED: figures come from the engine backend's cost model, not from hardware"
 
 
 @app.command("compile")
@@ -26,11 +23,53 @@ def compile_(
     precision: PrecisionOpt = "fp16",
     custom_plugin: Annotated[Optional[list[Path]], typer.Option("--custom-plugin", help="plugin .so (repeatable)")] = None,
     iterations: Annotated[int, typer.Option("--iterations", help="benchmark iterations")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="iterations run before measuring")] = 3,
     engine: EngineOpt = None,
+    top: Annotated[int, typer.Option("--top", help="slowest layers to list")] = 5,
     json_: JsonOpt = False,
 ) -> None:
-    """Build an engine on the target, profile it, and write the engine bundle."""
-    from ..runtime import runtime
+    """Build an engine on the target, profile it, and write the engine bundle.
 
-    runtime().select("engine", engine)
-    raise _later("embedded compile", 5, "engine compile and bundles")
+    Every custom-op node of the ONNX must be served by one --custom-plugin .so, matched on
+    (namespace, name, version), input arity and dtypes before anything is built.
+    """
+    from ..runtime import emit_json
+    from ..stages.compile import run_compile
+
+    out = run_compile(arch, precision, onnx, npz, output, custom_plugin or [], iterations, warmup, engine)
+    if json_:
+        emit_json({"bundle": str(out.bundle), "manifest": out.manifest.model_dump(mode="json"),
+                   "totals": out.totals(), "plugin_nodes": out.plugin_nodes, "warnings": out.warnings,
+                   "engine_selection": out.engine_selection})
+        return
+    print_summary(out, top)
+
+
+def print_summary(out, top: int = 5) -> None:  # type: ignore[no-untyped-def]
+    """The short human summary of a compile (stdout)."""
+    from ..runtime import stdout
+
+    m, t = out.manifest, out.totals()
+    sim = " (SIMULATED)" if m.simulated else ""
+    stdout.print(f"wrote {out.bundle}  label {m.label!r}", highlight=False, markup=False)
+    stdout.print(f"engine   {m.engine_backend} {m.engine_version} on {m.device}, {m.precision}, {m.arch}",
+                 highlight=False, markup=False)
+    if m.simulated:
+        stdout.print(SIMULATED_NOTE, highlight=False, markup=False)
+    stdout.print(f"latency  median {t['median_ms']:.3f} ms  (min {t['min_ms']:.3f}, max {t['max_ms']:.3f} over "
+                 f"{t['iterations']} iterations){sim}", highlight=False, markup=False)
+    stdout.print(f"layers   {t['layers']} (per-layer medians sum to {t['layers_sum_ms']:.3f} ms; "
+                 f"{t['reformat_layers']} reformat layers){sim}", highlight=False, markup=False)
+    if out.plugin_nodes:
+        parts = [f"{name} x{len(nodes)}" for name, nodes in sorted(out.plugin_nodes.items())]
+        stdout.print(f"plugins  {len(out.plugin_nodes)} resolved: {', '.join(parts)}", highlight=False, markup=False)
+    if top > 0:
+        tab = Table(title=f"slowest layers{sim}", title_justify="left")
+        tab.add_column("ms", justify="right")
+        tab.add_column("%", justify="right")
+        tab.add_column("type")
+        tab.add_column("layer")
+        total = out.profile.total_ms or 1.0
+        for lay in sorted(out.profile.layers, key=lambda x: -x.median_ms)[:top]:
+            tab.add_row(f"{lay.median_ms:.3f}", f"{100 * lay.median_ms / total:.1f}", lay.type, lay.name)
+        stdout.print(tab)

@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import NotImplementedYet
 from .options import JsonOpt, KernelgenOpt
 
 app = typer.Typer(no_args_is_help=True)
@@ -17,9 +16,17 @@ app = typer.Typer(no_args_is_help=True)
 def export(
     model: Annotated[Path, typer.Argument(help="model.py with a Model class and get_fwd_args()")],
     output: Annotated[Path, typer.Option("-o", "--output", help=".pt2 to write")],
+    json_: JsonOpt = False,
 ) -> None:
     """Export a model.py as a torch.export program (.pt2) for a standalone kernel."""
-    raise NotImplementedYet("`ytk kernelgen export` lands with issue #5; nothing was run.")
+    from ..runtime import emit_json, stdout
+    from ..stages.kernelgen import run_kernelgen_export
+
+    out = run_kernelgen_export(model, output)
+    if json_:
+        emit_json({"pt2": str(out)})
+        return
+    stdout.print(f"wrote {out}", highlight=False, markup=False)
 
 
 @app.command("compile")
@@ -29,11 +36,23 @@ def compile_(
     output: Annotated[Path, typer.Option("-o", "--output", help="<Name>.module_source.py to write")],
     config: Annotated[Optional[list[str]], typer.Option("--config", help="key=value (repeatable); "
                                                         "deployment_target=tensorrt is required")] = None,
+    arch: Annotated[Optional[str], typer.Option("-a", "--arch", help="target arch spec (optional; "
+                                                "refines the GPU)")] = None,
+    precision: Annotated[str, typer.Option("-p", "--precision", help="engine precision the kernel is for")] = "fp16",
+    candidates: Annotated[Optional[Path], typer.Option(
+        "--candidates", help="candidates.json (default: in the .pt2's prepare dir)")] = None,
     kernelgen: KernelgenOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Generate a kernel for a carved region."""
-    raise NotImplementedYet("`ytk kernelgen compile` lands with issue #5; nothing was run.")
+    """Generate a kernel for a carved region, then check it against the region's contract."""
+    from ..runtime import emit_json, stdout
+    from ..stages.kernelgen import run_kernelgen_compile
+
+    out = run_kernelgen_compile(reference, gpu, output, config, kernelgen, arch, precision, candidates)
+    if json_:
+        emit_json(out.as_dict())
+        return
+    _print(out, stdout)
 
 
 @app.command("get")
@@ -44,4 +63,36 @@ def get(
     json_: JsonOpt = False,
 ) -> None:
     """Fetch a finished kernel generation job's result."""
-    raise NotImplementedYet("`ytk kernelgen get` lands with issue #5; nothing was run.")
+    from ..runtime import emit_json, stdout
+    from ..stages.kernelgen import run_kernelgen_get
+
+    out = run_kernelgen_get(job, output, kernelgen)
+    if json_:
+        emit_json(out.as_dict())
+        return
+    _print(out, stdout)
+
+
+def _print(out, stdout) -> None:  # type: ignore[no-untyped-def]
+    res = out.result
+    p = dict(highlight=False, markup=False)
+    stdout.print(f"job {res.job_id}: {res.status}  ({out.selection})", **p)
+    if res.status == "running":
+        stdout.print(f"still running; fetch it later with: ytk kernelgen get {res.job_id} -o <X>.module_source.py", **p)
+        return
+    stdout.print(f"source  {res.source}", **p)
+    if res.report:
+        stdout.print(f"report  {res.report}", **p)
+    r = out.report
+    if r is not None:
+        sim = "  SIMULATED" if r.simulated else ""
+        times = ", ".join(f"{t:.3f}" for t in (next((c.time_ms_per_site for c in r.candidates
+                                                     if c.variant == r.winner), []))) or "-"
+        stdout.print(f"kernel  winner {r.winner or '-'} of {len(r.candidates)} candidate(s), measured on "
+                     f"{r.measured_on}; ms/site {times}{sim}", **p)
+        stdout.print("        compare the ms/site with the region's TensorRT time per site (propose --verbose), "
+                     "not with the torch speedup", **p)
+    if out.contract is not None:
+        c = out.contract
+        what = f"region {out.candidate}" if out.candidate else "its own declarations (no region known)"
+        stdout.print(f"contract OK against {what}" + (f" ({len(c.warnings)} warning(s))" if c.warnings else ""), **p)

@@ -1,0 +1,211 @@
+"""Mock kernel generation: a contract-valid kernel source for a carved region, with no real kernel.
+
+What is real: the contract (inputs in the node's order with lifted weights, dtypes and formats for
+the engine precision, output shape expressions derived from the region's sites, extents, launcher
+symbol), so every check downstream runs on the same path as with a generated kernel. What is not:
+the CUDA body is a placeholder that is never run, and the kernel's performance is declared by the
+simulator (``perf.measured_on`` and ``report.json`` say SIMULATED).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from ytk_hookspecs import StageContext
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.models import (ArchSpec, Candidate, CandidateScore, KernelGenRequest, KernelGenResult,
+                                  KernelPerf, KernelReport, PluginMeta, TensorContract)
+
+from .cost_model import LAUNCH_MS, target_gpu
+
+#: Bandwidth fraction the simulator credits a generated kernel with, by region kind. A fused
+#: depthwise kernel streams its tile once; attention-like regions keep more intermediates.
+SIMULATED_FRACTION = {"depthwise": 0.75, "attention": 0.55, "other": 0.6}
+
+_GPU_SM = {"orin": 87, "h100": 90, "h200": 90, "a100": 80, "rtx3090": 86, "3090": 86, "a6000": 86,
+           "rtx4090": 89, "4090": 89, "l4": 89, "l40": 89}
+
+
+def report_path(output: Path) -> Path:
+    """``X.module_source.py`` -> ``X.report.json`` (one report per source, several sources per folder)."""
+    name = output.name
+    stem = name[: -len(".module_source.py")] if name.endswith(".module_source.py") else output.stem
+    return output.with_name(f"{stem}.report.json")
+
+
+def _sm(request: KernelGenRequest) -> int:
+    if request.arch:
+        try:
+            return ArchSpec.parse(request.arch).sm
+        except ValueError:
+            pass
+    key = request.gpu.lower().replace(" ", "").replace("-", "")
+    return next((sm for k, sm in _GPU_SM.items() if k in key), 87)
+
+
+def region_kind(cand: Candidate) -> str:
+    ops = " ".join(cand.op_inventory).lower()
+    if "matmul" in ops or "bmm" in ops:
+        return "attention"
+    if "conv" in ops:
+        return "depthwise"
+    return "other"
+
+
+def _expr_for_output(cand: Candidate, o: int, ax: int, act_idx: list[int]) -> str | None:
+    vals = [s.outputs[o].shape[ax] for s in cand.sites]
+    if not all(isinstance(v, int) for v in vals):
+        return None
+    # Prefer the same axis of an activation input, then any axis of one, then a constant.
+    order = [(i, ax) for i in act_idx] + [(i, a) for i in act_idx
+                                           for a in range(len(cand.sites[0].inputs[i].shape)) if a != ax]
+    for i, a in order:
+        if a < len(cand.sites[0].inputs[i].shape) and all(
+                len(s.inputs[i].shape) > a and s.inputs[i].shape[a] == v for s, v in zip(cand.sites, vals)):
+            return f"in{i}[{a}]"
+    if len(set(vals)) == 1:
+        return str(vals[0])
+    return None
+
+
+def make_meta(cand: Candidate, precision: str, sm: int, fraction: float) -> PluginMeta:
+    """The plugin contract for ``cand``; raises ValueError when an output extent is not expressible."""
+    act_dtype = "float16" if precision == "fp16" else "float32"
+    site0 = cand.sites[0]
+    act_idx = [i for i, r in enumerate(cand.input_roles) if r == "activation"]
+
+    def fmt(shape: list[int | str], act: bool) -> str:
+        return "kHWC8" if act and precision == "fp16" and len(shape) == 4 else "kLINEAR"
+
+    inputs = []
+    for i, (t, role) in enumerate(zip(site0.inputs, cand.input_roles)):
+        act = role == "activation"
+        dims = []
+        for ax, d in enumerate(t.shape):
+            same = all(len(s.inputs[i].shape) > ax and s.inputs[i].shape[ax] == d for s in cand.sites)
+            dims.append(str(d) if same and isinstance(d, int) else f"in{i}[{ax}]")
+        inputs.append(TensorContract(name=f"in{i}_{role}", dtype=act_dtype if act else "float32",
+                                     format=fmt(t.shape, act), role=role, shape=dims))  # type: ignore[arg-type]
+    outputs = []
+    for o, t in enumerate(site0.outputs):
+        dims = []
+        for ax in range(len(t.shape)):
+            e = _expr_for_output(cand, o, ax, act_idx)
+            if e is None:
+                raise ValueError(f"output {o} axis {ax} takes values {[s.outputs[o].shape[ax] for s in cand.sites]} "
+                                 "across the sites, which no input dim or constant expresses")
+            dims.append(e)
+        outputs.append(TensorContract(name=f"out{o}", dtype=act_dtype, format=fmt(t.shape, True), shape=dims))
+    first = site0.inputs[act_idx[0]] if act_idx else site0.inputs[0]
+    k = act_idx[0] if act_idx else 0
+    letters = "NCHW" if len(first.shape) == 4 else [f"D{a}" for a in range(len(first.shape))]
+    extents = {str(letters[a]): f"in{k}[{a}]" for a in range(len(first.shape))}
+    gpu = target_gpu(sm)
+    per_site = []
+    for s in cand.sites:
+        nbytes = 0.0
+        for t, c in zip((*s.inputs, *s.outputs), (*inputs, *outputs)):
+            n = 1
+            for d in t.shape:
+                n *= int(d) if isinstance(d, int) else 1
+            nbytes += n * (2 if c.dtype == "float16" else 4)
+        per_site.append(round(nbytes / (gpu.mem_bandwidth_gbs * 1e9 * fraction) * 1e3 + LAUNCH_MS, 6))
+    return PluginMeta(
+        plugin_name=cand.name, plugin_namespace=cand.namespace, plugin_version=cand.version,
+        deployment_target="tensorrt", inputs=inputs, outputs=outputs, accumulation="float32", extents=extents,
+        launcher=f"{cand.name}_launch", workspace=f"{cand.name}_workspace",
+        constraints=["SIMULATED: generated by the ytk mock kernel generator; the CUDA body is a placeholder"],
+        perf=KernelPerf(measured_on=f"SIMULATED {gpu.name} (mock kernelgen; nothing ran)",
+                        achieved_bandwidth_fraction=fraction, time_ms_per_site=per_site))
+
+
+def _cuda(meta: PluginMeta) -> tuple[str, str]:
+    sig = (f"int {meta.launcher}(const void* const* inputs, void* const* outputs, const int64_t* extents, "
+           "void* workspace, cudaStream_t stream)")
+    header = (f"// {meta.plugin_name}: launcher contract (see plugin_meta.yaml)\n#pragma once\n"
+              "#include <cstddef>\n#include <cstdint>\n#include <cuda_runtime.h>\n"
+              f"extern \"C\" {sig};\nextern \"C\" size_t {meta.workspace}(const int64_t* extents);\n")
+    source = (
+        "// SIMULATION PLACEHOLDER from the ytk mock kernel generator. This is not a kernel and it is\n"
+        "// never run on a GPU: the mock engine prices the plugin from plugin_meta.perf (declared, not\n"
+        "// measured) and computes its outputs from the region's reference program. A real engine refuses\n"
+        "// plugins built from it. Generate a real kernel with --kernelgen templates or gaia.\n"
+        f"#include \"{meta.plugin_name}.h\"\n\n"
+        f"extern \"C\" size_t {meta.workspace}(const int64_t* extents) {{ (void)extents; return 0; }}\n\n"
+        f"extern \"C\" {sig} {{\n"
+        "    (void)inputs; (void)outputs; (void)extents; (void)workspace; (void)stream;\n"
+        "    return 801;  // cudaErrorNotSupported: there is no kernel here\n}\n")
+    return header, source
+
+
+def _job_dir(ctx: StageContext, job_id: str) -> Path:
+    return Path(ctx.workdir) / "mock-kernelgen" / job_id
+
+
+def submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
+    cand = request.candidate
+    blob = json.dumps({"c": cand.model_dump(mode="json") if cand else None, "cfg": request.config,
+                       "p": request.precision, "g": request.gpu, "a": request.arch}, sort_keys=True)
+    job_id = "mock-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+    if cand is None:
+        return KernelGenResult(job_id=job_id, status="failed", message=(
+            "the mock kernel generator works from the region's candidates.json entry (written by "
+            "`ytk embedded prepare --plugin`), and none was found for this .pt2"))
+    if not cand.sites:
+        return KernelGenResult(job_id=job_id, status="failed", message=f"region {cand.name} has no sites")
+    try:
+        fraction = float(request.config.get("mock_bandwidth_fraction", SIMULATED_FRACTION[region_kind(cand)]))
+        if not 0 < fraction <= 1:
+            raise ValueError("mock_bandwidth_fraction must be in (0, 1]")
+    except ValueError as e:
+        return KernelGenResult(job_id=job_id, status="failed", message=f"bad --config: {e}")
+    sm = _sm(request)
+    with ctx.progress(f"mock kernelgen {cand.name} (simulated)"):
+        try:
+            meta = make_meta(cand, request.precision, sm, fraction)
+        except ValueError as e:
+            return KernelGenResult(job_id=job_id, status="failed",
+                                   message=f"region {cand.name}: the kernel contract cannot express it: {e}")
+        header, source = _cuda(meta)
+        src = KernelSource(header=header, source=source, meta=meta, generator="ytk-mock (SIMULATED placeholder)")
+        report = KernelReport(
+            plugin_name=cand.name, backend="mock", job_id=job_id, region_kind=region_kind(cand),
+            measured_on=meta.perf.measured_on if meta.perf else "SIMULATED", simulated=True,
+            error_budget="not applicable: nothing ran (the mock engine computes this region from its reference)",
+            candidates=[CandidateScore(variant="mock-placeholder", params={"bandwidth_fraction": fraction},
+                                       compiled=False, correct=None,
+                                       time_ms_per_site=meta.perf.time_ms_per_site if meta.perf else [])],
+            winner="mock-placeholder",
+            notes=["SIMULATED: per-site times are the simulator's declared figures from bytes moved at "
+                   f"{fraction:.0%} of {target_gpu(sm).name}'s bandwidth, not measurements"])
+        job = _job_dir(ctx, job_id)
+        src.write(job / "source.module_source.py")
+        report.write(job / "report.json")
+        out = Path(request.output)
+        src.write(out)
+        rep = report.write(report_path(out))
+    return KernelGenResult(job_id=job_id, status="done", source=out, report=rep,
+                           message="SIMULATED placeholder kernel (contract only)")
+
+
+def fetch(job_id: str, output: Path, ctx: StageContext) -> KernelGenResult | None:
+    job = _job_dir(ctx, job_id)
+    src = job / "source.module_source.py"
+    if not job_id.startswith("mock-") or not src.is_file():
+        return None
+    try:
+        KernelSource.read(src)
+    except KernelSourceError as e:
+        return KernelGenResult(job_id=job_id, status="failed", message=str(e))
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(out)
+    rep = report_path(out)
+    shutil.copyfile(job / "report.json", rep)
+    return KernelGenResult(job_id=job_id, status="done", source=out, report=rep,
+                           message="SIMULATED placeholder kernel (contract only)")

@@ -1,0 +1,130 @@
+"""Step 5, ``ytk embedded build-plugin``: rename in a copy, check the contract, build, check the .so.
+
+The generated source cost a kernel generation job, so it is never modified: ``--plugin-name``
+rewrites the name in a temporary copy, and that copy is what the builder gets. After the build,
+the .so's own self-description is read back and compared with what was asked for, so a plugin
+that would not resolve its node is caught here rather than at the engine compile.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.models import (BuildRequest, BuildResult, CandidatesFile, PluginDescription, sha256_file)
+from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
+
+from ..contracts import ContractReport, check_meta_against_candidate, check_source
+from ..errors import BackendError, UsageError, YtkError
+from ..runtime import runtime
+from .inputs import existing_file, parse_arch, parse_precision
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class BuildOutcome:
+    so_path: Path
+    sha256: str
+    description: PluginDescription
+    builder_selection: str
+    renamed_from: str | None
+    contract: ContractReport
+    log: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def custom_plugin_line(self) -> str:
+        return f"--custom-plugin {self.so_path}"
+
+
+def load_source(path: Path) -> KernelSource:
+    existing_file(path, "-s/--source", "Pass the <Name>.module_source.py written by `ytk kernelgen compile`.")
+    try:
+        return KernelSource.read(path)
+    except KernelSourceError as e:
+        raise UsageError(str(e)) from None
+
+
+def contract_of(src: KernelSource, origin: str, candidates: Path | None, precision: str | None) -> ContractReport:
+    """Intrinsic checks, plus the region's contract when its candidates.json is given."""
+    rep = check_source(src, origin)
+    if candidates is not None:
+        existing_file(candidates, "--candidates")
+        cf = CandidatesFile.read(candidates)
+        cand = next((c for c in cf.candidates if c.name == src.meta.plugin_name), None)
+        if cand is None:
+            raise UsageError(f"--candidates {candidates} has no region named {src.meta.plugin_name!r} (it has "
+                             f"{', '.join(c.name for c in cf.candidates) or 'none'}); --plugin-name must be the "
+                             "name the prepare --plugin selector put into the ONNX")
+        rep.extend(check_meta_against_candidate(src.meta, cand, precision or "fp16"))
+    elif precision is not None:
+        want = "float16" if precision == "fp16" else "float32"
+        for i, t in enumerate(src.meta.inputs):
+            if t.role == "activation" and t.dtype != want:
+                rep.error(f"precision: input {i} ({t.name}) is {t.dtype} but a {precision} engine feeds {want}")
+        for i, t in enumerate(src.meta.outputs):
+            if t.dtype != want:
+                rep.error(f"precision: output {i} ({t.name}) is {t.dtype} but a {precision} engine expects {want}")
+    return rep
+
+
+def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, builder: str | None = None,
+                     candidates: Path | None = None, precision: str | None = None) -> BuildOutcome:
+    """Build ``source`` into ``output`` reporting ``plugin_name``; returns the verified description."""
+    rt = runtime()
+    target = parse_arch(arch)
+    prec = parse_precision(precision) if precision else None
+    if not _NAME.match(plugin_name):
+        raise UsageError(f"--plugin-name {plugin_name!r} is not a valid plugin name (letters, digits and _, not "
+                         "starting with a digit); it must equal the <PluginName> of the prepare --plugin selector")
+    source = Path(source)
+    src = load_source(source)
+    renamed_from = src.meta.plugin_name if src.meta.plugin_name != plugin_name else None
+    copy = src.renamed(plugin_name)
+    rep = contract_of(copy, str(source), candidates, prec)
+    if not rep.ok:
+        raise YtkError(f"{source} breaks the plugin contract, so it was not built:\n  - " + "\n  - ".join(rep.errors))
+    for w in rep.warnings:
+        rt.log.warning(w)
+    sel = rt.select("builder", builder, target)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ytk-build-plugin-") as td:
+        staged = copy.write(Path(td) / f"{plugin_name}.module_source.py")
+        req = BuildRequest(source=staged, plugin_name=plugin_name, arch=target.spec, output=output.resolve())
+        res = rt.call(sel, "ytk_build_plugin", "build_plugin", Path(td), request=req)
+    if not isinstance(res, BuildResult):
+        raise BackendError(f"builder {sel.name!r} returned {type(res).__name__}, not a BuildResult")
+    so = Path(res.so_path)
+    problems = _verify_built(so, copy, target.sm)
+    if problems:
+        bad = so.with_name(so.name + ".rejected")
+        if so.exists():
+            shutil.move(str(so), bad)
+        raise BackendError(f"builder {sel.name!r} produced {so}, but its self-description does not match the "
+                           f"source (kept as {bad} for inspection):\n  - " + "\n  - ".join(problems))
+    desc = read_plugin_description(so)
+    return BuildOutcome(so_path=so, sha256=sha256_file(so), description=desc, builder_selection=sel.describe(),
+                        renamed_from=renamed_from, contract=rep, log=res.log, warnings=rep.warnings)
+
+
+def _verify_built(so: Path, src: KernelSource, sm: int) -> list[str]:
+    """Read the built .so back (any CPU architecture) and compare it with the contract it was built from."""
+    if not so.is_file():
+        return [f"{so} was not written"]
+    try:
+        d = read_plugin_description(so)
+    except PluginInfoError as e:
+        return [str(e)]
+    m = src.meta
+    want = {"name": m.plugin_name, "namespace": m.plugin_namespace, "version": m.plugin_version,
+            "num_inputs": len(m.inputs), "num_outputs": len(m.outputs), "launcher": m.launcher,
+            "input_dtypes": [t.dtype for t in m.inputs], "output_dtypes": [t.dtype for t in m.outputs],
+            "sm": sm}
+    return [f"{k}: the .so reports {getattr(d, k)!r}, the source declares {v!r}"
+            for k, v in want.items() if getattr(d, k) != v]

@@ -1,0 +1,179 @@
+"""Steps 1 and 6, ``ytk embedded compile``: check the plugins against the ONNX, build, profile, bundle.
+
+Every custom-op node is matched to a supplied plugin on (namespace, name, version), arity and
+dtypes, read from each .so's own self-description, before the engine backend is called: a
+mismatch found here costs nothing, the same mismatch found by the engine costs a compile.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ytk_hookspecs.models import (CompileRequest, CompileResult, PluginArtifact, ProfileRequest, ProfileResult,
+                                  sha256_file)
+from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
+
+from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE, RAW_PROFILE, BenchmarkRecord,
+                      BundleManifest, EngineBundle, BundlePlugin, LayerProfile, write_bundle)
+from ..contracts import PluginFile, custom_nodes, match_plugins
+from ..errors import BackendError, UsageError, YtkError
+from ..runtime import runtime
+from .inputs import bundle_label, existing_file, parse_arch, parse_precision
+
+
+@dataclass
+class CompileOutcome:
+    """What a compile produced: the bundle on disk and what went into it."""
+
+    bundle: Path
+    manifest: BundleManifest
+    profile: LayerProfile
+    benchmark: BenchmarkRecord
+    engine_selection: str
+    warnings: list[str] = field(default_factory=list)
+    plugin_nodes: dict[str, list[str]] = field(default_factory=dict)  # plugin name -> node names
+
+    def totals(self) -> dict[str, Any]:
+        it = self.benchmark.iterations_ms
+        return {
+            "iterations": len(it), "median_ms": statistics.median(it), "mean_ms": statistics.fmean(it),
+            "min_ms": min(it), "max_ms": max(it), "layers": len(self.profile.layers),
+            "layers_sum_ms": self.profile.total_ms,
+            "reformat_layers": sum(1 for lay in self.profile.layers if lay.name.startswith("Reformatting")),
+            "plugin_layers": sum(len(v) for v in self.plugin_nodes.values()), "simulated": self.manifest.simulated,
+        }
+
+
+def _read_plugins(paths: list[Path]) -> list[PluginFile]:
+    out = []
+    for p in paths:
+        existing_file(p, "--custom-plugin", "Build it with `ytk embedded build-plugin`.")
+        try:
+            out.append(PluginFile(Path(p), read_plugin_description(p)))
+        except PluginInfoError as e:
+            raise UsageError(f"--custom-plugin: {e}") from None
+    return out
+
+
+def _check_inputs(onnx: Path, npz: Path) -> None:
+    import onnx as onnx_lib
+
+    try:
+        model = onnx_lib.load(str(onnx), load_external_data=False)
+    except Exception as e:
+        raise UsageError(f"--onnx {onnx}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    inits = {t.name for t in model.graph.initializer}
+    wanted = [i.name for i in model.graph.input if i.name not in inits]
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            have = set(z.files)
+    except Exception as e:
+        raise UsageError(f"--npz {npz}: not a readable .npz ({type(e).__name__}: {e})") from None
+    missing = [w for w in wanted if w not in have]
+    if missing:
+        raise UsageError(f"--npz {npz} lacks input(s) {', '.join(missing)} of {onnx.name} (it has "
+                         f"{', '.join(sorted(have)) or 'nothing'}); use the npz prepare wrote beside this ONNX")
+
+
+def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
+                custom_plugins: list[Path] | None = None, iterations: int = 10, warmup: int = 3,
+                engine: str | None = None) -> CompileOutcome:
+    """Check, build, profile and write the engine bundle atomically; returns what was written."""
+    rt = runtime()
+    target = parse_arch(arch)
+    prec = parse_precision(precision)
+    if iterations < 1:
+        raise UsageError("--iterations must be at least 1")
+    sel = rt.select("engine", engine, target)
+    onnx = existing_file(onnx, "--onnx", "Run `ytk embedded prepare` first.")
+    npz = existing_file(npz, "--npz", "Run `ytk embedded prepare` first.")
+    output = Path(output)
+    label = bundle_label(output)
+    _check_inputs(onnx, npz)
+    plugins = _read_plugins(list(custom_plugins or []))
+    nodes = custom_nodes(onnx)
+    match = match_plugins(nodes, plugins, prec, sm=target.sm, simulated_engine=sel.backend.info.simulated)
+    if match.errors:
+        raise YtkError(f"{len(match.errors)} plugin problem(s) found before building the engine (nothing was "
+                       "compiled):\n  - " + "\n  - ".join(match.errors))
+    for w in match.warnings:
+        rt.log.warning(w)
+    plugin_nodes: dict[str, list[str]] = {}
+    for node_name, pf in match.matches.items():
+        plugin_nodes.setdefault(pf.description.name, []).append(node_name)
+    artifacts = [PluginArtifact(path=pf.path.resolve(), sha256=sha256_file(pf.path), description=pf.description)
+                 for pf in plugins]
+    workdir = output.parent / f".{output.name}.build-{rt.run_id}"
+    try:
+        req = CompileRequest(onnx=onnx.resolve(), npz=npz.resolve(), arch=target.spec, precision=prec,  # type: ignore[arg-type]
+                             plugins=artifacts, workdir=workdir.resolve())
+        cres = rt.call(sel, "ytk_engine_compile", "compile", workdir, request=req)
+        if not isinstance(cres, CompileResult):
+            raise BackendError(f"engine backend {sel.name!r} returned {type(cres).__name__} from compile, "
+                               "not a CompileResult")
+        pres = rt.call(sel, "ytk_engine_profile", "profile", workdir,
+                       request=ProfileRequest(compile=cres, request=req, iterations=iterations, warmup=warmup))
+        if not isinstance(pres, ProfileResult):
+            raise BackendError(f"engine backend {sel.name!r} returned {type(pres).__name__} from profile, "
+                               "not a ProfileResult")
+        _check_honest(sel.name, sel.backend.info.simulated, cres, pres, iterations)
+        _check_outputs(onnx, Path(pres.outputs), sel.name)
+        manifest = BundleManifest(
+            arch=target.spec, precision=prec, engine_backend=cres.backend, engine_version=cres.backend_version,
+            device=pres.device, simulated=pres.simulated, onnx=onnx.name, onnx_sha256=sha256_file(onnx),
+            npz_sha256=sha256_file(npz), label=label,
+            plugins=[BundlePlugin(name=a.description.name, namespace=a.description.namespace,
+                                  version=a.description.version, sha256=a.sha256, file=a.path.name,
+                                  engine_api=a.description.engine_api) for a in artifacts])
+        profile = LayerProfile(device=pres.device, simulated=pres.simulated, iterations=len(pres.iterations_ms),
+                               layers=pres.layers)
+        bench = BenchmarkRecord(device=pres.device, simulated=pres.simulated, warmup=warmup,
+                                iterations_ms=pres.iterations_ms)
+        members: dict[str, Path | bytes] = {ENGINE: Path(cres.engine),
+                                            PROFILE: profile.model_dump_json(indent=1).encode(),
+                                            BENCHMARK: bench.model_dump_json(indent=1).encode(),
+                                            OUTPUTS: Path(pres.outputs)}
+        for name, path in ((LAYER_INFO, cres.layer_info), (BUILD_LOG, cres.build_log), (RAW_PROFILE, pres.raw_profile)):
+            if path is not None and Path(path).is_file():
+                members[name] = Path(path)
+        with rt.context(None, "bundle").progress(f"writing {output}"):
+            write_bundle(output, manifest, members)
+        manifest = EngineBundle.open(output).manifest  # as written: with every member's sha256
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return CompileOutcome(bundle=output, manifest=manifest, profile=profile, benchmark=bench,
+                          engine_selection=sel.describe(), warnings=list(match.warnings), plugin_nodes=plugin_nodes)
+
+
+def _check_honest(name: str, declared_simulated: bool, cres: CompileResult, pres: ProfileResult,
+                  iterations: int) -> None:
+    """A backend that registered as simulated may never hand back figures that claim to be real."""
+    if declared_simulated and not (cres.simulated and pres.simulated):
+        raise BackendError(f"engine backend {name!r} registered as simulated but returned results marked real; "
+                           "refusing to write a bundle that would pass simulated figures off as measurements")
+    if not pres.layers:
+        raise BackendError(f"engine backend {name!r} returned no per-layer profile")
+    if len(pres.iterations_ms) != iterations or any(not (t > 0) for t in pres.iterations_ms):
+        raise BackendError(f"engine backend {name!r} returned {len(pres.iterations_ms)} benchmark iterations "
+                           f"(asked for {iterations}) or a non-positive latency")
+
+
+def _check_outputs(onnx: Path, outputs: Path, name: str) -> None:
+    import onnx as onnx_lib
+
+    want = [o.name for o in onnx_lib.load(str(onnx), load_external_data=False).graph.output]
+    try:
+        with np.load(io.BytesIO(outputs.read_bytes()), allow_pickle=False) as z:
+            have = set(z.files)
+    except Exception as e:
+        raise BackendError(f"engine backend {name!r} wrote unreadable outputs ({outputs}): {e}") from None
+    missing = [w for w in want if w not in have]
+    if missing:
+        raise BackendError(f"engine backend {name!r} returned no value for output(s) {', '.join(missing)}")

@@ -1,0 +1,82 @@
+"""The "torch host" row of verify: the prepared model.py timed on this machine, as torch runs it.
+
+The model and its input size come from ``prepare.json`` beside the reference, so the row times the
+same model at the same shapes the bundles were built from. It is this machine's figure (CPU or
+its own GPU), not the target's, and verify labels it with the device it ran on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..artifacts import PREPARE_MANIFEST, PrepareManifest
+from ..runtime import runtime
+
+
+@dataclass
+class HostTiming:
+    device: str
+    iterations_ms: list[float]
+    warmup: int
+    note: str = ""
+
+
+@contextlib.contextmanager
+def _env(overlay: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in overlay}
+    os.environ.update(overlay)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def find_prepare_manifest(reference: Path) -> Path | None:
+    p = Path(reference).resolve().parent / PREPARE_MANIFEST
+    return p if p.is_file() else None
+
+
+def time_torch_host(prepare_json: Path, iterations: int, warmup: int = 2) -> HostTiming:
+    """Time ``Model()(*get_fwd_args())`` of the prepared model.py on this machine."""
+    import hashlib
+
+    import torch
+
+    from ..frontend.loader import load_model
+
+    pm = PrepareManifest.read(prepare_json)
+    model_path = Path(pm.model)
+    note = ""
+    if model_path.is_file() and hashlib.sha256(model_path.read_bytes()).hexdigest() != pm.model_sha256:
+        note = f"{model_path} changed since prepare; the torch host row times the current file"
+    ctx = runtime().context(None, "verify")
+    with _env(pm.env), ctx.progress(f"loading {model_path.name} for the torch host row"):
+        lm = load_model(model_path)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = lm.model.to(device)
+    args = tuple(a.to(device) for a in lm.args)
+    times: list[float] = []
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    with torch.inference_mode(), ctx.progress(f"timing torch on {device}", total=warmup + iterations) as task:
+        for i in range(warmup + iterations):
+            sync()
+            t0 = time.perf_counter()
+            model(*args)
+            sync()
+            if i >= warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+            task.advance()
+    return HostTiming(device=device, iterations_ms=times, warmup=warmup, note=note)

@@ -1,0 +1,185 @@
+"""Step 4, ``ytk kernelgen``: generate a kernel for a carved region (compile), fetch it (get), and
+export a model.py for a standalone kernel (export).
+
+``compile`` refuses to start without ``deployment_target=tensorrt`` (a kernel generated for a torch
+extension cannot become an engine plugin, and a job is not cheap), passes the region's
+``candidates.json`` entry to the generator, and checks what comes back against that region before
+anyone spends a build on it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.models import Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport
+from ytk_hookspecs.models.base import ArtifactError
+
+from ..contracts import ContractReport, check_meta_against_candidate, check_source
+from ..errors import BackendError, UsageError, YtkError
+from ..runtime import runtime
+from .inputs import existing_file, parse_arch, parse_config, parse_precision
+
+DEPLOYMENT_TARGET_REQUIRED = (
+    "kernelgen compile needs --config deployment_target=tensorrt. It tells the generator the kernel is destined "
+    "for a TensorRT plugin rather than a standalone torch extension, which is what makes the emitted bundle "
+    "something build-plugin can turn into a .so. Without it the job would produce a kernel you cannot plug in, "
+    "and generation is not cheap, so nothing was started.")
+
+
+def cache_dir() -> Path:
+    """Where kernel generation jobs keep their state between ``compile`` and ``get``."""
+    env = os.environ.get("YTK_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ytk"
+
+
+@dataclass
+class KernelgenOutcome:
+    result: KernelGenResult
+    selection: str
+    candidate: str | None
+    contract: ContractReport | None = None
+    report: KernelReport | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"job_id": self.result.job_id, "status": self.result.status,
+                "source": str(self.result.source) if self.result.source else None,
+                "report": str(self.result.report) if self.result.report else None,
+                "message": self.result.message, "kernelgen_selection": self.selection, "candidate": self.candidate,
+                "contract": self.contract.as_dict() if self.contract else None,
+                "kernel_report": self.report.model_dump(mode="json") if self.report else None,
+                "warnings": self.warnings}
+
+
+def find_candidate(reference: Path, candidates: Path | None) -> tuple[Candidate | None, Path | None]:
+    """The region a ``.pt2`` was carved from, from the prepare dir's candidates.json."""
+    path = candidates or reference.resolve().parent.parent / "candidates.json"
+    if not path.is_file():
+        if candidates is not None:
+            raise UsageError(f"--candidates {candidates} does not exist")
+        return None, None
+    try:
+        cf = CandidatesFile.read(path)
+    except ArtifactError as e:
+        raise UsageError(str(e)) from None
+    prep = path.parent
+    for c in cf.candidates:
+        if c.files.pt2 and (prep / c.files.pt2).resolve() == reference.resolve():
+            return c, prep
+    by_name = next((c for c in cf.candidates if c.name == reference.name.split(".")[0]), None)
+    return by_name, prep
+
+
+def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[str] | dict[str, str] | None,
+                          kernelgen: str | None = None, arch: str | None = None, precision: str = "fp16",
+                          candidates: Path | None = None) -> KernelgenOutcome:
+    """Submit a kernel generation job for the region of ``reference`` and check what comes back."""
+    cfg = dict(config) if isinstance(config, dict) else parse_config(config)
+    if cfg.get("deployment_target") != "tensorrt":
+        got = cfg.get("deployment_target")
+        raise UsageError(DEPLOYMENT_TARGET_REQUIRED + (f" (got deployment_target={got})" if got else ""))
+    rt = runtime()
+    prec = parse_precision(precision)
+    target = parse_arch(arch) if arch else None
+    reference = existing_file(reference, "-r/--reference",
+                              "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
+    cand, prep = find_candidate(reference, candidates)
+    warnings: list[str] = []
+    if cand is None:
+        warnings.append(f"no candidates.json entry for {reference} (looked in {reference.resolve().parent.parent}); "
+                        "the result cannot be checked against an ONNX node (arity, shapes)")
+        rt.log.warning(warnings[-1])
+    sel = rt.select("kernelgen", kernelgen, target)
+    req = KernelGenRequest(reference=reference.resolve(), gpu=gpu, config=cfg, output=Path(output).resolve(),
+                           candidate=cand, prepare_dir=prep, arch=target.spec if target else None,
+                           precision=prec, plugin_name=cand.name if cand else None)  # type: ignore[arg-type]
+    res = rt.call(sel, "ytk_kernelgen_submit", "kernelgen", cache_dir() / "kernelgen", request=req)
+    if not isinstance(res, KernelGenResult):
+        raise BackendError(f"kernelgen backend {sel.name!r} returned {type(res).__name__}, not a KernelGenResult")
+    out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name if cand else None,
+                           warnings=warnings)
+    if res.status == "failed":
+        raise BackendError(f"kernel generation failed (job {res.job_id}, backend {sel.name}): {res.message}")
+    if res.status == "done":
+        _check_result(out, Path(output), cand, prec)
+    return out
+
+
+def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, precision: str) -> None:
+    res = out.result
+    src_path = Path(res.source or output)
+    try:
+        src = KernelSource.read(src_path)
+    except KernelSourceError as e:
+        raise BackendError(f"job {res.job_id} finished but its source is not a valid kernel source bundle: {e}") from None
+    rep = check_source(src, str(src_path))
+    if cand is not None:
+        rep.extend(check_meta_against_candidate(src.meta, cand, precision))
+    out.contract = rep
+    if res.report and Path(res.report).is_file():
+        try:
+            out.report = KernelReport.read(res.report)
+        except ArtifactError as e:
+            out.warnings.append(f"report.json unreadable: {e}")
+    for w in rep.warnings:
+        out.warnings.append(w)
+        runtime().log.warning(w)
+    if not rep.ok:
+        rejected = src_path.with_name(src_path.name + ".rejected")
+        shutil.move(str(src_path), rejected)
+        raise YtkError(f"job {res.job_id} produced a kernel that breaks its region's contract; do not build it. "
+                       f"Moved to {rejected} (kept: it cost a job):\n  - " + "\n  - ".join(rep.errors))
+
+
+def run_kernelgen_get(job_id: str, output: Path, kernelgen: str | None = None) -> KernelgenOutcome:
+    """Fetch a job's source bundle; checks it on its own (the region is not known here)."""
+    rt = runtime()
+    sel = rt.select("kernelgen", kernelgen)
+    res = rt.call(sel, "ytk_kernelgen_fetch", "kernelgen", cache_dir() / "kernelgen", job_id=job_id,
+                  output=Path(output).resolve())
+    if res is None:
+        raise UsageError(f"kernelgen backend {sel.name!r} does not know job {job_id!r}")
+    out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=None)
+    if res.status == "failed":
+        raise BackendError(f"job {job_id} failed: {res.message}")
+    if res.status == "done":
+        _check_result(out, Path(output), None, "fp16")
+    return out
+
+
+def run_kernelgen_export(model: Path, output: Path) -> Path:
+    """torch.export a model.py (``Model`` + ``get_fwd_args``) to a .pt2 for a standalone kernel."""
+    import tempfile
+
+    import torch
+
+    from ..frontend.loader import load_model
+
+    rt = runtime()
+    with rt.context(None, "export").progress(f"loading {model}"):
+        lm = load_model(Path(model))
+    with rt.context(None, "export").progress(f"torch.export {model}"):
+        try:
+            ep = torch.export.export(lm.model, lm.args, strict=False)
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            raise UsageError(f"torch.export of {model} failed: {type(e).__name__}: {first}. kernelgen needs a "
+                             "model torch.export can trace (no data-dependent Python control flow).") from None
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    os.close(fd)
+    try:
+        torch.export.save(ep, tmp)
+        os.replace(tmp, output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return output

@@ -1,0 +1,160 @@
+"""Step 7, ``ytk embedded verify``: line several engine bundles up, and score their numerics.
+
+Engine-agnostic: everything comes out of the bundles (benchmark iterations, per-layer profile,
+outputs for model.npz, whether the figures are simulated), so a TensorRT bundle, a torch-engine
+bundle and a simulated one sit in the same table, each labelled for what it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned
+
+from ..bundle import EngineBundle
+from ..errors import UsageError
+from .host_timing import HostTiming, find_prepare_manifest, time_torch_host
+from .inputs import existing_file
+from .numerics import OutputNumerics, compare, tolerance_for
+
+
+class LatencyRow(BaseModel):
+    """One row of the benchmark table (all times in ms)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    implementation: str
+    label: str
+    kind: str = Field(description="bundle or torch-host")
+    bundle: str | None = None
+    engine: str = ""
+    precision: str = ""
+    device: str
+    simulated: bool
+    iterations: int
+    min_ms: float
+    mean_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+class Speedup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    baseline: str
+    implementation: str
+    baseline_p50_ms: float
+    p50_ms: float
+    speedup: float
+    simulated: bool
+
+
+class BundleLayers(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    implementation: str
+    total_ms: float
+    simulated: bool
+    layers: list[LayerTime]
+
+
+class VerifyReport(Versioned):
+    """What verify measured and scored; ``--json`` prints it, autoloop keeps it."""
+
+    reference: str
+    rows: list[LatencyRow]
+    speedups: list[Speedup]
+    numerics: list[OutputNumerics]
+    layers: list[BundleLayers]
+    passed: bool
+    host_note: str = ""
+
+    def failures(self) -> list[OutputNumerics]:
+        return [n for n in self.numerics if not n.passed]
+
+
+def latency_row(implementation: str, label: str, kind: str, device: str, simulated: bool, times: list[float],
+                **extra: object) -> LatencyRow:
+    a = np.asarray(times, dtype=np.float64)
+    return LatencyRow(implementation=implementation, label=label, kind=kind, device=device, simulated=simulated,
+                      iterations=int(a.size), min_ms=float(a.min()), mean_ms=float(a.mean()),
+                      p50_ms=float(np.percentile(a, 50)), p95_ms=float(np.percentile(a, 95)),
+                      p99_ms=float(np.percentile(a, 99)), max_ms=float(a.max()), **extra)  # type: ignore[arg-type]
+
+
+def _labels(bundles: list[EngineBundle]) -> list[str]:
+    """Each bundle's label; bundles sharing one get their folder name prefixed to tell them apart."""
+    base = [b.manifest.label or b.path.name for b in bundles]
+    return [f"{b.path.resolve().parent.name}/{lab}" if base.count(lab) > 1 else lab for b, lab in zip(bundles, base)]
+
+
+def load_reference(reference: Path) -> dict[str, np.ndarray]:
+    existing_file(reference, "reference", "Pass the model.reference.npz written by `ytk embedded prepare`.")
+    try:
+        with np.load(reference, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception as e:
+        raise UsageError(f"reference {reference}: not a readable .npz ({type(e).__name__}: {e})") from None
+
+
+def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
+               max_rel_err: float | None = None, min_cosine: float | None = None,
+               layers_top: int = 10) -> VerifyReport:
+    """Benchmark rows, speedups, per-layer tops and numerics for ``bundle_paths`` against ``reference``."""
+    if not bundle_paths:
+        raise UsageError("verify needs at least one engine bundle (.tgz from `ytk embedded compile`)")
+    ref = load_reference(Path(reference))
+    bundles = []
+    for p in bundle_paths:
+        try:
+            bundles.append(EngineBundle.open(p))
+        except ArtifactError as e:
+            raise UsageError(str(e)) from None
+    rows: list[LatencyRow] = []
+    host_note = ""
+    if not no_host:
+        if host_iterations < 1:
+            raise UsageError("--host-iterations must be at least 1 (or pass --no-host)")
+        pj = find_prepare_manifest(Path(reference))
+        if pj is None:
+            host_note = (f"no prepare.json beside {reference}: the torch host row was skipped (it times the "
+                         "prepared model.py on this machine)")
+        else:
+            ht: HostTiming = time_torch_host(pj, host_iterations)
+            host_note = ht.note
+            rows.append(latency_row(f"torch host ({ht.device})", f"torch host ({ht.device})", "torch-host",
+                                    ht.device, False, ht.iterations_ms, engine="torch (eager)"))
+    numerics: list[OutputNumerics] = []
+    layer_tops: list[BundleLayers] = []
+    bundle_rows: list[LatencyRow] = []
+    for b, label in zip(bundles, _labels(bundles)):
+        m = b.manifest
+        impl = f"{label} (simulated)" if m.simulated else label
+        bench = b.benchmark
+        if not bench.iterations_ms:
+            raise UsageError(f"{b.path}: its benchmark holds no iterations")
+        row = latency_row(impl, label, "bundle", m.device, m.simulated, bench.iterations_ms, bundle=str(b.path),
+                          engine=f"{m.engine_backend} {m.engine_version}", precision=m.precision)
+        bundle_rows.append(row)
+        prof = b.profile
+        layer_tops.append(BundleLayers(implementation=impl, total_ms=prof.total_ms, simulated=m.simulated,
+                                       layers=sorted(prof.layers, key=lambda x: -x.median_ms)[:max(0, layers_top)]))
+        outs = b.outputs()
+        tol = tolerance_for(m.precision, max_rel_err, min_cosine)
+        for name, r in ref.items():
+            numerics.append(compare(impl, name, outs.get(name), r, tol))
+    rows.extend(bundle_rows)
+    speedups = []
+    if len(bundle_rows) > 1:
+        base = bundle_rows[0]
+        for r in bundle_rows[1:]:
+            speedups.append(Speedup(baseline=base.implementation, implementation=r.implementation,
+                                    baseline_p50_ms=base.p50_ms, p50_ms=r.p50_ms, speedup=base.p50_ms / r.p50_ms,
+                                    simulated=base.simulated or r.simulated))
+    return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
+                        layers=layer_tops, passed=all(n.passed for n in numerics), host_note=host_note)
