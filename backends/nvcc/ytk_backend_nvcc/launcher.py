@@ -39,7 +39,9 @@ _TORCH_DTYPES = {"float16": "float16", "float32": "float32", "int32": "int32", "
 class LauncherLibrary:
     """A plugin .so loaded with ctypes: its self-description, its contract and its launcher."""
 
-    def __init__(self, so_path: str | Path) -> None:
+    def __init__(self, so_path: str | Path, *, launcher: str | None = None, workspace: str | None = None) -> None:
+        """Load ``so_path``; ``launcher``/``workspace`` bind other exported symbols of the same ABI
+        than the contract names (a kernel generator's library of variants uses this)."""
         self.path = Path(so_path)
         try:
             self.description: PluginDescription = read_plugin_description(self.path)
@@ -56,12 +58,14 @@ class LauncherLibrary:
             self._lib = ctypes.CDLL(str(self.path.resolve()), mode=ctypes.RTLD_LOCAL)
         except OSError as e:
             raise StageError(f"{self.path}: cannot load plugin {self.description.name!r}: {e}") from None
-        self._launch = self._symbol(self.meta.launcher)
+        self.launcher_symbol = launcher or self.meta.launcher
+        self._launch = self._symbol(self.launcher_symbol)
         self._launch.argtypes = [ctypes.c_void_p] * 5
         self._launch.restype = ctypes.c_int
         self._workspace = None
-        if self.meta.workspace:
-            self._workspace = self._symbol(self.meta.workspace)
+        ws_symbol = workspace or self.meta.workspace
+        if ws_symbol:
+            self._workspace = self._symbol(ws_symbol)
             self._workspace.argtypes = [ctypes.c_void_p]
             self._workspace.restype = ctypes.c_size_t
         self._err = getattr(self._lib, ERROR_STRING_SYMBOL, None)
@@ -122,7 +126,7 @@ class LauncherLibrary:
         rc = self._launch(ctypes.cast(ins, ctypes.c_void_p), ctypes.cast(outs, ctypes.c_void_p),
                           ctypes.cast(ext, ctypes.c_void_p), workspace_ptr or None, stream_handle or None)
         if rc != 0:
-            raise StageError(f"plugin {self.name!r} ({self.path}): launcher {self.meta.launcher} returned "
+            raise StageError(f"plugin {self.name!r} ({self.path}): launcher {self.launcher_symbol} returned "
                              f"cudaError {rc} ({self.error_string(rc)}) for extents {list(extents)}")
 
 

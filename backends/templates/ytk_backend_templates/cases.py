@@ -1,0 +1,197 @@
+"""Test cases for scoring: inputs per site shape and distribution, fp32 references, error budgets.
+
+Every case draws fresh inputs from a seeded generator (never zeros, which hide unwritten outputs),
+quantises activations to fp16 exactly as the engine will feed them, and computes the reference by
+running the region's own ``.pt2`` in fp32 on those same values with TF32 off. The per-element
+tolerance is
+
+    |out - ref| <= 2^-10 * |ref|  +  2^-15 * L * S  +  2^-24
+
+where S bounds the magnitude of the terms summed for that element (depthwise: sum |w||x| + |b|;
+LiteMLA: the attention-weighted mean of |v|), and L bounds the activation's slope. The first term
+is two fp16 roundings of the output, the second covers fp32 accumulation in a different order than
+the reference (kernel and reference both), the third fp16 subnormals. A wrong tap, weight, channel
+or group shows up as an error of the order of S itself, thousands of times over budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .regions import ACT_LIPSCHITZ, DwConvRegion, LiteMLARegion, Region, SiteShape
+
+ERROR_BUDGET = ("per element |out - ref| <= 2^-10*|ref| + 2^-15*L*S + 2^-24, ref = the region's .pt2 in fp32 "
+                "(TF32 off) on the same fp16-quantised inputs, S = sum of |terms| accumulated into that element "
+                "(depthwise: sum|w||x| + |b|; LiteMLA: attention-weighted mean of |v|), L = activation slope bound; "
+                "outputs must also be finite and fully written")
+
+DISTRIBUTIONS = (("normal", 0), ("normal", 1), ("large", 2), ("offset", 3))
+
+
+@dataclass
+class Case:
+    shape_index: int
+    dist: str
+    seed: int
+    kernel_inputs: list[Any]   # torch tensors in the kernel's layout (fp16 channels_last / fp32 contiguous)
+    ref: Any                   # fp32 NCHW reference output
+    tol: Any                   # fp32 per-element tolerance
+
+    @property
+    def label(self) -> str:
+        return f"shape{self.shape_index}/{self.dist}/seed{self.seed}"
+
+
+def _gen(seed: int):  # type: ignore[no-untyped-def]
+    import torch
+
+    g = torch.Generator(device="cpu")
+    g.manual_seed(1_000_003 * seed + 17)
+    return g
+
+
+def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int) -> list[Any]:
+    """fp32 logical (NCHW) inputs for one case, on the CPU, activations already fp16-representable."""
+    import torch
+
+    g = _gen(seed)
+    shapes = site.inputs
+    if isinstance(region, DwConvRegion):
+        x_shape, w_shape = shapes[0], shapes[1]
+        x = torch.randn(x_shape, generator=g)
+        if dist == "large":
+            x = x * 300.0
+        elif dist == "offset":
+            x = x * 0.5 + 3.0
+        w = torch.randn(w_shape, generator=g) / region.k
+        ins = [x.half().float(), w]
+        if region.has_bias:
+            ins.append(torch.randn(shapes[2], generator=g))
+        return ins
+    assert isinstance(region, LiteMLARegion)
+    ins = []
+    for shp in shapes:
+        t = torch.randn(shp, generator=g)
+        if dist == "large":
+            t = t * 100.0
+        elif dist == "offset":
+            # Half of the pixels get an all-negative q (ReLU makes it zero): out must be exactly 0 there.
+            t = t + 0.5
+            d = region.dim
+            n, c, h, w = t.shape
+            grp = t.view(n, c // (3 * d), 3 * d, h * w)
+            mask = torch.rand(n, 1, 1, h * w, generator=g) < 0.5
+            grp[:, :, :d, :] = torch.where(mask, -grp[:, :, :d, :].abs() - 0.1, grp[:, :, :d, :])
+        ins.append(t.half().float())
+    return ins
+
+
+def reference_and_tolerance(region: Region, module: Any, inputs: list[Any], device: Any) -> tuple[Any, Any]:
+    """fp32 reference output of the region's module and the per-element tolerance (both on device)."""
+    import torch
+    import torch.nn.functional as F
+
+    prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            dev_in = [t.to(device) for t in inputs]
+            ref = _first(module(*dev_in)).float()
+            if isinstance(region, DwConvRegion):
+                b = dev_in[2].abs() if region.has_bias else None
+                s = F.conv2d(dev_in[0].abs(), dev_in[1].abs(), b, region.stride, region.pad, 1, dev_in[0].shape[1])
+                lip = ACT_LIPSCHITZ[region.act]
+            else:
+                abs_in = [_abs_v(t, region.dim) for t in dev_in]
+                s = _first(module(*abs_in)).float()
+                lip = 1.0
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+    tol = ref.abs() * 2.0 ** -10 + s * (lip * 2.0 ** -15) + 2.0 ** -24
+    return ref, tol
+
+
+def _abs_v(t: Any, d: int) -> Any:
+    n, c, h, w = t.shape
+    out = t.clone()
+    grp = out.view(n, c // (3 * d), 3 * d, h, w)
+    grp[:, :, 2 * d:] = grp[:, :, 2 * d:].abs()
+    return out
+
+
+def _first(out: Any) -> Any:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def to_kernel_layout(region: Region, inputs: list[Any], device: Any) -> list[Any]:
+    """Inputs as the engine feeds them: activations fp16 channels_last, weights/bias fp32 contiguous."""
+    import torch
+
+    out = []
+    for i, t in enumerate(inputs):
+        weight = isinstance(region, DwConvRegion) and i > 0
+        if weight:
+            out.append(t.to(device=device, dtype=torch.float32).contiguous())
+        else:
+            out.append(t.to(device=device, dtype=torch.float16).contiguous(memory_format=torch.channels_last))
+    return out
+
+
+def captured_inputs(io_npz: Path | None, site_shapes: list[SiteShape]) -> dict[int, list[Any]]:
+    """Inputs captured at the real sites (``siteK.inJ`` in ``<Name>.io.npz``), by shape index."""
+    import torch
+
+    if io_npz is None or not Path(io_npz).is_file():
+        return {}
+    out: dict[int, list[Any]] = {}
+    with np.load(io_npz) as z:
+        sites = sorted({k.split(".")[0] for k in z.files if k.startswith("site")})
+        for s in sites:
+            ins = []
+            j = 0
+            while f"{s}.in{j}" in z.files:
+                ins.append(torch.from_numpy(np.asarray(z[f"{s}.in{j}"], dtype=np.float32)))
+                j += 1
+            key = tuple(tuple(t.shape) for t in ins)
+            for idx, sh in enumerate(site_shapes):
+                if sh.inputs == key and idx not in out:
+                    out[idx] = ins
+    return out
+
+
+def build_cases(region: Region, module: Any, shapes: list[SiteShape], device: Any,
+                io_npz: Path | None = None) -> list[Case]:
+    """Every (shape, distribution, seed) case, plus one on captured site inputs where available."""
+    cases: list[Case] = []
+    captured = captured_inputs(io_npz, shapes)
+    for si, site in enumerate(shapes):
+        plans: list[tuple[str, int, list[Any]]] = [(d, s, logical_inputs(region, site, d, s)) for d, s in DISTRIBUTIONS]
+        if si in captured:
+            act = [t.half().float() if not (isinstance(region, DwConvRegion) and i > 0) else t
+                   for i, t in enumerate(captured[si])]
+            plans.append(("captured", -1, act))
+        for dist, seed, ins in plans:
+            ref, tol = reference_and_tolerance(region, module, ins, device)
+            cases.append(Case(si, dist, seed, to_kernel_layout(region, ins, device), ref, tol))
+    return cases
+
+
+def timing_inputs(region: Region, site: SiteShape, index: int, device: Any) -> list[Any]:
+    """Random inputs in kernel layout, made on the device (one rotation set of a timing run)."""
+    import torch
+
+    g = torch.Generator(device=device)
+    g.manual_seed(7919 * index + 5)
+    out = []
+    for i, shp in enumerate(site.inputs):
+        if isinstance(region, DwConvRegion) and i > 0:
+            out.append(torch.randn(shp, generator=g, device=device, dtype=torch.float32))
+        else:
+            t = torch.randn(shp, generator=g, device=device, dtype=torch.float16)
+            out.append(t.contiguous(memory_format=torch.channels_last))
+    return out

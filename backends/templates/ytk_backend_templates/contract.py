@@ -1,0 +1,101 @@
+"""The kernel contract (plugin_meta) each region kind's kernel honours, and its physical floor.
+
+Activations are fp16 kHWC8 (memory NHWC, channels a multiple of 8) with fp32 accumulation;
+lifted weights and biases stay fp32 kLINEAR. Shapes are logical NCHW expressions over the
+launcher's extents, which are evaluated from the runtime input dims.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ytk_hookspecs.models import Candidate, PluginMeta, TensorContract
+
+from .regions import DwConvRegion, LiteMLARegion, Region, SiteShape
+
+
+def launcher_symbols(plugin_name: str) -> tuple[str, str]:
+    safe = re.sub(r"[^A-Za-z0-9_]", "_", plugin_name)
+    return f"ytk_launch_{safe}", f"ytk_workspace_{safe}"
+
+
+def _names(candidate: Candidate | None, n_in: int, defaults: list[str], out_default: str) -> tuple[list[str], str]:
+    ins = list(defaults)
+    out = out_default
+    if candidate is not None and candidate.sites:
+        s = candidate.sites[0]
+        if len(s.inputs) == n_in:
+            ins = [t.name for t in s.inputs]
+        if s.outputs:
+            out = s.outputs[0].name
+    return ins, out
+
+
+def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", version: str = "1",
+                candidate: Candidate | None = None, deployment_target: str = "tensorrt") -> PluginMeta:
+    """The contract of the kernel generated for ``region`` (perf is filled in after scoring)."""
+    launcher, workspace = launcher_symbols(plugin_name)
+    if isinstance(region, DwConvRegion):
+        k, s, p = region.k, region.stride, region.pad
+        n_in = 3 if region.has_bias else 2
+        (x, w, *rest), y = _names(candidate, n_in, ["x", "weight", "bias"][:n_in], "y")
+        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"]),
+                  TensorContract(name=w, dtype="float32", format="kLINEAR", role="weight",
+                                 shape=["C", "1", str(k), str(k)])]
+        if region.has_bias:
+            inputs.append(TensorContract(name=rest[0], dtype="float32", format="kLINEAR", role="bias", shape=["C"]))
+        extents = {"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]",
+                   "HO": f"(H + {2 * p} - {k})//{s} + 1", "WO": f"(W + {2 * p} - {k})//{s} + 1"}
+        constraints = ["C % 8 == 0"] + ([f"C == {region.channels}"] if region.channels else [])
+        outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "C", "HO", "WO"])]
+        return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
+                          deployment_target=deployment_target, inputs=inputs, outputs=outputs,
+                          accumulation="float32", extents=extents, launcher=launcher, workspace=None,
+                          constraints=constraints)
+    assert isinstance(region, LiteMLARegion)
+    d = region.dim
+    if region.joined:
+        (qkv, agg), y = _names(candidate, 2, ["qkv", "agg"], "y")
+        inputs = [TensorContract(name=n, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"])
+                  for n in (qkv, agg)]
+        out_c = "(2*C)//3"
+        constraints = [f"C % {3 * d} == 0"]
+    else:
+        (x,), y = _names(candidate, 1, ["qkv_agg"], "y")
+        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"])]
+        out_c = "C//3"
+        constraints = [f"C % {3 * d} == 0", "C % 8 == 0"]
+    if region.channels:
+        constraints.append(f"C == {region.channels}")
+    outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", out_c, "H", "W"])]
+    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
+                      deployment_target=deployment_target, inputs=inputs, outputs=outputs, accumulation="float32",
+                      extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]"},
+                      launcher=launcher, workspace=workspace, constraints=constraints)
+
+
+def output_shape(region: Region, site: SiteShape) -> tuple[int, ...]:
+    x = site.inputs[0]
+    if isinstance(region, DwConvRegion):
+        ho, wo = region.out_hw(x[2], x[3])
+        return (x[0], x[1], ho, wo)
+    c_total = x[1] * (2 if region.joined else 1)
+    return (x[0], c_total // 3, x[2], x[3])
+
+
+def bytes_moved(region: Region, site: SiteShape) -> int:
+    """The fewest bytes a kernel must move: each input read once, each output written once.
+
+    Activations count at fp16, weights and biases at fp32, as the contract declares them.
+    """
+    def numel(s: tuple[int, ...]) -> int:
+        n = 1
+        for d in s:
+            n *= d
+        return n
+
+    total = numel(output_shape(region, site)) * 2
+    for i, shp in enumerate(site.inputs):
+        weight = isinstance(region, DwConvRegion) and i > 0
+        total += numel(shp) * (4 if weight else 2)
+    return total

@@ -1,0 +1,97 @@
+"""CUDA text shared by every template: includes, vector (un)packing, cp.async, activations.
+
+Every variant lives in its own C++ namespace, so a scoring library can hold all variants of a
+region in one translation unit (one nvcc run) and the winner can be emitted alone unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PRELUDE = r"""
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+#include <cstddef>
+
+namespace ytk_tpl {
+
+// 8 halves <-> 8 floats; 16-byte aligned vectors.
+__device__ __forceinline__ void unpack(const uint4& r, float* f) {
+  const __half2* h = reinterpret_cast<const __half2*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { const float2 t = __half22float2(h[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
+}
+__device__ __forceinline__ void unpack(const uint2& r, float* f) {
+  const __half2* h = reinterpret_cast<const __half2*>(&r);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) { const float2 t = __half22float2(h[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
+}
+__device__ __forceinline__ uint4 pack8(const float* f) {
+  uint4 r; __half2* h = reinterpret_cast<__half2*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+  return r;
+}
+__device__ __forceinline__ uint2 pack4(const float* f) {
+  uint2 r; __half2* h = reinterpret_cast<__half2*>(&r);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+  return r;
+}
+
+template <int V> struct HVec;
+template <> struct HVec<8> { using T = uint4; };
+template <> struct HVec<4> { using T = uint2; };
+
+// Asynchronous global->shared copy; when !valid nothing is read and the bytes are zero-filled
+// (that is how out-of-image taps become the convolution's zero padding).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? BYTES : 0;
+  if (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(gmem), "r"(n));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" :: "r"(s), "l"(gmem), "n"(BYTES), "r"(n));
+  }
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+}  // namespace ytk_tpl
+"""
+
+#: Device code of each activation on a float ``v`` (fp32, matching torch's definitions).
+ACTIVATION_CODE = {
+    "none": "return v;",
+    "relu": "return fmaxf(v, 0.f);",
+    "relu6": "return fminf(fmaxf(v, 0.f), 6.f);",
+    "hardswish": "return v * fminf(fmaxf(v + 3.f, 0.f), 6.f) * (1.f / 6.f);",
+    "silu": "return v / (1.f + __expf(-v));",
+    "gelu": "return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));",
+    "gelu_tanh": "return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));",
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One emitted kernel variant: its name, tuning parameters and CUDA text (in a namespace)."""
+
+    name: str
+    params: dict[str, int | str] = field(hash=False)
+    body: str = field(hash=False, repr=False)
+    launcher: str = ""
+    workspace: str | None = None
+
+
+def header(launcher: str, workspace: str | None) -> str:
+    """The CUDA header of a bundle: the extern "C" ABI of the kernel contract."""
+    ws = (f'extern "C" size_t {workspace}(const int64_t* extents);\n' if workspace else "")
+    return ("#pragma once\n#include <cuda_runtime.h>\n#include <cstdint>\n#include <cstddef>\n"
+            f'extern "C" int {launcher}(const void* const* inputs, void* const* outputs, '
+            "const int64_t* extents, void* workspace, cudaStream_t stream);\n" + ws)
+
+
+def float_literal(x: float) -> str:
+    """An exact C float literal for ``x`` (repr round-trips the double; the f suffix rounds once)."""
+    return f"{float(x)!r}f"

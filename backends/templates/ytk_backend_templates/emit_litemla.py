@@ -1,0 +1,219 @@
+"""CUDA template for EfficientViT's LiteMLA ReLU linear attention on NHWC fp16 (kHWC8).
+
+Two passes, each reading its inputs once: pass 1 reads k and v of every pixel and writes, per
+(batch, group, pixel chunk), the partial sums kv = sum_n relu(k_n)^T [v_n, 1] in fp32 into the
+workspace; pass 2 sums a group's partials in a fixed order (so repeated runs are bit-identical;
+no atomics), then reads q and writes out_n = (relu(q_n) kv)[:d] / ((relu(q_n) kv)[d] + eps) in
+fp32. The denominator is formed in fp32, so eps = 1e-15 is not flushed to zero as it would be in
+fp16, and a pixel whose q is all zero yields exactly 0 (0 / eps), never NaN.
+
+Group g of the joined 6C channels is channels [3d*g, 3d*g + 3d) of ``qkv`` for g < G/2 and of
+``agg`` after that (for the pre-joined form both halves are in one tensor); q, k, v are its three
+d-channel thirds; out channels [d*g, d*g + d).
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from .emit_common import Variant, float_literal
+from .regions import LiteMLARegion
+
+KV_SLOTS = 4  # quarters of the d rows of kv each pass-1 thread owns (d / KV_SLOTS rows)
+
+_KERNEL = r"""
+namespace @NS@ {
+constexpr int D = @D@;                 // head dim
+constexpr int GS = 3 * D;              // channels per group (q, k, v)
+constexpr int DP = D + 1;              // kv columns (v and the ones column)
+constexpr int KVN = D * DP;            // kv entries per group
+constexpr int ROWS = D / 4;            // kv rows per pass-1 thread (4 threads per pixel)
+constexpr int P1_WARPS = @P1_WARPS@;   // pass-1 warps per block, one group each
+constexpr int NCHUNK = @NCHUNK@;       // pixel chunks per (batch, group) in pass 1
+constexpr int P2_THREADS = @P2_THREADS@;
+constexpr int PPT = @PPT@;             // pixels per pass-2 thread (kv loads shared between them)
+constexpr int P2_PIX = @P2_PIX@;       // pixels per pass-2 block
+constexpr int KVS = (DP + 3) / 4 * 4;  // padded kv row stride in shared memory (16-byte rows)
+constexpr bool JOINED = @JOINED@;
+
+__device__ __forceinline__ const __half* group_base(const __half* a, const __half* b, int g, int half_groups) {
+  return (g < half_groups ? a : b) + (size_t)GS * (g < half_groups ? g : g - half_groups);
+}
+
+// Pass 1: one warp = one group; lanes = 4 kv-row quarters x 8 pixel lanes.
+__global__ void __launch_bounds__(P1_WARPS * 32)
+kv_partial(const __half* __restrict__ a, const __half* __restrict__ b, int64_t pix_stride, int half_groups,
+           int G, int npix, int chunk_pix, float* __restrict__ partial) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = blockIdx.y * P1_WARPS + warp;
+  const int n = blockIdx.z, chunk = blockIdx.x;
+  if (g >= G) return;
+  const int quarter = lane & 3, pl = lane >> 2;
+  const __half* src = group_base(a, b, g, half_groups) + (size_t)n * npix * pix_stride;
+  float acc[ROWS][DP];
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+    for (int j = 0; j < DP; ++j) acc[i][j] = 0.f;
+  const int p_end = min(npix, (chunk + 1) * chunk_pix);
+#pragma unroll @P1_UNROLL@
+  for (int p = chunk * chunk_pix + pl; p < p_end; p += 8) {
+    const __half* px = src + (size_t)p * pix_stride;
+    float k[ROWS], v[D];
+    if (ROWS == 4) {
+      ytk_tpl::unpack(*reinterpret_cast<const uint2*>(px + D + ROWS * quarter), k);
+    } else {
+#pragma unroll
+      for (int i = 0; i < ROWS; i += 4) ytk_tpl::unpack(*reinterpret_cast<const uint2*>(px + D + ROWS * quarter + i), k + i);
+    }
+#pragma unroll
+    for (int j = 0; j < D; j += 8) ytk_tpl::unpack(*reinterpret_cast<const uint4*>(px + 2 * D + j), v + j);
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      const float ki = fmaxf(k[i], 0.f);
+#pragma unroll
+      for (int j = 0; j < D; ++j) acc[i][j] = fmaf(ki, v[j], acc[i][j]);
+      acc[i][D] += ki;
+    }
+  }
+  // Fixed-order butterfly over the 8 pixel lanes: deterministic, no atomics.
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1)
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+      for (int j = 0; j < DP; ++j) acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], off);
+  if (pl == 0) {
+    float* dst = partial + (((size_t)n * G + g) * NCHUNK + chunk) * KVN + (size_t)quarter * ROWS * DP;
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+      for (int j = 0; j < DP; ++j) dst[i * DP + j] = acc[i][j];
+  }
+}
+
+// Pass 2: a block = P2_PIX pixels of one (batch, group); lanes = pixels, kv broadcast from smem.
+__global__ void __launch_bounds__(P2_THREADS)
+apply(const __half* __restrict__ a, const __half* __restrict__ b, int64_t pix_stride, int half_groups, int G,
+      int npix, const float* __restrict__ partial, __half* __restrict__ out, int64_t out_stride) {
+  __shared__ __align__(16) float kv[D * KVS];
+  const int g = blockIdx.y, n = blockIdx.z;
+  for (int e = threadIdx.x; e < KVN; e += P2_THREADS) {
+    const float* pp = partial + ((size_t)n * G + g) * NCHUNK * KVN + e;
+    float s = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < NCHUNK; ++c) s += pp[(size_t)c * KVN];
+    kv[(e / DP) * KVS + e % DP] = s;
+  }
+  __syncthreads();
+  const __half* src = group_base(a, b, g, half_groups) + (size_t)n * npix * pix_stride;
+  __half* dst = out + (size_t)n * npix * out_stride + (size_t)D * g;
+  const int p_begin = blockIdx.x * P2_PIX, p_end = min(npix, p_begin + P2_PIX);
+  for (int p0 = p_begin + threadIdx.x; p0 < p_end; p0 += P2_THREADS * PPT) {
+    float q[PPT][D], o[PPT][KVS];
+#pragma unroll
+    for (int t = 0; t < PPT; ++t) {
+      const int p = p0 + t * P2_THREADS;
+#pragma unroll
+      for (int j = 0; j < KVS; ++j) o[t][j] = 0.f;
+      if (p < p_end) {
+#pragma unroll
+        for (int j = 0; j < D; j += 8) ytk_tpl::unpack(*reinterpret_cast<const uint4*>(src + (size_t)p * pix_stride + j), q[t] + j);
+      } else {
+#pragma unroll
+        for (int j = 0; j < D; ++j) q[t][j] = 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < D; ++j) q[t][j] = fmaxf(q[t][j], 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < D; ++i) {
+#pragma unroll
+      for (int j4 = 0; j4 < KVS; j4 += 4) {
+        const float4 w = *reinterpret_cast<const float4*>(&kv[i * KVS + j4]);
+#pragma unroll
+        for (int t = 0; t < PPT; ++t) {
+          o[t][j4] = fmaf(q[t][i], w.x, o[t][j4]);
+          if (j4 + 1 < DP) o[t][j4 + 1] = fmaf(q[t][i], w.y, o[t][j4 + 1]);
+          if (j4 + 2 < DP) o[t][j4 + 2] = fmaf(q[t][i], w.z, o[t][j4 + 2]);
+          if (j4 + 3 < DP) o[t][j4 + 3] = fmaf(q[t][i], w.w, o[t][j4 + 3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < PPT; ++t) {
+      const int p = p0 + t * P2_THREADS;
+      if (p < p_end) {
+        const float den = o[t][D] + @EPS@;   // fp32: eps survives, 0 / eps = 0
+        float r[D];
+#pragma unroll
+        for (int j = 0; j < D; ++j) r[j] = o[t][j] / den;
+#pragma unroll
+        for (int j = 0; j < D; j += 8) *reinterpret_cast<uint4*>(dst + (size_t)p * out_stride + j) = ytk_tpl::pack8(r + j);
+      }
+    }
+  }
+}
+
+// extents: N, C (channels of each input), H, W. Workspace: pass-1 partial sums.
+size_t workspace_bytes(const int64_t* e) {
+  const int64_t G = JOINED ? 2 * e[1] / GS : e[1] / GS;
+  return (size_t)(e[0] * G * NCHUNK * KVN) * sizeof(float);
+}
+
+int launch(const void* const* inputs, void* const* outputs, const int64_t* e, void* ws, cudaStream_t stream) {
+  const int64_t N = e[0], C = e[1], H = e[2], W = e[3];
+  const int64_t CT = JOINED ? 2 * C : C;  // joined channels
+  if (C <= 0 || CT % GS != 0 || (JOINED && C % GS != 0) || C % 8 != 0) return (int)cudaErrorInvalidValue;
+  const int64_t G = CT / GS, npix = H * W;
+  if (N == 0 || npix == 0) return 0;
+  if (ws == nullptr || npix > INT32_MAX || N > 65535 || G > 65535) return (int)cudaErrorInvalidValue;
+  const __half* a = static_cast<const __half*>(inputs[0]);
+  const __half* b = JOINED ? static_cast<const __half*>(inputs[1]) : a;
+  const int half_groups = JOINED ? (int)(G / 2) : (int)G;
+  const int chunk_pix = (int)((npix + NCHUNK - 1) / NCHUNK);
+  float* partial = static_cast<float*>(ws);
+  const dim3 g1(NCHUNK, (unsigned)((G + P1_WARPS - 1) / P1_WARPS), (unsigned)N);
+  kv_partial<<<g1, P1_WARPS * 32, 0, stream>>>(a, b, C, half_groups, (int)G, (int)npix, chunk_pix, partial);
+  const dim3 g2((unsigned)((npix + P2_PIX - 1) / P2_PIX), (unsigned)G, (unsigned)N);
+  apply<<<g2, P2_THREADS, 0, stream>>>(a, b, C, half_groups, (int)G, (int)npix, partial,
+                                       static_cast<__half*>(outputs[0]), CT / 3);
+  return (int)cudaGetLastError();
+}
+}  // namespace @NS@
+
+extern "C" int @SYM@(const void* const* inputs, void* const* outputs, const int64_t* extents,
+                     void* workspace, cudaStream_t stream) {
+  return @NS@::launch(inputs, outputs, extents, workspace, stream);
+}
+extern "C" size_t @WSYM@(const int64_t* extents) { return @NS@::workspace_bytes(extents); }
+"""
+
+
+def variant_space(r: LiteMLARegion) -> list[dict[str, int | str]]:
+    """Pass-1 chunking and block size, pass-2 block size and pixels per thread."""
+    out: list[dict[str, int | str]] = []
+    for nchunk, p1w, p2t, ppt, p2pix in product((8, 16, 32), (4, 8), (128, 256), (1, 2), (1024, 2048)):
+        if p2pix < p2t * ppt:
+            continue
+        if p1w == 8 and nchunk == 32:
+            continue
+        out.append(dict(nchunk=nchunk, p1_warps=p1w, p2_threads=p2t, ppt=ppt, p2_pix=p2pix, p1_unroll=2))
+    return out
+
+
+def variant_name(p: dict[str, int | str]) -> str:
+    return f"ch{p['nchunk']}_w{p['p1_warps']}_t{p['p2_threads']}_ppt{p['ppt']}_px{p['p2_pix']}"
+
+
+def emit(r: LiteMLARegion, p: dict[str, int | str], ns: str, launcher: str, workspace: str) -> Variant:
+    if r.dim % 8 or r.dim % 4:
+        raise ValueError(f"head dim {r.dim} is not a multiple of 8")
+    subs = {"NS": ns, "D": r.dim, "P1_WARPS": p["p1_warps"], "NCHUNK": p["nchunk"], "P2_THREADS": p["p2_threads"],
+            "PPT": p["ppt"], "P2_PIX": p["p2_pix"], "P1_UNROLL": p["p1_unroll"],
+            "JOINED": "true" if r.joined else "false", "EPS": float_literal(r.eps), "SYM": launcher,
+            "WSYM": workspace}
+    text = _KERNEL
+    for k, v in subs.items():
+        text = text.replace(f"@{k}@", str(v))
+    return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher, workspace=workspace)

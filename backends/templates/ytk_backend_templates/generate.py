@@ -1,0 +1,181 @@
+"""One kernel generation job: recognise, emit variants, build, score, write the winner + report.
+
+Each job works in its own directory ``<workdir>/templates/<job_id>/`` so that several jobs (the
+autoloop runs candidates concurrently) never share scratch files; only the build cache is shared,
+and it is written atomically.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ytk_hookspecs.errors import StageError, UnsupportedRegion
+from ytk_hookspecs.kernel_source import KernelSource
+from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelPerf,
+                                  KernelReport)
+from ytk_hookspecs.models.base import ArtifactError
+
+from .build import build_variants, cache_dir, compile_cached, winner_source
+from .contract import plugin_meta
+from .regions import Region
+from .variants import region_variants
+
+BACKEND = "templates"
+
+
+def report_path(output: Path) -> Path:
+    name = output.name
+    stem = name[: -len(".module_source.py")] if name.endswith(".module_source.py") else Path(name).stem
+    return output.with_name(f"{stem}.report.json")
+
+
+def find_candidate(request: KernelGenRequest) -> Candidate | None:
+    """The candidates.json entry of the region: given, or looked up beside the .pt2."""
+    if request.candidate is not None:
+        return request.candidate
+    ref = Path(request.reference).resolve()
+    roots = [Path(request.prepare_dir)] if request.prepare_dir else []
+    roots += [ref.parent.parent, ref.parent]
+    for root in roots:
+        f = root / "candidates.json"
+        if not f.is_file():
+            continue
+        try:
+            cf = CandidatesFile.read(f)
+        except ArtifactError:
+            continue
+        for c in cf.candidates:
+            if (c.files.pt2 and (root / c.files.pt2).resolve() == ref) or c.name == request.plugin_name:
+                return c
+    return None
+
+
+def _failed(job_id: str, message: str, report: Path | None = None) -> KernelGenResult:
+    return KernelGenResult(job_id=job_id, status="failed", message=message, report=report)
+
+
+def generate(request: KernelGenRequest, ctx: Any) -> KernelGenResult:
+    """Run one job to completion (see module doc); recognition failures are a ``failed`` result."""
+    from .gpu import require_gpu
+    from .recognise import load_graph, recognise, site_shape_indices, site_shapes
+
+    t0 = time.perf_counter()
+    target = request.config.get("deployment_target")
+    if target not in ("tensorrt", "torch"):
+        raise StageError("kernelgen needs --config deployment_target=tensorrt (or =torch): it decides that the "
+                         "kernel is emitted as a plugin launcher with a plugin_meta contract; nothing was run.")
+    candidate = find_candidate(request)
+    name = request.plugin_name or (candidate.name if candidate else None) or Path(request.reference).name.split(".")[0]
+    job_id = f"{BACKEND}-{name}-{uuid.uuid4().hex[:8]}"
+    if request.precision != "fp16":
+        return _failed(job_id, f"the templates generator emits fp16 kHWC8 kernels with fp32 accumulation; "
+                               f"precision {request.precision} is not supported")
+    with ctx.progress(f"{name}: reading the region", total=1) as task:
+        try:
+            graph = load_graph(Path(request.reference))
+            region = recognise(graph, candidate)
+            shapes = site_shapes(graph, candidate)
+        except UnsupportedRegion as e:
+            return _failed(job_id, f"templates do not recognise region {name}: {e}")
+        task.advance()
+    ctx.log.info("region recognised", plugin=name, region=region.describe(), shapes=len(shapes))
+    gpu = require_gpu(request.gpu, request.arch)
+    arch = gpu.arch()
+    jobdir = Path(ctx.workdir) / "templates" / job_id
+    jobdir.mkdir(parents=True, exist_ok=True)
+    meta = plugin_meta(region, name, candidate.namespace if candidate else "yasp",
+                       candidate.version if candidate else "1", candidate, deployment_target=target)
+    limit = int(request.config.get("max_variants", "0")) or None
+    variants = region_variants(region, limit)
+    with ctx.progress(f"{name}: building {len(variants)} variants (nvcc, sm_{arch.sm})", total=len(variants)) as task:
+        built = build_variants(variants, meta, arch, jobdir / "build", cache=cache_dir(Path(ctx.workdir)),
+                               progress=task)
+    return _score_and_write(request, ctx, job_id, jobdir, name, region, shapes, site_shape_indices(candidate, shapes),
+                            meta, variants, built, gpu, arch, graph_pt2=Path(request.reference), t0=t0,
+                            candidate=candidate)
+
+
+def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: Path, name: str, region: Region,
+                     shapes: list, site_index: list[int], meta: Any, variants: list, built: Any, gpu: Any,
+                     arch: ArchSpec, graph_pt2: Path, t0: float, candidate: Candidate | None) -> KernelGenResult:
+    import torch
+
+    from .cases import ERROR_BUDGET, build_cases
+    from .scoring import pick_winner, score_variants, torch_times
+    from .timing import copy_bandwidth_gbs
+
+    device = torch.device("cuda", gpu.index)
+    module = torch.export.load(str(graph_pt2)).module().to(device)
+    io_npz = None
+    if candidate is not None and candidate.files.io_npz:
+        root = Path(request.prepare_dir) if request.prepare_dir else graph_pt2.parent.parent
+        io_npz = root / candidate.files.io_npz
+    with ctx.progress(f"{name}: references ({len(shapes)} shapes)", total=1) as task:
+        cases = build_cases(region, module, shapes, device, io_npz)
+        copy_gbs = copy_bandwidth_gbs(device)
+        task.advance()
+    ctx.log.info("copy bandwidth", gbs=round(copy_gbs, 1), cases=len(cases))
+    with ctx.progress(f"{name}: scoring {len(variants)} variants on {gpu.name}", total=len(variants)) as task:
+        scored = score_variants(variants, built, region, shapes, cases, device, copy_gbs, gpu.l2_bytes, site_index,
+                                progress=task, log=ctx.log)
+    with ctx.progress(f"{name}: timing the torch ops of the region", total=1) as task:
+        half_module = torch.export.load(str(graph_pt2)).module().to(device)
+        torch_shape_ms = torch_times(half_module, region, shapes, device, gpu.l2_bytes)
+        task.advance()
+    del cases
+    winner = pick_winner(scored)
+    report = KernelReport(
+        plugin_name=name, backend=BACKEND, job_id=job_id, region_kind=region.describe(), measured_on=gpu.name,
+        simulated=False, error_budget=ERROR_BUDGET, candidates=[s.score for s in scored],
+        winner=winner.variant.name if winner else None,
+        torch_ms_per_site=[torch_shape_ms[i] for i in site_index],
+        floor_ms_per_site=winner.score.floor_ms_per_site if winner else [],
+        notes=[f"copy bandwidth measured in-process: {copy_gbs:.0f} GB/s (bytes read + written)",
+               f"{len(variants)} variants, {sum(1 for s in scored if s.score.correct)} correct; "
+               f"timed as CUDA-graph replays over rotating input sets >= 3x L2",
+               f"scored for sm_{arch.sm} with nvcc on {arch.cpu_arch}"])
+    rpath = report_path(Path(request.output))
+    if winner is None:
+        report.write(rpath)
+        reasons = "; ".join(f"{s.variant.name}: {s.score.rejected}" for s in scored[:3])
+        return _failed(job_id, f"no variant of {name} passed the harness ({reasons})", rpath)
+    header, source = winner_source(winner.variant, meta)
+    frac = min(1.0, winner.score.fraction_of_floor or 1e-9)
+    final_meta = meta.model_copy(update={"perf": KernelPerf(
+        measured_on=gpu.name, achieved_bandwidth_fraction=max(frac, 1e-9),
+        time_ms_per_site=winner.score.time_ms_per_site)})
+    src = KernelSource(header=header, source=source, meta=final_meta, generator=f"ytk-templates {winner.variant.name}")
+    _check_final_builds(src, arch, jobdir)
+    src.write(Path(request.output))
+    report.notes.append(f"winner {winner.variant.name}: {sum(winner.score.time_ms_per_site):.4f} ms over "
+                        f"{len(site_index)} site(s), {frac:.0%} of the floor; job took {time.perf_counter() - t0:.0f} s")
+    report.write(rpath)
+    res = KernelGenResult(job_id=job_id, status="done", source=Path(request.output), report=rpath,
+                          message=f"{winner.variant.name}: {frac:.0%} of the memory floor, "
+                                  f"{sum(report.torch_ms_per_site) / sum(winner.score.time_ms_per_site):.1f}x torch")
+    res.write(jobdir / "result.json")
+    return res
+
+
+def _check_final_builds(src: KernelSource, arch: ArchSpec, jobdir: Path) -> None:
+    """The bundle must compile exactly as build-plugin compiles it, before it is handed out."""
+    from ytk_backend_nvcc.builder import describe, translation_unit
+
+    desc = describe(src, arch, "0" * 64, builder="ytk-templates (check)")
+    compile_cached(translation_unit(src, desc), jobdir / "winner_check.so", arch, None)
+
+
+def fetch(job_id: str, output: Path, ctx: Any) -> KernelGenResult | None:
+    """A finished job's result; its bundle copied to ``output`` when that is another path."""
+    jobdir = Path(ctx.workdir) / "templates" / job_id
+    f = jobdir / "result.json"
+    if not f.is_file():
+        return None
+    res = KernelGenResult.read(f)
+    if res.status == "done" and res.source and output and Path(output).resolve() != Path(res.source).resolve():
+        KernelSource.read(res.source).write(Path(output))
+        res = res.model_copy(update={"source": Path(output)})
+    return res

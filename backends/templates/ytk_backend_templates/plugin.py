@@ -1,0 +1,51 @@
+"""Registers the ``templates`` backend: local kernel generation, scored on the local GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ytk_hookspecs import StageContext, hookimpl
+from ytk_hookspecs.models import Availability, BackendInfo, KernelGenRequest, KernelGenResult
+
+from . import __version__
+
+NAME = "templates"
+
+
+def probe() -> Availability:
+    """Available with a CUDA GPU to score on and nvcc to build with."""
+    from ytk_backend_nvcc.toolchain import find_nvcc
+
+    from .gpu import local_gpu
+
+    if find_nvcc() is None:
+        return Availability(available=False, reason="nvcc not found (needed to build kernel variants)")
+    gpu = local_gpu()
+    if gpu is None:
+        return Availability(available=False, reason="no CUDA device to score kernels on")
+    return Availability(available=True, reason=f"scores kernels on the local {gpu.name} (sm_{gpu.sm})",
+                        details={"gpu": gpu.name, "sm": str(gpu.sm)})
+
+
+@hookimpl
+def ytk_register_backend(register):  # type: ignore[no-untyped-def]
+    register(BackendInfo(name=NAME, roles=["kernelgen"], version=__version__,
+                         description="CUDA templates for recognised regions (depthwise conv, LiteMLA), autotuned "
+                                     "and checked on the local GPU",
+                         auto_priority={"kernelgen": 20}), probe)
+
+
+@hookimpl
+def ytk_kernelgen_submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
+    from .generate import generate
+
+    return generate(request, ctx)
+
+
+@hookimpl
+def ytk_kernelgen_fetch(job_id: str, output, ctx: StageContext):  # type: ignore[no-untyped-def]
+    if not str(job_id).startswith(f"{NAME}-"):
+        return None
+    from .generate import fetch
+
+    return fetch(job_id, Path(output) if output else None, ctx)

@@ -1,0 +1,312 @@
+"""Recognising a carved region from its ``torch.export`` graph and its candidates.json entry.
+
+Recognition reads the graph structurally (op targets, constant arguments, fake-tensor shapes) and
+either returns a :class:`~.regions.Region` or raises :class:`UnsupportedRegion` naming what did
+not fit. It never guesses from names: a region is only what its graph computes. The harness then
+checks the generated kernel numerically against the same ``.pt2``, so a mis-recognition cannot
+turn into a wrong kernel.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ytk_hookspecs.errors import UnsupportedRegion
+from ytk_hookspecs.models import Candidate
+
+from .regions import DwConvRegion, LiteMLARegion, Region, SiteShape
+
+_CONV = {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"}
+_IDENTITY = {"aten.clone.default", "aten.alias.default", "aten.contiguous.default", "aten.detach.default",
+             "aten.lift_fresh_copy.default", "aten.dropout.default"}
+_ACT_SIMPLE = {
+    "aten.relu.default": "relu", "aten.relu_.default": "relu",
+    "aten.hardswish.default": "hardswish", "aten.hardswish_.default": "hardswish",
+    "aten.silu.default": "silu", "aten.silu_.default": "silu",
+    "aten.relu6.default": "relu6",
+}
+_CLAMPS = {"aten.hardtanh.default", "aten.hardtanh_.default", "aten.clamp.default", "aten.clamp_.default"}
+_MATMUL = {"aten.matmul.default", "aten.bmm.default", "aten.mm.default", "aten.einsum.default"}
+
+
+@dataclass
+class OpNode:
+    name: str
+    target: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    shape: tuple[int, ...] | None
+    users: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RegionGraph:
+    """The parts of an exported program recognition needs, torch-free once built."""
+
+    inputs: list[str]
+    input_shapes: list[tuple[int, ...]]
+    baked: list[str]
+    ops: list[OpNode]
+    outputs: list[str]
+
+    def by_name(self) -> dict[str, OpNode]:
+        return {o.name: o for o in self.ops}
+
+    def inventory(self) -> Counter[str]:
+        return Counter(o.target for o in self.ops)
+
+
+def load_graph(pt2: Path) -> RegionGraph:
+    """Read ``pt2`` with ``torch.export.load`` and flatten its graph into a :class:`RegionGraph`."""
+    import torch
+
+    try:
+        ep = torch.export.load(str(pt2))
+    except Exception as e:  # torch raises many types for a bad archive
+        raise UnsupportedRegion(f"{pt2}: cannot read the region as a torch.export program: {e}") from None
+    user = list(ep.graph_signature.user_inputs)
+
+    def conv(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return a.name
+        if isinstance(a, (list, tuple)):
+            return [conv(x) for x in a]
+        return a
+
+    ops: list[OpNode] = []
+    shapes: dict[str, tuple[int, ...]] = {}
+    baked: list[str] = []
+    outputs: list[str] = []
+    for n in ep.graph.nodes:
+        val = n.meta.get("val")
+        shp = tuple(int(d) for d in val.shape) if hasattr(val, "shape") else None
+        if n.op == "placeholder":
+            if shp is not None:
+                shapes[n.name] = shp
+            if n.name not in user and len(n.users) > 0:
+                baked.append(n.name)
+        elif n.op == "call_function":
+            ops.append(OpNode(n.name, str(n.target), conv(list(n.args)), {k: conv(v) for k, v in n.kwargs.items()},
+                              shp, [u.name for u in n.users]))
+        elif n.op == "output":
+            outs = n.args[0]
+            outputs = [conv(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+    return RegionGraph(inputs=user, input_shapes=[shapes.get(u, ()) for u in user], baked=baked, ops=ops,
+                       outputs=outputs)
+
+
+# -- depthwise convolution -------------------------------------------------------------------------
+def _pair(v: Any, default: int) -> tuple[int, int]:
+    if v is None:
+        return default, default
+    if isinstance(v, (list, tuple)):
+        return (int(v[0]), int(v[-1])) if v else (default, default)
+    return int(v), int(v)
+
+
+def _conv_args(op: OpNode) -> dict[str, Any]:
+    a = op.args + [None] * 10
+    if op.target == "aten.conv2d.default":
+        names = ["input", "weight", "bias", "stride", "padding", "dilation", "groups"]
+        d = dict(zip(names, a))
+        d.update(op.kwargs)
+        d["transposed"] = False
+    else:
+        names = ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"]
+        d = dict(zip(names, a))
+        d.update(op.kwargs)
+    return d
+
+
+def _activation(op: OpNode) -> str | None:
+    if op.target in _ACT_SIMPLE:
+        return _ACT_SIMPLE[op.target]
+    if op.target in ("aten.gelu.default", "aten.gelu_.default"):
+        approx = op.kwargs.get("approximate", op.args[1] if len(op.args) > 1 else "none")
+        return "gelu_tanh" if approx == "tanh" else "gelu"
+    if op.target in _CLAMPS:
+        lo = op.args[1] if len(op.args) > 1 else op.kwargs.get("min_val", op.kwargs.get("min"))
+        hi = op.args[2] if len(op.args) > 2 else op.kwargs.get("max_val", op.kwargs.get("max"))
+        if lo is not None and hi is not None and float(lo) == 0.0 and float(hi) == 6.0:
+            return "relu6"
+        if lo is not None and float(lo) == 0.0 and hi is None:
+            return "relu"
+    if op.target == "aten.clamp_min.default" and float(op.args[1]) == 0.0:
+        return "relu"
+    return None
+
+
+def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
+    convs = [o for o in g.ops if o.target in _CONV]
+    if len(convs) != 1:
+        raise UnsupportedRegion(f"expected one convolution, found {len(convs)}")
+    conv = convs[0]
+    a = _conv_args(conv)
+    if a["weight"] not in g.inputs:
+        raise UnsupportedRegion("the convolution's weight is baked into the region, not a lifted input "
+                                "(carve with the default @lift=fold_conv_bn)")
+    if a["input"] not in g.inputs:
+        raise UnsupportedRegion("the convolution's input is computed inside the region")
+    has_bias = a["bias"] is not None
+    if has_bias and a["bias"] not in g.inputs:
+        raise UnsupportedRegion("the convolution's bias is baked into the region, not a lifted input")
+    shapes = dict(zip(g.inputs, g.input_shapes))
+    wshape, xshape = shapes[a["weight"]], shapes[a["input"]]
+    if len(wshape) != 4 or len(xshape) != 4:
+        raise UnsupportedRegion(f"not a 2-D convolution (weight {list(wshape)}, input {list(xshape)})")
+    c = xshape[1]
+    groups = int(a["groups"] or 1)
+    if bool(a.get("transposed")):
+        raise UnsupportedRegion("transposed convolution")
+    if not (groups == c and wshape[0] == c and wshape[1] == 1):
+        raise UnsupportedRegion(f"not depthwise: groups={groups}, input channels {c}, weight {list(wshape)}")
+    kh, kw = wshape[2], wshape[3]
+    sh, sw = _pair(a["stride"], 1)
+    ph, pw = _pair(a["padding"], 0)
+    dh, dw = _pair(a["dilation"], 1)
+    if kh != kw or kh not in (3, 5, 7):
+        raise UnsupportedRegion(f"kernel {kh}x{kw}: templates cover square 3x3, 5x5 and 7x7")
+    if sh != sw or sh not in (1, 2):
+        raise UnsupportedRegion(f"stride {sh}x{sw}: templates cover stride 1 and 2")
+    if (ph, pw) != (kh // 2, kh // 2):
+        raise UnsupportedRegion(f"padding {ph}x{pw}: templates cover 'same' padding k//2 = {kh // 2}")
+    if (dh, dw) != (1, 1):
+        raise UnsupportedRegion(f"dilation {dh}x{dw}: templates cover dilation 1")
+    # The ops after the conv must form one chain ending at the output: identities and at most one activation.
+    by = g.by_name()
+    act, cur = "none", conv
+    while cur.users:
+        if len(cur.users) != 1:
+            raise UnsupportedRegion(f"the result of {cur.target} is used {len(cur.users)} times inside the region")
+        nxt = by.get(cur.users[0])
+        if nxt is None:
+            break
+        if nxt.target in _IDENTITY:
+            cur = nxt
+            continue
+        a2 = _activation(nxt)
+        if a2 is None or act != "none":
+            raise UnsupportedRegion(f"unsupported op {nxt.target} after the convolution (templates fuse one "
+                                    "activation: relu, relu6/hardtanh(0,6), hardswish, silu, gelu)")
+        act, cur = a2, nxt
+    if g.outputs != [cur.name]:
+        raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the convolution chain's result")
+    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY and _activation(o) is None]
+    if extra:
+        raise UnsupportedRegion(f"unsupported ops in the region: {sorted(set(extra))}")
+    expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
+    if g.inputs != expected_inputs:
+        raise UnsupportedRegion(f"input order {g.inputs}: the depthwise template takes (x, weight, bias)")
+    return DwConvRegion(k=kh, stride=sh, act=act, channels=c, has_bias=has_bias)
+
+
+# -- LiteMLA ---------------------------------------------------------------------------------------
+def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
+    inv = g.inventory()
+    mm = sum(inv[t] for t in _MATMUL)
+    if mm < 2 or inv["aten.relu.default"] + inv["aten.relu_.default"] < 2:
+        raise UnsupportedRegion("not a ReLU linear attention: needs two matmuls and two ReLUs")
+    if len(g.inputs) not in (1, 2) or any(len(s) != 4 for s in g.input_shapes):
+        raise UnsupportedRegion(f"LiteMLA takes one or two 4-D activations, got shapes {g.input_shapes}")
+    if len(g.inputs) == 2 and g.input_shapes[0] != g.input_shapes[1]:
+        raise UnsupportedRegion(f"LiteMLA inputs differ in shape: {g.input_shapes}")
+    pads = [o for o in g.ops if o.target in ("aten.pad.default", "aten.constant_pad_nd.default")]
+    if len(pads) != 1:
+        raise UnsupportedRegion("LiteMLA pads v with a column of ones once; found no such pad")
+    pad = pads[0]
+    pad_amount = list(pad.args[1]) if len(pad.args) > 1 else []
+    pad_value = pad.args[3] if pad.target == "aten.pad.default" and len(pad.args) > 3 else (
+        pad.args[2] if pad.target == "aten.constant_pad_nd.default" and len(pad.args) > 2 else pad.kwargs.get("value"))
+    if pad_amount != [0, 1] or pad_value is None or float(pad_value) != 1.0:
+        raise UnsupportedRegion(f"LiteMLA's v padding should be (0, 1) with value 1, got {pad_amount} value {pad_value}")
+    dims = {o.shape[-1] for o in g.ops if o.target in _MATMUL and o.shape and len(o.shape) >= 2
+            and o.shape[-2] + 1 == o.shape[-1]}
+    if len(dims) != 1:
+        raise UnsupportedRegion("cannot find the (d, d+1) key-value product of LiteMLA")
+    d = dims.pop() - 1
+    eps = None
+    for o in g.ops:
+        if o.target in ("aten.add.Tensor", "aten.add.Scalar") and len(o.args) > 1 \
+                and isinstance(o.args[1], float) and 0 < o.args[1] < 1e-3:
+            if any(g.by_name()[u].target in ("aten.div.Tensor", "aten.div.Scalar") for u in o.users if u in g.by_name()):
+                eps = float(o.args[1])
+    if eps is None:
+        raise UnsupportedRegion("cannot find LiteMLA's eps (a small constant added to the denominator)")
+    ch = g.input_shapes[0][1]
+    total = ch * len(g.inputs)
+    if total % (3 * d):
+        raise UnsupportedRegion(f"{total} joined channels are not a multiple of 3*d = {3 * d}")
+    if d % 8:
+        raise UnsupportedRegion(f"head dim {d}: templates need a multiple of 8 (16-byte loads)")
+    if len(g.inputs) == 2 and "aten.cat.default" not in inv:
+        raise UnsupportedRegion("two LiteMLA inputs but no concatenation joining them")
+    return LiteMLARegion(dim=d, eps=eps, joined=len(g.inputs) == 2, channels=ch)
+
+
+def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
+    """The region ``g`` computes; :class:`UnsupportedRegion` with the reason when no template fits."""
+    if g.baked:
+        raise UnsupportedRegion(f"the region uses parameters baked into it ({', '.join(g.baked[:3])}) instead of "
+                                "taking them as lifted inputs; carve it with weights lifted (@lift=fold_conv_bn)")
+    if any(o.target in _CONV for o in g.ops):
+        region: Region = _recognise_dwconv(g)
+    elif any(o.target in _MATMUL for o in g.ops):
+        region = _recognise_litemla(g)
+    else:
+        raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())}")
+    if candidate is not None:
+        _check_candidate(region, g, candidate)
+        channels = {shape.inputs[0][1] for shape in site_shapes(g, candidate)}
+        axes = candidate.constant_axes[0] if candidate.constant_axes else []
+        if len(channels) > 1 or (len(axes) > 1 and not axes[1]):
+            region = _with_dynamic_channels(region)
+    return region
+
+
+def _with_dynamic_channels(r: Region) -> Region:
+    if isinstance(r, DwConvRegion):
+        return DwConvRegion(k=r.k, stride=r.stride, act=r.act, channels=None, has_bias=r.has_bias)
+    return LiteMLARegion(dim=r.dim, eps=r.eps, joined=r.joined, channels=None)
+
+
+def _check_candidate(region: Region, g: RegionGraph, cand: Candidate) -> None:
+    n_in = len(g.inputs)
+    for s in cand.sites:
+        if len(s.inputs) != n_in:
+            raise UnsupportedRegion(f"site {s.index} of {cand.name} has {len(s.inputs)} inputs; the region graph takes {n_in}")
+    roles = list(cand.input_roles)
+    if isinstance(region, DwConvRegion):
+        want = ["activation", "weight"] + (["bias"] if region.has_bias else [])
+        if roles and roles != want:
+            raise UnsupportedRegion(f"input roles {roles}; the depthwise template takes {want}")
+    elif roles and any(r != "activation" for r in roles):
+        raise UnsupportedRegion(f"input roles {roles}; the LiteMLA template takes activations only")
+
+
+def site_shapes(g: RegionGraph, candidate: Candidate | None) -> list[SiteShape]:
+    """Distinct concrete input shapes over the plugin's sites, with how many sites share each."""
+    if candidate is None or not candidate.sites:
+        return [SiteShape(tuple(tuple(s) for s in g.input_shapes), 1)]
+    counts: Counter[tuple[tuple[int, ...], ...]] = Counter()
+    order: list[tuple[tuple[int, ...], ...]] = []
+    for s in candidate.sites:
+        try:
+            key = tuple(tuple(int(d) for d in t.shape) for t in s.inputs)
+        except (TypeError, ValueError):
+            raise UnsupportedRegion(f"site {s.index} of {candidate.name} has symbolic input dims; "
+                                    "templates are scored on concrete shapes") from None
+        if key not in counts:
+            order.append(key)
+        counts[key] += 1
+    return [SiteShape(k, counts[k]) for k in order]
+
+
+def site_shape_indices(candidate: Candidate | None, shapes: list[SiteShape]) -> list[int]:
+    """For each site of the candidate (in order), the index of its shape in ``shapes``."""
+    if candidate is None or not candidate.sites:
+        return [0]
+    index = {s.inputs: i for i, s in enumerate(shapes)}
+    return [index[tuple(tuple(int(d) for d in t.shape) for t in s.inputs)] for s in candidate.sites]

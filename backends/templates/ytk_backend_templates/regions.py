@@ -1,0 +1,69 @@
+"""The region kinds the templates generator knows, as plain data (no torch).
+
+A region is what recognition concluded about a carved ``.pt2``; every emitter, contract and
+harness decision is made from it. ``sites`` keeps the concrete logical (NCHW) input shapes of each
+site, so kernels are scored on exactly the shapes the engine will run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ACTIVATIONS = ("none", "relu", "relu6", "hardswish", "silu", "gelu", "gelu_tanh")
+
+#: Upper bound of |f'(x)| per activation: scales the error budget from pre-activation to output.
+ACT_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "hardswish": 1.5, "silu": 1.1, "gelu": 1.13,
+                 "gelu_tanh": 1.13}
+
+
+@dataclass(frozen=True)
+class DwConvRegion:
+    """Depthwise k x k convolution (+ bias) + activation, NCHW logical, kHWC8 fp16 in the engine."""
+
+    k: int
+    stride: int
+    act: str
+    channels: int | None  # None: channels are a runtime extent (dynamic-remainder plugin)
+    has_bias: bool = True
+    kind: str = field(default="dwconv", init=False)
+
+    @property
+    def pad(self) -> int:
+        return self.k // 2
+
+    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        return ((h + 2 * self.pad - self.k) // self.stride + 1, (w + 2 * self.pad - self.k) // self.stride + 1)
+
+    def describe(self) -> str:
+        c = f"C{self.channels}" if self.channels else "C dynamic"
+        return f"depthwise {self.k}x{self.k} stride {self.stride} {c} + {'bias + ' if self.has_bias else ''}{self.act}"
+
+
+@dataclass(frozen=True)
+class LiteMLARegion:
+    """ReLU linear attention of EfficientViT's LiteMLA on the joined ``[qkv, agg]`` channels.
+
+    ``joined``: two activation inputs (qkv, agg) that the region concatenates itself; otherwise
+    one input that already holds both (the ``@nojoin`` carve).
+    """
+
+    dim: int
+    eps: float
+    joined: bool
+    channels: int | None  # channels of one input (3C); None when it varies across sites
+    kind: str = field(default="litemla", init=False)
+
+    def describe(self) -> str:
+        form = "qkv + agg inputs" if self.joined else "one pre-joined input"
+        return f"LiteMLA ReLU linear attention, head dim {self.dim}, eps {self.eps:g}, {form}"
+
+
+Region = DwConvRegion | LiteMLARegion
+
+
+@dataclass(frozen=True)
+class SiteShape:
+    """Concrete logical input shapes of one site (all inputs, weights included)."""
+
+    inputs: tuple[tuple[int, ...], ...]
+    count: int = 1  # how many sites of the plugin share exactly these shapes

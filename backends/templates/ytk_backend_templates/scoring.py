@@ -1,0 +1,100 @@
+"""Scoring every built variant of a region on the local GPU and picking the winner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ytk_backend_nvcc.launcher import LauncherLibrary
+from ytk_hookspecs.errors import StageError
+from ytk_hookspecs.models import CandidateScore
+
+from .build import BuildOutcome
+from .cases import Case, timing_inputs
+from .emit_common import Variant
+from .harness import check_case, time_kernel, time_torch
+from .regions import Region, SiteShape
+
+
+@dataclass
+class Scored:
+    variant: Variant
+    score: CandidateScore
+    total_ms: float | None = None      # sum over sites (each shape times its site count)
+    shape_ms: list[float] = field(default_factory=list)
+
+
+def score_variants(variants: list[Variant], built: BuildOutcome, region: Region, shapes: list[SiteShape],
+                   cases: list[Case], device: Any, copy_gbs: float, l2_bytes: int, site_index: list[int],
+                   progress: Any = None, log: Any = None) -> list[Scored]:
+    """Check every variant on every case, time the correct ones on every shape."""
+    out: list[Scored] = []
+    for v in variants:
+        sc = CandidateScore(variant=v.name, params=dict(v.params))
+        item = Scored(v, sc)
+        out.append(item)
+        lib_info = built.library_of(v)
+        if lib_info is None:
+            sc.compiled, sc.rejected = False, f"did not compile: {built.error_of(v)[:400]}"
+            _advance(progress)
+            continue
+        try:
+            lib = LauncherLibrary(lib_info.path, launcher=v.launcher, workspace=v.workspace)
+        except StageError as e:
+            sc.compiled, sc.rejected = False, f"does not load: {e}"
+            _advance(progress)
+            continue
+        problems: list[str] = []
+        max_abs = max_rel = 0.0
+        try:
+            for case in cases:
+                r = check_case(lib, case, device)
+                max_abs, max_rel = max(max_abs, r.max_abs_err), max(max_rel, r.max_rel_err)
+                problems += r.problems
+        except StageError as e:
+            problems.append(str(e))
+        sc.max_abs_err, sc.max_rel_err = max_abs, max_rel
+        sc.correct = not problems
+        if problems:
+            sc.rejected = "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
+            _advance(progress)
+            continue
+        floors, times, spreads = [], [], []
+        for site in shapes:
+            t = time_kernel(lib, region, site, lambda i, s=site: timing_inputs(region, s, i, device), device,
+                            copy_gbs, l2_bytes)
+            times.append(t.median_ms)
+            spreads.append(t.spread_ms)
+            floors.append(t.floor_ms)
+            if t.median_ms < t.floor_ms:
+                sc.rejected = (f"measured {t.median_ms * 1e3:.2f} us at {list(site.inputs[0])}, under the physical floor "
+                               f"{t.floor_ms * 1e3:.2f} us (bytes / measured copy bandwidth): a measurement bug, "
+                               "not a win")
+        item.shape_ms = times
+        sc.time_ms_per_site = [times[i] for i in site_index]
+        sc.spread_ms_per_site = [spreads[i] for i in site_index]
+        sc.floor_ms_per_site = [floors[i] for i in site_index]
+        total_t = sum(sc.time_ms_per_site)
+        sc.fraction_of_floor = sum(sc.floor_ms_per_site) / total_t if total_t > 0 else None
+        if sc.rejected is None:
+            item.total_ms = total_t
+        if log is not None:
+            log.info("variant scored", variant=v.name, ms=[round(x, 4) for x in times],
+                     fraction_of_floor=round(sc.fraction_of_floor or 0, 3))
+        _advance(progress)
+    return out
+
+
+def pick_winner(scored: list[Scored]) -> Scored | None:
+    ok = [s for s in scored if s.total_ms is not None]
+    return min(ok, key=lambda s: s.total_ms) if ok else None  # type: ignore[arg-type, return-value]
+
+
+def torch_times(module: Any, region: Region, shapes: list[SiteShape], device: Any, l2_bytes: int) -> list[float]:
+    return [time_torch(module, region, s, lambda i, s=s: timing_inputs(region, s, i, device), device, l2_bytes)
+            for s in shapes]
+
+
+def _advance(progress: Any) -> None:
+    if progress is not None:
+        progress.advance()

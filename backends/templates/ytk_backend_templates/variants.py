@@ -1,0 +1,30 @@
+"""Every kernel variant of a region, named and emitted for one scoring build."""
+
+from __future__ import annotations
+
+from ytk_hookspecs.models import PluginMeta
+
+from . import emit_dwconv, emit_litemla
+from .emit_common import Variant
+from .regions import DwConvRegion, LiteMLARegion, Region
+
+
+def region_variants(region: Region, limit: int | None = None) -> list[Variant]:
+    """All variants of ``region`` (optionally the first ``limit``), each in its own namespace."""
+    out: list[Variant] = []
+    if isinstance(region, DwConvRegion):
+        space = emit_dwconv.variant_space(region)
+    else:
+        space = emit_litemla.variant_space(region)
+    for i, p in enumerate(space[:limit] if limit else space):
+        ns = f"ytk_v{i:03d}"
+        if isinstance(region, DwConvRegion):
+            out.append(emit_dwconv.emit(region, p, ns, f"{ns}_launch"))
+        else:
+            assert isinstance(region, LiteMLARegion)
+            out.append(emit_litemla.emit(region, p, ns, f"{ns}_launch", f"{ns}_workspace"))
+    return out
+
+
+def bench_meta(meta: PluginMeta, variant: Variant) -> PluginMeta:
+    return meta.model_copy(update={"launcher": variant.launcher, "workspace": variant.workspace})
