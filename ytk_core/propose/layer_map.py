@@ -74,17 +74,20 @@ def resolve_layers(layers: list[LayerTime], graph: OnnxGraph,
         parsed = parse_layer_name(layer.name)
         r = ResolvedLayer(layer=layer, parsed=parsed, kind=parsed.kind)
         out.append(r)
-        if parsed.kind != "compute":
+        if parsed.kind == "reformat":
             continue
         known = [n for n in layer.onnx_nodes if n in graph.by_name]
         if known:
-            r.nodes, r.resolved_by = known, "engine"
+            r.nodes, r.resolved_by, r.kind = known, "engine", "compute"
             if len(known) < len(layer.onnx_nodes):
                 r.note = f"{len(layer.onnx_nodes) - len(known)} engine-reported node(s) not in this ONNX"
             continue
         meta = [n for n in metadata_nodes(layer.metadata) if n in graph.by_name]
         if meta:
-            r.nodes, r.resolved_by = meta, "metadata"
+            # TensorRT 10 names Myelin kernels "__myl_..."; their metadata still says what they compute.
+            r.nodes, r.resolved_by, r.kind = meta, "metadata", "compute"
+            continue
+        if parsed.kind == "engine":
             continue
         nodes: list[str] = []
         for a in parsed.atoms:

@@ -20,8 +20,18 @@ def _fmt(total: float):  # type: ignore[no-untyped-def]
 def _table(title_cols: list[tuple[str, str]]) -> Table:
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold", expand=False)
     for name, justify in title_cols:
-        t.add_column(name, justify=justify, no_wrap=name not in ("why",), overflow="fold")  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     return t
+
+
+def columns(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    """Plain aligned text, as the spec prints it: long selectors stay on one line, ready to copy."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    out = []
+    for r in [header, *rows]:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        out.append("   ".join(cells).rstrip())
+    return out
 
 
 def header_text(r: ProposeReport) -> str:
@@ -38,16 +48,13 @@ def header_text(r: ProposeReport) -> str:
             f"can recover). {total}.")
 
 
-def plug_table(r: ProposeReport, top: int) -> Table:
-    word = engine_word(r.engine)
+def plug_lines(r: ProposeReport, top: int) -> list[str]:
     fmt = _fmt(r.total_ms)
-    t = _table([("WHAT TO PLUG", "left"), ("SITES", "right"), (f"{word} ms", "right"),
-                ("plug as (names are yours)", "left")])
-    for p in r.proposals[:top]:
-        t.add_row(p.label, str(len(p.sites)), fmt(p.ms), _plug_as(p))
+    rows = [[p.label, str(len(p.sites)), fmt(p.ms), _plug_as(p)] for p in r.proposals[:top]]
     if not r.proposals:
-        t.add_row("(nothing)", "", "", "no region is worth a kernel at these thresholds")
-    return t
+        rows.append(["(nothing)", "", "", "no region is worth a kernel at these thresholds"])
+    return columns(["WHAT TO PLUG", "SITES", f"{engine_word(r.engine)} ms", "plug as (names are yours)"], rows,
+                   {1, 2})
 
 
 def _plug_as(p: Proposal) -> str:
@@ -56,24 +63,28 @@ def _plug_as(p: Proposal) -> str:
     return p.selector
 
 
-def not_worth_table(r: ProposeReport, top: int) -> Table:
+def not_worth_lines(r: ProposeReport, top: int) -> list[str]:
     fmt = _fmt(r.total_ms)
-    t = _table([("NOT WORTH PLUGGING", "left"), ("", "right"), ("", "right"), ("why", "left")])
+    rows = []
     for row in r.not_worth[:top]:
         sites = "—" if row.sites is None else f"{row.sites} site{'s' if row.sites != 1 else ''}"
-        t.add_row(row.label, sites, f"{fmt(row.ms)} ms", row.reason)
-    return t
+        rows.append([row.label, sites, f"{fmt(row.ms)} ms", row.reason])
+    return columns(["NOT WORTH PLUGGING", "", "", ""], rows, {1, 2})
 
 
 def render(r: ProposeReport, console: Console, *, verbose: bool = False, top: int = 20) -> None:
     """Print the report the spec shows (and, with ``verbose``, the class/module tables and details)."""
     console.print(Text(header_text(r)), highlight=False)
     console.print()
-    console.print(plug_table(r, top))
+    for line in plug_lines(r, top):
+        console.print(Text(line), highlight=False, crop=False, overflow="ignore")
     hidden = len(r.proposals) - top
     if hidden > 0:
         console.print(Text(f"  ... {hidden} more row(s); raise --top to see them", style="dim"))
-    console.print(not_worth_table(r, top))
+    console.print()
+    for line in not_worth_lines(r, top):
+        console.print(Text(line), highlight=False, crop=False, overflow="ignore")
+    console.print()
     console.print(Text(r.summary), highlight=False)
     if verbose:
         _verbose(r, console, top)

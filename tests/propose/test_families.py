@@ -1,0 +1,56 @@
+"""Shape families, the dynamic remainder and --merge-shape-families."""
+
+from __future__ import annotations
+
+from ytk_core.propose.families import fold, group_families
+from ytk_core.propose.naming import family_label, family_name, remainder_name, unique
+from ytk_core.propose.regions import Region
+
+
+def _dw(path: str, c: int, ms: float, k: int = 3, s: int = 1, hw: int = 68) -> Region:
+    return Region(path=path, cls="ConvNormAct", kind="depthwise_conv", around=False, anchors=[path], nodes=[path],
+                  ms=ms, sig={"k": [k, k], "stride": [s, s], "dilation": [1, 1], "groups": c, "C": c, "Cout": c,
+                              "spatial": [hw, hw], "transpose": False})
+
+
+def test_families_split_on_channels_stride_and_spatial():
+    rs = [_dw("a", 256, 1.0), _dw("b", 256, 1.1), _dw("c", 512, 0.5), _dw("d", 256, 0.4, s=2),
+          _dw("e", 256, 0.3, hw=34)]
+    fams = group_families(rs)
+    assert [[r.path for r in f.regions] for f in fams] == [["a", "b"], ["c"], ["d"], ["e"]]
+    assert fams[0].label == "depthwise 3x3 s1  (C=256)" and fams[0].default_name == "DwConv3x3s1C256"
+
+
+def test_small_families_fold_into_one_dynamic_remainder():
+    rs = [_dw("a", 256, 1.5), _dw("b", 256, 1.5), _dw("c", 16, 0.9), _dw("d", 128, 0.8), _dw("e", 1024, 0.4),
+          _dw("f", 64, 0.3, s=2)]
+    worth, small = fold(group_families(rs), own_kernel_ms=2.0, min_ms=1.0, merge=False)
+    names = sorted(f.default_name for f in worth)
+    assert names == ["DwConv3x3s1C256", "DwConv3x3s1Dyn"]
+    dyn = next(f for f in worth if f.dynamic)
+    assert sorted(r.path for r in dyn.regions) == ["c", "d", "e"]
+    assert dyn.label == "depthwise 3x3 s1  (C=16..1024, 3 families)  (dynamic remainder)"
+    assert [f.default_name for f in small] == ["DwConv3x3s2C64"]      # alone and under --min-ms
+
+
+def test_remainder_under_min_ms_is_not_worth_it():
+    worth, small = fold(group_families([_dw("a", 16, 0.3), _dw("b", 32, 0.4)]), own_kernel_ms=2, min_ms=1, merge=False)
+    assert worth == [] and len(small) == 1 and small[0].dynamic
+
+
+def test_merge_gives_one_dynamic_candidate_per_op():
+    rs = [_dw("a", 256, 5.0), _dw("b", 512, 4.0), _dw("c", 16, 3.0), _dw("d", 64, 3.0, k=5)]
+    worth, small = fold(group_families(rs), own_kernel_ms=2.0, min_ms=1.0, merge=True)
+    assert sorted(f.default_name for f in worth) == ["DwConv3x3s1Dyn", "DwConv5x5s1C64"] and small == []
+
+
+def test_names():
+    sig = {"k": [3, 3], "stride": [2, 2], "dilation": [1, 1], "C": 64, "Cout": 64, "groups": 64}
+    assert family_name("depthwise_conv", "ConvNormAct", sig) == "DwConv3x3s2C64"
+    assert family_label("depthwise_conv", "ConvNormAct", sig) == "depthwise 3x3 s2  (C=64)"
+    assert family_name("attention", "LiteMLA", {"C": 384}) == "LiteMLAC384"
+    assert family_label("attention", "LiteMLA", {"C": 384}) == "LiteMLA region (C=384)"
+    assert remainder_name("depthwise_conv", "ConvNormAct", {**sig, "stride": [1, 1]}) == "DwConv3x3s1Dyn"
+    assert family_name("conv", "ConvNormAct", {"k": [1, 1], "stride": [1, 1], "C": 128, "Cout": 512}) == \
+        "Conv1x1s1C128to512"
+    assert unique(["A", "A", "B"], ["H34W60", "H68W120", ""]) == ["AH34W60", "AH68W120", "B"]
