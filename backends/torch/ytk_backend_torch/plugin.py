@@ -27,6 +27,7 @@ ENGINE_FILE = "engine.ytkplan"
 LAYER_INFO = "layer_info.json"
 BUILD_LOG = "build.log"
 OUTPUTS = "outputs.npz"
+RAW_PROFILE = "profile.trtexec.json"
 
 
 def _probe(arch: ArchSpec | None = None) -> Availability:
@@ -114,7 +115,9 @@ def ytk_engine_compile(request: CompileRequest, ctx: StageContext) -> CompileRes
 @hookimpl
 def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
     from .engine import device_name, load_program, read_inputs, resolve_device, tuned_kernels, write_outputs
-    from .profiling import benchmark, layer_times
+    from .profiling import benchmark, export_profile, layer_times
+
+    import json
 
     import torch
 
@@ -136,10 +139,12 @@ def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileRes
                 or drift > 1e-2 * max(1.0, max(float(a.abs().max()) for a in outputs)):
             raise StageError(f"the CUDA-graph replay of the engine disagrees with its eager run (max abs difference "
                              f"{drift:.3g}); a plugin probably depends on state outside the stream it is given.")
+    raw = Path(creq.workdir) / RAW_PROFILE
+    write_text_atomic(raw, json.dumps(export_profile([s.name for s in program.steps], stats, layer_iters), indent=1))
     layers = [LayerTime(name=s.name, type=s.type, median_ms=t.median_ms, average_ms=t.average_ms,
                         onnx_nodes=list(s.onnx_nodes), metadata=s.metadata or None)
               for s, t in zip(program.steps, stats)]
     ctx.log.info("torch engine profiled", layers=len(layers), median_ms=sorted(times)[len(times) // 2],
                  layer_sum_ms=round(sum(t.median_ms for t in stats), 3))
-    return ProfileResult(layers=layers, iterations_ms=times, outputs=out_path, device=device_name(device),
-                         simulated=False)
+    return ProfileResult(layers=layers, iterations_ms=times, outputs=out_path, raw_profile=raw,
+                         device=device_name(device), simulated=False)

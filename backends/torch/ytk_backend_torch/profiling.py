@@ -37,6 +37,17 @@ def _summarise(samples: list[list[float]]) -> list[StepTime]:
     return [StepTime(statistics.median(s), statistics.fmean(s)) for s in samples]
 
 
+def export_profile(names: list[str], stats: list[StepTime], count: int) -> list[dict[str, Any]]:
+    """The per-layer times in ``trtexec --exportProfile`` form: ``[{"count": N}, {name, timeMs, ...}]``."""
+    totals = [t.average_ms * count for t in stats]
+    grand = sum(totals) or 1.0
+    out: list[dict[str, Any]] = [{"count": count}]
+    for n, t, tot in zip(names, stats, totals):
+        out.append({"name": n, "timeMs": round(tot, 6), "averageMs": round(t.average_ms, 6),
+                    "medianMs": round(t.median_ms, 6), "percentage": round(100.0 * tot / grand, 4)})
+    return out
+
+
 def _sleep_cycles_per_ms() -> float:
     """GPU clock cycles per ms as ``torch.cuda._sleep`` counts them (measured, clocks vary)."""
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
