@@ -132,7 +132,8 @@ def check_source(src: KernelSource, subject: str = "") -> ContractReport:
     """Intrinsic checks of a kernel source bundle, including that its CUDA defines the launcher."""
     rep = check_meta(src.meta, subject)
     for sym, what in ((src.meta.launcher, "launcher"), (src.meta.workspace, "workspace function")):
-        if sym and sym not in src.source and sym not in src.header:
+        # A declaration in the header is not enough: the definition belongs to the CUDA source.
+        if sym and f"{sym}(" not in src.source.replace(f"{sym} (", f"{sym}("):
             rep.error(f"plugin {src.meta.plugin_name}: the {what} {sym!r} declared in plugin_meta is not defined in "
                       "the CUDA source; the plugin could not be linked")
     return rep

@@ -142,8 +142,12 @@ def run_kernelgen_get(job_id: str, output: Path, kernelgen: str | None = None) -
     """Fetch a job's source bundle; checks it on its own (the region is not known here)."""
     rt = runtime()
     sel = rt.select("kernelgen", kernelgen)
-    res = rt.call(sel, "ytk_kernelgen_fetch", "kernelgen", cache_dir() / "kernelgen", job_id=job_id,
-                  output=Path(output).resolve())
+    # Called directly rather than through BackendManager.call, which treats None as "stage not
+    # implemented": for fetch, None is the documented answer for a job the backend does not know.
+    ctx = rt.context(sel, "kernelgen", cache_dir() / "kernelgen")
+    others = [p for p in rt.manager.pm.get_plugins() if p is not sel.backend.plugin]
+    fetch = rt.manager.pm.subset_hook_caller("ytk_kernelgen_fetch", remove_plugins=others)
+    res = fetch(job_id=job_id, output=Path(output).resolve(), ctx=ctx)
     if res is None:
         raise UsageError(f"kernelgen backend {sel.name!r} does not know job {job_id!r}")
     out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=None)

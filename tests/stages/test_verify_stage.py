@@ -1,0 +1,116 @@
+"""`ytk embedded verify`: benchmark rows from bundles, the torch host row, numerics per precision."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from ytk_core.bundle import BENCHMARK, ENGINE, OUTPUTS, PROFILE, BenchmarkRecord, BundleManifest, LayerProfile, write_bundle
+from ytk_core.stages.numerics import compare, tolerance_for
+from ytk_hookspecs.models import LayerTime
+
+
+def _bundle(path, outputs, times, precision="fp16", simulated=True, label=None):  # type: ignore[no-untyped-def]
+    buf = io.BytesIO()
+    np.savez(buf, **outputs)
+    m = BundleManifest(arch="arm64-sm87-dos6010-cu114-trt86", precision=precision, engine_backend="test",
+                       engine_version="1", device="dev (simulated)" if simulated else "dev", simulated=simulated,
+                       onnx="model.onnx", onnx_sha256="0" * 64, npz_sha256="0" * 64, label=label or path.stem)
+    prof = LayerProfile(device="dev", simulated=simulated, iterations=len(times),
+                        layers=[LayerTime(name="/a/Conv + PWN(/a/Relu)", type="CaskConvolution", median_ms=0.7),
+                                LayerTime(name="Reformatting CopyNode for Input Tensor 0 to x", median_ms=0.1)])
+    bench = BenchmarkRecord(device="dev", simulated=simulated, warmup=1, iterations_ms=list(times))
+    return write_bundle(path, m, {ENGINE: b"e", PROFILE: prof.model_dump_json().encode(),
+                                  BENCHMARK: bench.model_dump_json().encode(), OUTPUTS: buf.getvalue()})
+
+
+@pytest.fixture
+def ref(tmp_path):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(0)
+    r = {"y": rng.standard_normal((1, 4, 3, 3)).astype(np.float32), "z": rng.standard_normal(5).astype(np.float32)}
+    np.savez(tmp_path / "model.reference.npz", **r)
+    return r
+
+
+def test_rows_percentiles_speedup_and_json(ytk, tmp_path, ref):
+    base = _bundle(tmp_path / "base.tgz", ref, [10.0, 11.0, 12.0, 13.0, 14.0])
+    gaia = _bundle(tmp_path / "gaia.tgz", ref, [5.0, 5.5, 6.0, 6.5, 100.0])
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", base, gaia, "--no-host", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    rows = {row["label"]: row for row in data["rows"]}
+    assert rows["base"]["implementation"] == "base (simulated)"
+    b = rows["base"]
+    assert (b["iterations"], b["min_ms"], b["mean_ms"], b["p50_ms"], b["max_ms"]) == (5, 10.0, 12.0, 12.0, 14.0)
+    assert b["p95_ms"] == pytest.approx(np.percentile([10, 11, 12, 13, 14], 95))
+    (s,) = data["speedups"]
+    assert s["speedup"] == pytest.approx(2.0) and s["simulated"] is True
+    assert data["passed"] is True and len(data["numerics"]) == 4
+
+
+def test_table_output_names_columns_and_marks_simulated(ytk, tmp_path, ref):
+    base = _bundle(tmp_path / "base.tgz", ref, [10.0, 11.0])
+    real = _bundle(tmp_path / "trt.tgz", ref, [9.0, 9.5], simulated=False)
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", base, real, "--no-host")
+    assert r.code == 0, r.stderr
+    for col in ("Implementation", "Iterations", "Min", "Mean", "p50", "p95", "p99", "Max"):
+        assert col in r.stdout
+    assert "base (simulated)" in r.stdout and "SIMULATED" in r.stdout
+    assert "│ trt " in r.stdout, "real bundles are not marked"
+    assert "numerics vs torch reference" in r.stdout and "rel<=0.01, cos>=0.999 (fp16)" in r.stdout
+    assert "Reformatting CopyNode" in r.stdout, "per-layer table is shown"
+
+
+def test_numerics_failure_exits_non_zero_with_the_output_named(ytk, tmp_path, ref):
+    bad = dict(ref)
+    bad["y"] = ref["y"] + 0.05 * np.abs(ref["y"]).max()
+    b = _bundle(tmp_path / "bad.tgz", bad, [1.0])
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", b, "--no-host")
+    assert r.code == 5
+    assert "FAIL" in r.stdout and "bad (simulated) y" in r.stderr
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", b, "--no-host", "--max-rel-err", "0.1",
+            "--min-cosine", "0.9")
+    assert r.code == 0, "the tolerance can be overridden"
+    missing = _bundle(tmp_path / "missing.tgz", {"y": ref["y"]}, [1.0])
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", missing, "--no-host", "--json")
+    assert r.code == 5 and "no such output" in r.stdout
+
+
+def test_tolerance_is_per_precision(tmp_path, ref):
+    y = ref["y"]
+    noisy = y + 1e-3 * np.abs(y).max() * np.sign(y)
+    assert compare("a", "y", noisy, y, tolerance_for("fp16")).passed
+    assert not compare("a", "y", noisy, y, tolerance_for("fp32")).passed
+    nan = y.copy()
+    nan.flat[0] = np.nan
+    res = compare("a", "y", nan, y, tolerance_for("fp16"))
+    assert not res.passed and "non-finite" in res.detail
+    assert not compare("a", "y", -y, y, tolerance_for("fp16")).passed
+    assert compare("a", "y", y.reshape(-1), y, tolerance_for("fp16")).detail.startswith("shape")
+    zero = np.zeros(3, np.float32)
+    assert compare("a", "o", zero, zero, tolerance_for("fp32")).passed
+
+
+def test_torch_host_row_times_the_prepared_model(ytk, fixture_dir):
+    ref = dict(np.load(fixture_dir / "base" / "model.reference.npz"))
+    b = _bundle(fixture_dir / "base.tgz", ref, [1.0, 1.1])
+    r = ytk("embedded", "verify", fixture_dir / "base" / "model.reference.npz", b, "--host-iterations", "3", "--json")
+    assert r.code == 0, r.stderr
+    host = r.json()["rows"][0]
+    assert host["implementation"] == "torch host (cpu)" and host["iterations"] == 3 and host["min_ms"] > 0
+    assert host["simulated"] is False
+
+
+def test_bad_inputs_are_clear(ytk, tmp_path, ref):
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", tmp_path / "nope.tgz", "--no-host")
+    assert r.code == 2 and "engine bundle not found" in r.stderr
+    (tmp_path / "junk.tgz").write_bytes(b"junk")
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", tmp_path / "junk.tgz", "--no-host")
+    assert r.code == 2 and "not a readable engine bundle" in r.stderr
+    b = _bundle(tmp_path / "b.tgz", ref, [1.0])
+    r = ytk("embedded", "verify", tmp_path / "missing.npz", b)
+    assert r.code == 2 and "does not exist" in r.stderr
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", b)
+    assert r.code == 0 and "torch host row was skipped" in r.stdout
