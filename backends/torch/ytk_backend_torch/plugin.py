@@ -5,9 +5,10 @@ weights, BatchNorm folded into its Conv, custom-op nodes bound to their plugin .
 checks it runs on the GPU; profile measures it: per-layer median times named after the ONNX nodes,
 end-to-end latency of CUDA-graph replays, and the outputs for model.npz.
 
-Options (``CompileRequest.options``, e.g. from ``[backends.torch]`` in ytk.toml): ``device``
-(``cuda`` default, ``cuda:1``, or ``cpu`` for fp32 checks without a GPU) and
-``profile_iterations`` (timed eager runs behind the per-layer medians, default 30).
+Options, from ``[backends.torch]`` in ytk.toml (``ctx.config``) or ``CompileRequest.options`` (which
+wins): ``device`` (``cuda`` default, ``cuda:1``, or ``cpu`` to check numerics without a GPU; the
+figures are then the CPU's, labelled so) and ``profile_iterations`` (timed eager runs behind the
+per-layer medians, default 30).
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ def ytk_register_backend(register):  # type: ignore[no-untyped-def]
                          auto_priority={"engine": 20}), _probe)
 
 
+def _options(request: CompileRequest, ctx: StageContext) -> dict[str, str]:
+    merged = {str(k): str(v) for k, v in (ctx.config or {}).items() if not isinstance(v, dict)}
+    merged.update(request.options)
+    return merged
+
+
 def _int_option(options: dict[str, str], key: str, default: int) -> int:
     raw = options.get(key)
     if raw is None:
@@ -76,7 +83,7 @@ def ytk_engine_compile(request: CompileRequest, ctx: StageContext) -> CompileRes
     from .program import Program
 
     t0 = time.perf_counter()
-    device = resolve_device(request.options.get("device"))
+    device = resolve_device(_options(request, ctx).get("device"))
     import torch
 
     with ctx.progress("torch engine: folding the graph") as task:
@@ -122,8 +129,9 @@ def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileRes
     import torch
 
     creq = request.request
-    device = resolve_device(creq.options.get("device"))
-    layer_iters = _int_option(creq.options, "profile_iterations", 30)
+    options = _options(creq, ctx)
+    device = resolve_device(options.get("device"))
+    layer_iters = _int_option(options, "profile_iterations", 30)
     program = load_program(Path(request.compile.engine), device)
     with tuned_kernels(device):
         inputs = program.prepare_inputs(read_inputs(creq.npz, program.plan))

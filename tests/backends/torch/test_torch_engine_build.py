@@ -221,3 +221,35 @@ def test_plugin_node_needs_a_cuda_device(tmp_path):
     plan, consts, bindings = build_plan(carved_model(tmp_path), "fp32", [artifact(dw_meta())])
     with pytest.raises(StageError, match="CUDA device"):
         Program(plan, consts, bindings, "cpu")
+
+
+# -- through the core: `ytk embedded compile --engine torch` writes a real bundle ----------------------
+def test_cli_compile_writes_a_bundle_with_the_torch_engine(tmp_path, monkeypatch, ytk):
+    """On CPU via ytk.toml's [backends.torch] device = "cpu" (the probe is told a GPU exists, since the
+    core only calls an available backend); the bundle must carry measured, non-simulated figures."""
+    from ytk_core.bundle import EngineBundle
+    from ytk_core.runtime import reset_runtime
+
+    _fake_gpu(monkeypatch)
+    p = conv_model(tmp_path, "model.onnx")
+    x = rand(2, 3, 8, 10, seed=5)
+    np.savez(tmp_path / "model.npz", x=x)
+    (tmp_path / "ytk.toml").write_text('[backends.torch]\ndevice = "cpu"\nprofile_iterations = 2\n')
+    monkeypatch.chdir(tmp_path)
+    reset_runtime()
+    try:
+        r = ytk("embedded", "compile", "-a", "x86_64-sm90-linux-cu130-trt10", "-p", "fp32", "--onnx", p,
+                "--npz", tmp_path / "model.npz", "-o", tmp_path / "base.tgz", "--engine", "torch", "--iterations", "3")
+    finally:
+        reset_runtime()
+    assert r.code == 0, r.stderr
+    b = EngineBundle.open(tmp_path / "base.tgz")
+    m = b.manifest
+    assert m.engine_backend == "torch" and not m.simulated and m.device.startswith("CPU")
+    assert len(b.benchmark.iterations_ms) == 3
+    assert "node_Conv_1" in {ly.name for ly in b.profile.layers}
+    assert b.layer_info()["Bindings"] == ["x", "y", "a"]
+    np.testing.assert_allclose(b.outputs()["y"], ort_run(p, {"x": x})[0], atol=1e-5, rtol=1e-4)
+    plan = b.read_bytes("engine.plan")
+    (tmp_path / "e.plan").write_bytes(plan)
+    assert load_plan(tmp_path / "e.plan")[0].precision == "fp32"
