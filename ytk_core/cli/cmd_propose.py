@@ -39,6 +39,8 @@ def propose(
                                 "(default: 2 x --min-ms)")] = None,
     roofline: Annotated[float, typer.Option(
         "--roofline", help="a family measured at this fraction of its roofline bound or better is 'at roofline'")] = 0.5,
+    launch_ms: Annotated[float, typer.Option(
+        "--launch-ms", help="kernel-launch cost per site counted in the roofline bound (ms)")] = 0.002,
     namespace: Annotated[str, typer.Option("--namespace", help="plugin namespace of the proposed selectors")] = "yasp",
     verbose: Annotated[bool, typer.Option("--verbose", help="torch-class table and per-proposal detail")] = False,
     top: Annotated[int, typer.Option("--top", help="rows to show per table")] = 20,
@@ -56,12 +58,14 @@ def propose(
     for flag, v in (("--min-ms", min_ms), ("--family-min-ms", family_min_ms)):
         if v is not None and v < 0:
             raise UsageError(f"{flag} must be zero or more, not {v}")
+    if launch_ms < 0:
+        raise UsageError(f"--launch-ms must be zero or more, not {launch_ms}")
     if not 0 < roofline <= 1:
         raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
     if top < 1 or depth < 0:
         raise UsageError("--top must be at least 1 and --depth zero or more")
     opts = ProposeOptions(min_ms=min_ms, family_min_ms=family_min_ms, merge_shape_families=merge_shape_families,
-                          roofline_fraction=roofline, plugins=list(plugin or []), namespace=namespace, arch=arch,
+                          roofline_fraction=roofline, launch_ms=launch_ms, plugins=list(plugin or []), namespace=namespace, arch=arch,
                           precision=precision)  # type: ignore[arg-type]
     report = run_propose(profile, onnx, fx_nodes, plugins, opts, layer_info=layer_info, depth=depth)
     script = None

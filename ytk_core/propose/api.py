@@ -58,7 +58,7 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
     warnings: list[str] = []
     graph = OnnxGraph.load(onnx)
     fx = load_fx_nodes(fx_nodes)
-    mods = ModuleIndex(fx)
+    mods = ModuleIndex(fx, present=set(graph.by_name))
     carve = load_carve(onnx, plugins)
     pnodes = plugin_nodes(graph, carve)
     _check_files(m, graph, fx, onnx, pnodes, warnings)

@@ -23,18 +23,19 @@ def _t(v: Any) -> Any:
 def family_key(r: Region) -> tuple[Any, ...]:
     s = r.sig
     if r.kind == "attention":
-        return ("attention", r.cls, s.get("C"), _t(s.get("spatial")))
+        return (*op_key(r), s.get("C"), _t(s.get("spatial")))
     if r.kind == "gemm":
-        return ("gemm", r.cls, s.get("K"), s.get("N"), _t(s.get("spatial")))
-    return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), s.get("transpose"),
-            s.get("groups"), s.get("C"), s.get("Cout"), _t(s.get("spatial")))
+        return (*op_key(r), s.get("K"), s.get("N"), _t(s.get("spatial")))
+    return (*op_key(r), s.get("groups"), s.get("C"), s.get("Cout"), _t(s.get("spatial")))
 
 
 def op_key(r: Region) -> tuple[Any, ...]:
+    """What one kernel (even a dynamic one) cannot vary: the op, its geometry and the ops around it."""
     s = r.sig
     if r.kind in ("attention", "gemm"):
-        return (r.kind, r.cls)
-    return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), s.get("transpose"))
+        return (r.kind, r.cls, s.get("ops"))
+    return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), _t(s.get("pads")),
+            s.get("transpose"), s.get("ops"))
 
 
 @dataclass
@@ -46,6 +47,11 @@ class Family:
     around: bool
     regions: list[Region]
     members: list["Family"] = field(default_factory=list)  # for a dynamic remainder: the families folded in
+    tagged: bool = False  # name the ops around the anchor too (two families differ only in those)
+
+    @property
+    def tag(self) -> str:
+        return "".join(self.sig.get("extra_ops") or ()) if self.tagged else ""
 
     @property
     def ms(self) -> float:
@@ -62,14 +68,25 @@ class Family:
     @property
     def label(self) -> str:
         if self.dynamic:
-            return remainder_label(self.kind, self.cls, [m.sig for m in self.members])
-        return family_label(self.kind, self.cls, self.sig)
+            return remainder_label(self.kind, self.cls, [m.sig for m in self.members], self.tag)
+        return family_label(self.kind, self.cls, self.sig, self.tag)
 
     @property
     def default_name(self) -> str:
         if self.dynamic:
-            return remainder_name(self.kind, self.cls, self.sig)
-        return family_name(self.kind, self.cls, self.sig)
+            return remainder_name(self.kind, self.cls, self.sig, self.tag)
+        return family_name(self.kind, self.cls, self.sig, self.tag)
+
+
+def tag_ambiguous(families: list[Family]) -> None:
+    """Where two families would get one name but compute different ops, name the ops around the anchor."""
+    by_name: dict[str, list[Family]] = defaultdict(list)
+    for f in families:
+        by_name[f.default_name].append(f)
+    for fs in by_name.values():
+        if len({f.sig.get("ops") for f in fs}) > 1:
+            for f in fs:
+                f.tagged = True
 
 
 def group_families(regions: list[Region]) -> list[Family]:

@@ -32,6 +32,9 @@ class ProposeOptions(_Model):
     roofline_fraction: float = Field(
         0.5, description="a family whose measured time reaches this fraction of the arch's roofline bound is "
                          "'TRT at roofline'")
+    launch_ms: float = Field(
+        0.002, description="cost of one kernel launch inside an engine, counted once per site in the roofline bound "
+                           "(a plugin cannot go below it); ~2-5 us on Orin-class GPUs")
     plugins: list[str] = Field(default_factory=list, description="--plugin selectors: report exactly these")
     namespace: str = "yasp"
     arch: str | None = Field(None, description="arch spec when the profile carries none (raw trtexec files)")
@@ -67,7 +70,9 @@ class RooflineFigures(_Model):
 
     bytes: int
     flops: int
-    bound_ms: float = Field(description="max(bytes / bandwidth, flops / peak): the fastest any kernel could be")
+    bound_ms: float = Field(description="max(bytes / bandwidth, flops / peak) + launch_ms: the fastest any kernel "
+                                        "could be")
+    launch_ms: float = Field(0.0, description="the kernel-launch floor included in bound_ms (sites x launch cost)")
     measured_ms: float
     fraction: float = Field(description="bound_ms / measured_ms: 1.0 means running at the roofline")
     limiter: Literal["memory", "compute"]

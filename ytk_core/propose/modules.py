@@ -41,7 +41,9 @@ def _common(a: Stack, b: Stack) -> Stack:
 class ModuleIndex:
     """Ownership of ONNX nodes by torch modules, and the module tree they imply."""
 
-    def __init__(self, fx: FxNodesFile) -> None:
+    def __init__(self, fx: FxNodesFile, present: set[str] | None = None) -> None:
+        """``present``: the ONNX graph's node names. A carved ONNX lost the nodes its plugins replaced,
+        while fx_nodes.json (traced before the carve) still names them; those are left out."""
         self.fx = fx
         root_cls = next((f.cls for n in fx.nodes for f in n.module_stack if f.path == ""), None) or "Model"
         self.root_cls = root_cls
@@ -54,6 +56,8 @@ class ModuleIndex:
             for p, c in st:
                 self.cls_of.setdefault(p, c)
             for o in n.onnx_nodes:
+                if present is not None and o not in present:
+                    continue
                 self.fx_of[o].append(n.name)
                 self.owner[o] = _common(self.owner[o], st) if o in self.owner else st
         self.nodes_of: dict[str, list[str]] = defaultdict(list)

@@ -25,10 +25,11 @@ def _dil(sig: dict[str, Any]) -> str:
     return "" if all(x == 1 for x in d) else f"d{_stride(d)}"
 
 
-def op_label(kind: str, cls: str, sig: dict[str, Any]) -> str:
+def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     """The op part of a label, without channels: ``depthwise 3x3 s1``."""
     k, s = _dims(sig.get("k")), _stride(sig.get("stride"))
     dil = f" {_dil(sig)}" if _dil(sig) else ""
+    dil += f" +{'+'.join(sig.get('extra_ops') or ())}" if tag else ""
     pre = "transposed " if sig.get("transpose") else ""
     if kind == "depthwise_conv":
         return f"{pre}depthwise {k} s{s}{dil}"
@@ -50,12 +51,12 @@ def channel_text(kind: str, sig: dict[str, Any]) -> str:
     return f"C={sig.get('C')}"
 
 
-def family_label(kind: str, cls: str, sig: dict[str, Any]) -> str:
+def family_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     sep = " " if kind == "attention" else "  "
-    return f"{op_label(kind, cls, sig)}{sep}({channel_text(kind, sig)})"
+    return f"{op_label(kind, cls, sig, tag)}{sep}({channel_text(kind, sig)})"
 
 
-def remainder_label(kind: str, cls: str, sigs: list[dict[str, Any]]) -> str:
+def remainder_label(kind: str, cls: str, sigs: list[dict[str, Any]], tag: str = "") -> str:
     cs = [s.get("C") for s in sigs]
     ints = sorted({c for c in cs if isinstance(c, int)})
     if ints and len(ints) == len(set(cs)):
@@ -63,7 +64,7 @@ def remainder_label(kind: str, cls: str, sigs: list[dict[str, Any]]) -> str:
     else:
         rng = "C=" + ",".join(sorted({str(c) for c in cs}))
     sep = " " if kind == "attention" else "  "
-    return f"{op_label(kind, cls, sigs[0])}{sep}({rng}, {len(sigs)} families)  (dynamic remainder)"
+    return f"{op_label(kind, cls, sigs[0], tag)}{sep}({rng}, {len(sigs)} families)  (dynamic remainder)"
 
 
 def _ident(text: str) -> str:
@@ -71,9 +72,9 @@ def _ident(text: str) -> str:
     return s if s and not s[0].isdigit() else f"P{s}"
 
 
-def op_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
+def op_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     """The op part of a plugin name: ``DwConv3x3s1``, ``Conv1x1s1``, ``LiteMLA``."""
-    k, s, d = _dims(sig.get("k")), _stride(sig.get("stride")), _dil(sig)
+    k, s, d = _dims(sig.get("k")), _stride(sig.get("stride")), _dil(sig) + tag
     conv = "Deconv" if sig.get("transpose") else "Conv"
     if kind == "depthwise_conv":
         return _ident(f"Dw{conv}{k}s{s}{d}")
@@ -86,8 +87,8 @@ def op_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
     return "Gemm"
 
 
-def family_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
-    base = op_name(kind, cls, sig)
+def family_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
+    base = op_name(kind, cls, sig, tag)
     if kind in ("conv",):
         return _ident(f"{base}C{sig.get('C')}to{sig.get('Cout')}")
     if kind == "grouped_conv":
@@ -97,8 +98,8 @@ def family_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
     return _ident(f"{base}C{sig.get('C')}")
 
 
-def remainder_name(kind: str, cls: str, sig: dict[str, Any]) -> str:
-    return _ident(f"{op_name(kind, cls, sig)}Dyn")
+def remainder_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
+    return _ident(f"{op_name(kind, cls, sig, tag)}Dyn")
 
 
 def spatial_suffix(sig: dict[str, Any]) -> str:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from ytk_hookspecs.models import GpuProperties
 
 from .attribution import Attribution
-from .families import Family, fold, group_families
+from .families import Family, fold, group_families, tag_ambiguous
 from .globs import synthesize
 from .models import NotWorthRow, Proposal, ProposeOptions, RooflineFigures, SiteTime
 from .modules import ModuleIndex
-from .naming import spatial_suffix, unique
+from .naming import op_label, remainder_label, spatial_suffix, unique
 from .onnx_graph import OnnxGraph
 from .regions import Region
 from .roofline import region_cost, roofline
@@ -59,7 +59,8 @@ class Judge:
                 return None
             total_b += b
             total_f += f
-        return roofline(total_b, total_f, ms, self.gpu, self.precision)
+        return roofline(total_b, total_f, ms, self.gpu, self.precision, launches=len(regions),
+                        launch_ms=self.options.launch_ms)
 
     def selector(self, fam: Family, name: str) -> str:
         globs = synthesize([r.path for r in fam.regions], self.mods.instances(fam.cls))
@@ -82,6 +83,7 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
     rest = [f for f in fams if f not in at_roof]
     worth, small = fold(rest, own_kernel_ms=j.options.own_kernel_ms, min_ms=j.options.min_ms,
                         merge=j.options.merge_shape_families)
+    tag_ambiguous(worth)
     names = unique([f.default_name for f in worth], [spatial_suffix(f.sig) for f in worth])
     names = [_avoid(n, taken_names) for n in names]
     props = []
@@ -135,9 +137,14 @@ def _roofline_rows(j: Judge, at_roof: list[Family], roof: dict[int, RooflineFigu
         rows.append(NotWorthRow(label="1x1 / dense GEMMs", category="roofline",
                                 sites=sum(len(f.regions) for f in gemms), ms=sum(f.ms for f in gemms),
                                 reason=reason(gemms), members=[f.label for f in gemms]))
-    for f in sorted(others, key=lambda f: -f.ms):
-        rows.append(NotWorthRow(label=f.label, category="roofline", sites=len(f.regions), ms=f.ms,
-                                reason=reason([f]), members=[f.label]))
+    by_op: dict[str, list[Family]] = defaultdict(list)
+    for f in others:
+        by_op[op_label(f.kind, f.cls, f.sig)].append(f)
+    for fs in sorted(by_op.values(), key=lambda fs: -sum(f.ms for f in fs)):
+        label = fs[0].label if len(fs) == 1 else \
+            remainder_label(fs[0].kind, fs[0].cls, [f.sig for f in fs]).replace("  (dynamic remainder)", "")
+        rows.append(NotWorthRow(label=label, category="roofline", sites=sum(len(f.regions) for f in fs),
+                                ms=sum(f.ms for f in fs), reason=reason(fs), members=[f.label for f in fs]))
     return rows
 
 

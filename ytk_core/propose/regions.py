@@ -113,6 +113,14 @@ def _describe(g: OnnxGraph, r: Region) -> None:
     a = g.by_name[r.anchors[0]]
     ins, _outs, _c = boundary(g, r.nodes)
     r.sig["inputs"] = [g.shape(t) for t in ins]
+    # The carve makes one plugin of sites that compute the same ops: a conv with and one without
+    # its activation are different kernels, so the op inventory is part of every family.
+    inv: dict[str, int] = {}
+    for n in r.nodes:
+        op = g.by_name[n].op_type
+        inv[op] = inv.get(op, 0) + 1
+    r.sig["ops"] = tuple(sorted(inv.items()))
+    r.sig["extra_ops"] = tuple(sorted(op for op in inv if op != a.op_type))
     if r.kind == "attention":
         x = g.shape(ins[0]) if ins else None
         r.sig["C"] = _channels(x)
@@ -124,7 +132,7 @@ def _describe(g: OnnxGraph, r: Region) -> None:
         groups = int(a.attrs.get("group", 1))
         cin = x[1] if x and len(x) > 1 else None
         cout = w[0] if w else None
-        r.sig.update(k=k, stride=list(a.attrs.get("strides") or [1] * len(k)),
+        r.sig.update(k=k, stride=list(a.attrs.get("strides") or [1] * len(k)), pads=list(a.attrs.get("pads") or []),
                      dilation=list(a.attrs.get("dilations") or [1] * len(k)), groups=groups, C=cin, Cout=cout,
                      spatial=_spatial(x), transpose=a.op_type == "ConvTranspose")
         if isinstance(cin, int) and groups == cin and groups > 1:

@@ -125,13 +125,20 @@ def region_cost(g: OnnxGraph, nodes: Iterable[str], precision: str) -> tuple[int
     return total, flops
 
 
-def roofline(bytes_: int, flops: int, measured_ms: float, gpu: GpuProperties, precision: str) -> RooflineFigures:
+def roofline(bytes_: int, flops: int, measured_ms: float, gpu: GpuProperties, precision: str, *,
+             launches: int = 0, launch_ms: float = 0.0) -> RooflineFigures:
+    """The bound and how close the measurement is to it.
+
+    A plugin is at least one kernel launch per site, so ``launches x launch_ms`` is part of the
+    bound: a tiny region already costing little more than its launch has nothing left to win.
+    """
     peak = gpu.fp16_tflops if precision == "fp16" else gpu.fp32_tflops
     mem_ms = bytes_ / (gpu.mem_bandwidth_gbs * 1e9) * 1e3
     cmp_ms = flops / (peak * 1e12) * 1e3
-    bound = max(mem_ms, cmp_ms)
-    return RooflineFigures(bytes=int(bytes_), flops=int(flops), bound_ms=bound, measured_ms=measured_ms,
-                           fraction=(bound / measured_ms) if measured_ms > 0 else 0.0,
+    floor = launches * launch_ms
+    bound = max(mem_ms, cmp_ms) + floor
+    return RooflineFigures(bytes=int(bytes_), flops=int(flops), bound_ms=bound, launch_ms=floor,
+                           measured_ms=measured_ms, fraction=(bound / measured_ms) if measured_ms > 0 else 0.0,
                            limiter="memory" if mem_ms >= cmp_ms else "compute", gpu=gpu.name)
 
 

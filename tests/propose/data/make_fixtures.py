@@ -5,6 +5,10 @@
     python tests/propose/data/make_fixtures.py /tmp/s tests/propose/data/evit_1x64x96
     python tests/propose/data/make_fixtures.py /tmp/full tests/propose/data/evit_4x1088x1920 --bundle /tmp/full/base.tgz
 
+and, for a carved ("ask again") example, the prepare dir of a `prepare --plugin ...` run with the
+bundle compiled from it with its plugins (evit_1x64x96_plugged: LiteMLAC768, LiteMLAC384 and
+DwConv3x3s1Dyn, built by the mock kernelgen and builder).
+
 The ONNX is stored without weight values (dims and dtypes kept: propose reads nothing else), and
 all files gzipped, so the fixtures stay small. A bundle's profile comes from the mock engine:
 its figures are SIMULATED (profile.json says so) and only exercise propose's logic.
@@ -43,6 +47,9 @@ def main(argv: list[str]) -> None:
     dst.mkdir(parents=True, exist_ok=True)
     strip_onnx(src / "model.onnx", dst / "model.onnx.gz")
     gz(src / "fx_nodes.json", dst / "fx_nodes.json.gz")
+    for carve_file in ("plugins.json", "candidates.json"):
+        if (src / carve_file).is_file():
+            gz(src / carve_file, dst / f"{carve_file}.gz")
     if "--bundle" in argv:
         bundle = Path(argv[argv.index("--bundle") + 1])
         with tarfile.open(bundle) as tf:
