@@ -69,8 +69,8 @@ def _trace_state(request: CarveRequest, fx: FxNodesFile) -> Any:
     from .export import export_onnx, export_program
     from .loader import load_model
 
-    st = trace_mod.LAST_TRACE
-    if st is not None and st.onnx_sha256 == sha256_file(request.onnx):
+    st = trace_mod.RECENT_TRACES.get(sha256_file(request.onnx))
+    if st is not None:
         return st
     # Carve called on its own: re-export and make sure the graph is the one fx_nodes.json describes.
     loaded = load_model(Path(fx.model))
@@ -78,7 +78,9 @@ def _trace_state(request: CarveRequest, fx: FxNodesFile) -> Any:
     names = {n.name for n in prog.exported_program.graph.nodes}
     if names != {n.name for n in fx.nodes}:
         raise UsageError(f"{request.fx_nodes} no longer matches {fx.model}; run prepare again without --plugin first")
-    return trace_mod.TraceState(onnx_sha256=fx.onnx_sha256, loaded=loaded, onnx_program=prog)
+    state = trace_mod.TraceState(onnx_sha256=fx.onnx_sha256, loaded=loaded, onnx_program=prog)
+    trace_mod.remember(state)
+    return state
 
 
 def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str, list[str]], og: OnnxGraph,
@@ -161,7 +163,9 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
     fx = FxNodesFile.read(request.fx_nodes)
     state = _trace_state(request, fx)
     ep = state.onnx_program.exported_program
-    gi = GraphIndex(ep.graph)
+    sig = ep.graph_signature
+    gi = GraphIndex(ep.graph, set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) |
+                    set(getattr(sig, "inputs_to_lifted_tensor_constants", {})))
     proto = onnx.load(str(request.onnx))
     og = OnnxGraph(proto)
     with ctx.progress("matching selectors to regions", total=len(sels)):

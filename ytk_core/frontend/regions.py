@@ -21,6 +21,7 @@ from .selectors import Selector
 #: deliberately not here, so a block's convs stay their own (separately pluggable) regions.
 HEAVY_OPS = ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear", "scaled_dot_product", "_softmax", "softmax",
              "einsum")
+# (A heavy op that takes a parameter is a dense layer, never a seed; see grow_around.)
 CONV_OPS = ("conv2d", "convolution", "conv1d", "conv3d", "_convolution")
 #: What ``:around`` may absorb around the heavy ops: reformats, slicing, casts, pads and pointwise math.
 PLUMBING_OPS = ("view", "reshape", "_unsafe_view", "transpose", "permute", "t.", "slice", "select", "split",
@@ -28,7 +29,7 @@ PLUMBING_OPS = ("view", "reshape", "_unsafe_view", "transpose", "permute", "t.",
                 "_to_copy", "to.", "type_as", "cat", "flatten", "unflatten", "relu", "add", "sub", "mul", "div",
                 "neg", "exp", "pow", "sqrt", "rsqrt", "reciprocal", "clamp", "hardtanh", "sigmoid", "tanh", "gelu",
                 "silu", "hardswish", "hardsigmoid", "where", "mean", "sum", "amax", "maximum", "minimum", "scalar_tensor",
-                "full", "ones", "zeros", "getitem")
+                "full", "ones", "zeros", "getitem", "_native_batch_norm_legit_no_training", "batch_norm")
 
 
 def op_name(node: Any) -> str:
@@ -63,8 +64,9 @@ class Site:
 class GraphIndex:
     """Module ownership and dataflow queries over the decomposed FX graph."""
 
-    def __init__(self, graph: Any) -> None:
+    def __init__(self, graph: Any, weight_names: set[str] | None = None) -> None:
         self.graph = graph
+        self.weights = set(weight_names or ())
         self.nodes = [n for n in graph.nodes]
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.by_name = {n.name: n for n in self.nodes}
@@ -83,6 +85,10 @@ class GraphIndex:
         for frames in self.stacks.values():
             for path, cls in frames:
                 self.instances.setdefault(path, cls)
+
+    def weighted(self, n: Any) -> bool:
+        """Takes a parameter: a dense layer (GEMM/conv) the engine already runs well, not plumbing."""
+        return any(m.op == "placeholder" and m.name in self.weights for m in n.all_input_nodes)
 
     def owned_by(self, path: str) -> list[Any]:
         return [n for n in self.calls if any(p == path for p, _ in self.stacks[n])]
@@ -195,7 +201,9 @@ def _reach(start: Any, nxt: Any) -> set[Any]:
 def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> list[Any]:
     """Seed at the heavy ops of a block, then absorb the plumbing around them (within the block)."""
     inside = set(nodes)
-    seeds = [n for n in nodes if _is(n, HEAVY_OPS)]
+    # Seeds are activation-by-activation products (attention); weighted GEMMs and convs are the
+    # block's projections and stay outside, like the spec's LiteMLA region.
+    seeds = [n for n in nodes if _is(n, HEAVY_OPS) and not gi.weighted(n)]
     if not seeds:
         seeds = [n for n in nodes if is_conv(n)]
     if not seeds:
@@ -208,12 +216,14 @@ def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> l
         for m in list(n.all_input_nodes) + list(n.users):
             if m in region or m not in inside or m.op != "call_function":
                 continue
-            if is_conv(m) or _is(m, HEAVY_OPS) and m not in seeds:
+            if is_conv(m) or (_is(m, HEAVY_OPS) and m not in seeds):
                 continue
             if not _is(m, PLUMBING_OPS):
                 continue
             if nojoin and is_cat(m):
                 continue
+            if m.target is operator.getitem and m.args[0] not in region:
+                continue  # a tuple element joins only with the op that produced the tuple
             region.add(m)
             q.append(m)
     return list(region)

@@ -32,7 +32,16 @@ class TraceState:
     onnx_program: Any
 
 
-LAST_TRACE: TraceState | None = None
+#: Recent traces of this process by ONNX sha256 (a few: tests and autoloop prepare several models).
+RECENT_TRACES: dict[str, TraceState] = {}
+_KEEP = 4
+
+
+def remember(state: TraceState) -> None:
+    RECENT_TRACES.pop(state.onnx_sha256, None)
+    RECENT_TRACES[state.onnx_sha256] = state
+    while len(RECENT_TRACES) > _KEEP:
+        RECENT_TRACES.pop(next(iter(RECENT_TRACES)))
 
 
 def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -135,8 +144,7 @@ def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
         FxNodesFile(model=str(loaded.path), onnx=request.onnx_out.name, onnx_sha256=sha256_file(request.onnx_out),
                     torch_version=torch.__version__, nodes=fx_nodes, onnx_compute_nodes=len(compute),
                     onnx_mapped_nodes=len(mapped), unmapped_onnx_nodes=unmapped).write(fx_path)
-    global LAST_TRACE
-    LAST_TRACE = TraceState(onnx_sha256=sha256_file(request.onnx_out), loaded=loaded, onnx_program=onnx_program)
+    remember(TraceState(onnx_sha256=sha256_file(request.onnx_out), loaded=loaded, onnx_program=onnx_program))
     return TraceResult(
         onnx=request.onnx_out, npz=request.npz_out, reference=request.reference_out, fx_nodes=fx_path,
         fx_node_count=len(fx_nodes), onnx_node_count=len(proto.graph.node),

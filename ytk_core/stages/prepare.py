@@ -38,13 +38,19 @@ def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path,
                                  request=TraceRequest(model_path=model, onnx_out=onnx_out, npz_out=npz_out,
                                                       reference_out=reference_out))
     carve: CarveResult | None = None
-    if selectors:
-        carve = rt.call(front, "ytk_carve", "carve", workdir=prep_dir,
-                        request=CarveRequest(prepare_dir=prep_dir, onnx=onnx_out, fx_nodes=trace.fx_nodes,
-                                             selectors=selectors))
-    else:
-        from ..frontend.carve import remove_carve_artifacts
+    from ..frontend.carve import remove_carve_artifacts
 
+    if selectors:
+        try:
+            carve = rt.call(front, "ytk_carve", "carve", workdir=prep_dir,
+                            request=CarveRequest(prepare_dir=prep_dir, onnx=onnx_out, fx_nodes=trace.fx_nodes,
+                                                 selectors=selectors))
+        except BaseException:
+            # The plain export stands; an older carve's files must not sit beside it as if they described it.
+            remove_carve_artifacts(prep_dir)
+            (prep_dir / PREPARE_MANIFEST).unlink(missing_ok=True)
+            raise
+    else:
         remove_carve_artifacts(prep_dir)
     manifest = PrepareManifest(
         model=str(Path(model).resolve()), model_sha256=sha256_file(model), env=torch_env(),

@@ -1,0 +1,177 @@
+"""Step 3: carving regions into custom-op nodes, the kernelgen inputs, and the numerical guarantee."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from tests.helpers import EVIT, MNV3, SPEC_SIX, VIT, prepare
+from ytk_core.carved_eval import run_carved_onnx
+from ytk_core.errors import UsageError
+from ytk_core.frontend.carve import carve, remove_carve_artifacts
+from ytk_hookspecs import StageContext
+from ytk_hookspecs.models import PLUGIN_DOMAIN, CandidatesFile, CarveRequest, PluginsFile
+
+
+def _assert_reproduces_reference(out: Path, tol: float = 1e-4) -> None:
+    feeds = dict(np.load(out / "model.npz"))
+    ref = dict(np.load(out / "model.reference.npz"))
+    got = run_carved_onnx(out / "model.onnx", feeds)
+    for k, r in ref.items():
+        err = float(np.abs(got[k] - r).max())
+        assert err <= tol * max(1.0, float(np.abs(r).max())), (k, err)
+
+
+def test_plugins_json(evit_carved):
+    out, r = evit_carved
+    pj = PluginsFile.read(out / "plugins.json")
+    sites = {p.name: p.sites for p in pj.plugins}
+    assert sites == {"LiteMLAC384": 3, "LiteMLAC768": 4, "DwConv3x3s1Dyn": 9, "DwConv5x5s1C384": 3,
+                     "DwConv5x5s1C768": 4, "DwConv3x3s1C256": 2}
+    for p in pj.plugins:
+        assert p.namespace == "yasp" and p.version == "1" and p.op_type == p.name
+        assert (out / p.kernelgen_input).is_file()
+    assert "carve: 25 custom-op node(s)" in r.stdout
+
+
+def test_onnx_rewrite(evit_carved):
+    m = onnx.load(evit_carved[0] / "model.onnx")
+    onnx.checker.check_model(m, full_check=True)
+    custom = [n for n in m.graph.node if n.domain == PLUGIN_DOMAIN]
+    assert len(custom) == 25
+    for n in custom:
+        attrs = {a.name: a.s.decode() for a in n.attribute}
+        assert attrs == {"plugin_namespace": "yasp", "plugin_version": "1"}
+    dyn = [n for n in custom if n.op_type == "DwConv3x3s1Dyn"]
+    assert all(len(n.input) == 3 for n in dyn)  # activation + lifted (weight, bias)
+    lite = [n for n in custom if n.op_type == "LiteMLAC384"]
+    assert all(len(n.input) == 2 for n in lite)  # qkv + aggregated, joined inside the plugin
+    assert not any(n.op_type in ("MatMul", "Softmax") for n in m.graph.node)
+
+
+def test_numerical_guarantee_worked_example(evit_carved):
+    _assert_reproduces_reference(evit_carved[0])
+
+
+def test_candidates(evit_carved):
+    out = evit_carved[0]
+    cands = {c.name: c for c in CandidatesFile.read(out / "candidates.json").candidates}
+    dyn = cands["DwConv3x3s1Dyn"]
+    assert dyn.input_roles == ["activation", "weight", "bias"] and dyn.lift == "fold_conv_bn"
+    assert 1 in dyn.dynamic_dims["in0"] and dyn.constant_axes[1] == [False, True, True, True]
+    assert {s.inputs[0].shape[1] for s in dyn.sites} == {16, 128, 512, 1024}
+    assert dyn.op_inventory["aten.conv2d.default"] == 1 and dyn.op_inventory["aten.hardswish.default"] == 1
+    c256 = cands["DwConv3x3s1C256"]
+    assert c256.dynamic_dims == {} and all(all(a) for a in c256.constant_axes)
+    lite = cands["LiteMLAC384"]
+    assert lite.around and lite.lift == "none" and lite.input_roles == ["activation", "activation"]
+    assert lite.op_inventory["aten.matmul.default"] == 2 and lite.op_inventory["aten.cat.default"] == 1
+    assert [list(o.shape) for o in lite.sites[0].outputs] == [[1, 256, 4, 6]]
+    for c in cands.values():
+        for rel in (c.files.pt2, c.files.io_npz, c.files.inputs_pt, c.files.reference_py):
+            assert (out / rel).is_file()
+
+
+def test_pt2_reproduces_every_site(evit_carved):
+    out = evit_carved[0]
+    for c in CandidatesFile.read(out / "candidates.json").candidates:
+        prog = torch.export.load(str(out / c.files.pt2)).module()
+        io_npz = np.load(out / c.files.io_npz)
+        for s in c.sites:
+            n_in = len(s.inputs)
+            ins = [torch.from_numpy(io_npz[f"site{s.index}.in{i}"]) for i in range(n_in)]
+            got = prog(*ins)
+            got = got if isinstance(got, (tuple, list)) else [got]
+            np.testing.assert_allclose(got[0].numpy(), io_npz[f"site{s.index}.out0"], rtol=1e-4, atol=1e-5)
+    assert "class GraphModule" in (out / "plugin_candidates" / "LiteMLAC384.reference.py").read_text()
+
+
+def _carve(prep: Path, selectors: list[str]):
+    """Carve directly on a cached trace (no second export): the same code path prepare --plugin runs."""
+    return carve(CarveRequest(prepare_dir=prep, onnx=prep / "model.onnx", fx_nodes=prep / "fx_nodes.json",
+                              selectors=selectors), StageContext())
+
+
+def test_foreign_files_survive_and_recarve_refreshes(evit_carved, plain_copy):
+    out = evit_carved[0]
+    assert (out / "sources" / "DwConv3x3s1C256.module_source.py").read_text() == "# generated, costly\n"
+    assert (out / "plugin_candidates" / "DwConv3x3s1C256.so").is_file()
+    prep = plain_copy
+    (prep / "plugin_candidates").mkdir()
+    (prep / "plugin_candidates" / "Mine.so").write_bytes(b"x")
+    onnx_bytes = (prep / "model.onnx").read_bytes()
+    _carve(prep, SPEC_SIX[:2])
+    assert (prep / "plugin_candidates" / "LiteMLAC384.pt2").is_file()
+    (prep / "model.onnx").write_bytes(onnx_bytes)  # what a fresh trace writes before carving again
+    _carve(prep, SPEC_SIX[3:4])
+    assert not (prep / "plugin_candidates" / "LiteMLAC384.pt2").exists()
+    assert (prep / "plugin_candidates" / "DwConv5x5s1C384.pt2").is_file()
+    remove_carve_artifacts(prep)  # what a plain prepare does
+    assert not (prep / "plugins.json").exists() and not (prep / "plugin_candidates" / "DwConv5x5s1C384.pt2").exists()
+    assert (prep / "plugin_candidates" / "Mine.so").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("selectors, expect", [
+    (["yasp::X=Conv2dd"], "Closest classes: Conv2d"),
+    (["yasp::X=ConvNormAct@where=*nowhere*"], "none matches @where"),
+    (["yasp::X=LiteMLA"], "fold_conv_bn_seq"),
+    (["yasp::A=Conv2d@where=*aggreg.0.0", "yasp::B=mod:aggreg.0.0"], "both claim"),
+    (["yasp::A=Conv2d@where=*aggreg.0.0", "yasp::A=LiteMLA:around"], "used by two selectors"),
+    (["yasp::X=ConvNormAct@where=*depth_conv"], "different kinds"),
+    (["yasp::X=mod:nonexistent.path"], "no module path ends with"),
+    (["yasp::X=nosuch_node...relu"], "no fx node named"),
+])
+def test_carve_errors(plain_copy, selectors, expect):
+    before = (plain_copy / "model.onnx").read_bytes()
+    with pytest.raises(UsageError, match=expect):
+        _carve(plain_copy, selectors)
+    assert (plain_copy / "model.onnx").read_bytes() == before
+    assert not (plain_copy / "plugins.json").exists()
+
+
+def test_carve_error_through_the_cli(tmp_path):
+    r = prepare(VIT, tmp_path, ["yasp::Leak=linear_9...linear_10"], size="1x64x64")
+    assert r.code != 0 and "cut those edges" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "plugins.json").exists() and not (tmp_path / "prepare.json").exists()
+
+
+def test_nojoin_and_escape_hatch_on_worked_example(tmp_path):
+    r = prepare(EVIT, tmp_path, ["yasp::Lite=LiteMLA:around@nojoin@where=*stages.2*",
+                                 "yasp::Agg=mod:stages.3.blocks.1.context_module.main.aggreg.0.1"])
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(tmp_path / "candidates.json").candidates}
+    assert cands["Lite"].input_roles == ["activation"]  # the concat stays outside the plugin
+    assert list(cands["Lite"].sites[0].inputs[0].shape) == [1, 768, 4, 6]
+    assert "aten.cat.default" not in cands["Lite"].op_inventory
+    assert len(cands["Agg"].sites) == 1
+    _assert_reproduces_reference(tmp_path)
+
+
+def test_mobilenet_carve(tmp_path):
+    r = prepare(MNV3, tmp_path, ["yasp::SE=SqueezeExcite@lift=fold_conv_bn_seq",
+                                 "yasp::Dw5s1=ConvBNAct@where=*features.4.dw,*features.5.dw",
+                                 "yasp::Block=InvertedResidual:around@where=*features.2@lift=fold_conv_bn_seq",
+                                 "yasp::Dw3=mod:features.1.dw"], size="1x64x64")
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(tmp_path / "candidates.json").candidates}
+    assert cands["SE"].input_roles == ["activation", "weight", "bias", "weight", "bias"]
+    assert len(cands["SE"].sites) == 8
+    _assert_reproduces_reference(tmp_path)
+
+
+def test_vit_carve(tmp_path):
+    r = prepare(VIT, tmp_path, ["yasp::Attn=Attention:around@where=!*blocks.0.attn",
+                                "yasp::Soft=call:torch.softmax@where=*blocks.0.attn",
+                                "yasp::Mlp1=linear_6...linear_7"], size="1x64x64")
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(tmp_path / "candidates.json").candidates}
+    attn = cands["Attn"]
+    assert len(attn.sites) == 3 and attn.op_inventory.get("aten.softmax.int") == 1
+    assert "aten.linear.default" not in attn.op_inventory  # the projections stay with the engine
+    _assert_reproduces_reference(tmp_path)
+
+
