@@ -69,3 +69,20 @@ def small(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
 
 def load_profile(prep: Path) -> dict:
     return json.loads((prep / "profile.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def small_base(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """EfficientViT-B1 at 1x64x96 with base.tgz from the mock engine (SIMULATED)."""
+    d = unpack("evit_1x64x96", tmp_path_factory.mktemp("small_base") / "base")
+    make_bundle(d, d / "base.tgz")
+    return d
+
+
+@pytest.fixture(scope="session")
+def plugged(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """The same model carved with LiteMLAC768, LiteMLAC384 and DwConv3x3s1Dyn, and gaia.tgz compiled with those
+    plugins by the mock engine (SIMULATED): the spec's "then ask again" case."""
+    d = unpack("evit_1x64x96_plugged", tmp_path_factory.mktemp("plugged") / "gaia")
+    make_bundle(d, d / "gaia.tgz")
+    return d

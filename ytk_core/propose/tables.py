@@ -7,6 +7,7 @@ from collections import defaultdict
 from .attribution import Attribution
 from .models import ClassRow, ModuleRow
 from .modules import ModuleIndex
+from .regions import CONTAINERS
 
 
 def class_table(mods: ModuleIndex, att: Attribution) -> list[ClassRow]:
@@ -22,7 +23,9 @@ def class_table(mods: ModuleIndex, att: Attribution) -> list[ClassRow]:
         for p, c in st:
             inst[c].add(p)
     total = att.total_ms or 1.0
-    rows = [ClassRow(cls=c, instances=len(inst[c]), ms=v, share=v / total) for c, v in ms.items()]
+    # The root holds everything and containers only group: neither says where time goes.
+    skip = {mods.root_cls} | CONTAINERS
+    rows = [ClassRow(cls=c, instances=len(inst[c]), ms=v, share=v / total) for c, v in ms.items() if c not in skip]
     return sorted(rows, key=lambda r: (-r.ms, r.cls))
 
 

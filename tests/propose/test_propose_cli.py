@@ -1,0 +1,153 @@
+"""`ytk embedded propose` as users type it: tables, --json, --verbose, --top/--depth, --emit-prepare, errors."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ytk_core.propose import ProposeReport
+
+
+def _args(d: Path, bundle: str = "base.tgz") -> list[str]:
+    return ["embedded", "propose", "--profile", d / bundle, "--onnx", d / "model.onnx", "--fx-nodes", d / "fx_nodes.json"]
+
+
+def test_tables_as_in_the_spec(ytk, worked):
+    r = ytk(*_args(worked))
+    assert r.code == 0, r.stderr
+    out = r.stdout
+    assert out.startswith("measured: base.tgz (SIMULATED: mock engine")
+    assert "model total 88.3 ms" in out
+    head = next(line for line in out.splitlines() if line.startswith("WHAT TO PLUG"))
+    assert head.split() == ["WHAT", "TO", "PLUG", "SITES", "TRT", "ms", "plug", "as", "(names", "are", "yours)"]
+    row = next(line for line in out.splitlines() if line.startswith("LiteMLA region (C=384)"))
+    assert row.split()[3:5] == ["3", "15.7"] and row.endswith(
+        "yasp::LiteMLAC384=LiteMLA:around@where=*.2.blocks.*.context_module.main")
+    assert "NOT WORTH PLUGGING" in out and "1x1 / dense GEMMs" in out and "unattributed glue" in out
+    assert "candidates covering" in out.splitlines()[-1]
+
+
+def test_json_is_the_versioned_report(ytk, worked):
+    r = ytk(*_args(worked), "--json")
+    assert r.code == 0, r.stderr
+    rep = ProposeReport.model_validate_json(r.stdout)
+    assert rep.schema_version == 1 and rep.candidates and rep.simulated
+    assert "WHAT TO PLUG" not in r.stdout
+
+
+def test_verbose_top_and_depth(ytk, worked):
+    r = ytk(*_args(worked), "--verbose", "--top", "8", "--depth", "1")
+    assert r.code == 0, r.stderr
+    out = r.stdout
+    classes = out.split("time by torch class")[1].split("time by module")[0]
+    assert "LiteMLA" in classes and "ConvNormAct" in classes
+    modules = out.split("time by module (depth 1)")[1].split("\n\n")[0]
+    assert "m.stages" not in modules and "(model)" in modules and "  m " in modules
+    assert "more row(s); raise --top" in out
+    assert "plug as    yasp::LiteMLAC384" in out and "roofline " in out and "SITE" in out
+
+
+def test_raw_trtexec_files(ytk, small):
+    r = ytk("embedded", "propose", "--profile", small / "trt86_profile.json", "--layer-info",
+            small / "trt86_layers.json", "--onnx", small / "model.onnx", "--fx-nodes", small / "fx_nodes.json",
+            "-a", "arm64-sm87-dos6010-cu114-trt86", "--min-ms", "0.01", "--json")
+    assert r.code == 0, r.stderr
+    rep = ProposeReport.model_validate_json(r.stdout)
+    assert rep.engine == "tensorrt" and not rep.simulated and rep.total_ms == pytest.approx(0.53)
+    assert {p.name for p in rep.candidates} >= {"LiteMLAC384"}
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--roofline", "1.5"], "--roofline"),
+    (["--min-ms", "-1"], "--min-ms"),
+    (["--precision", "int8"], "--precision"),
+])
+def test_bad_flags(ytk, worked, extra, words):
+    r = ytk(*_args(worked), *extra)
+    assert r.code == 2 and words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_inputs_are_one_paragraph(ytk, worked, tmp_path):
+    r = ytk("embedded", "propose", "--profile", worked / "base.tgz", "--onnx", worked / "model.onnx",
+            "--fx-nodes", tmp_path / "fx_nodes.json")
+    assert r.code == 2 and "fx_nodes.json" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "bad.tgz").write_bytes(b"\x1f\x8b garbage")
+    r = ytk("embedded", "propose", "--profile", tmp_path / "bad.tgz", "--onnx", worked / "model.onnx",
+            "--fx-nodes", worked / "fx_nodes.json")
+    assert r.code == 2 and "bad.tgz" in r.stderr and "Traceback" not in r.stderr
+
+
+def _fake_ytk(tmp_path: Path) -> Path:
+    fake = tmp_path / "fake-ytk"
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$FAKE_OUT"\necho "YTK_EXAMPLE_SIZE=${YTK_EXAMPLE_SIZE:-}" >> "$FAKE_OUT"\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_emit_prepare_writes_a_runnable_script(ytk, worked, tmp_path):
+    script = tmp_path / "run_prepare.sh"
+    model = tmp_path / "model.py"
+    model.write_text("# stand-in\n")
+    r = ytk(*_args(worked), "--model", model, "--emit-prepare", script, "--json")
+    assert r.code == 0, r.stderr
+    rep = ProposeReport.model_validate_json(r.stdout)
+    assert os.stat(script).st_mode & stat.S_IXUSR
+    text = script.read_text()
+    top = text.split('YTK="${YTK:-ytk}"')[0]
+    for p in rep.candidates:
+        assert f'{p.name}="{p.name}"' in top
+    # rename one plugin the way the comment tells users to, then run the script
+    script.write_text(text.replace('LiteMLAC384="LiteMLAC384"', 'LiteMLAC384="MyAttention"'))
+    out = tmp_path / "args.txt"
+    env = {**os.environ, "YTK": str(_fake_ytk(tmp_path)), "FAKE_OUT": str(out)}
+    subprocess.run([str(script), "--json"], check=True, env=env, cwd="/")
+    args = out.read_text().splitlines()
+    # paths are relative to the script, which changes to its own directory first
+    assert args[:2] == ["embedded", "prepare"] and (script.parent / args[2]).resolve() == model.resolve()
+    onnx_out = script.parent / args[args.index("--onnx-out") + 1]
+    assert onnx_out.parent.resolve() == (worked.parent / "gaia").resolve()
+    plugs = [args[i + 1] for i, a in enumerate(args) if a == "--plugin"]
+    expected = [p.selector for p in rep.candidates]
+    expected[[p.name for p in rep.candidates].index("LiteMLAC384")] = \
+        "yasp::MyAttention=LiteMLA:around@where=*.2.blocks.*.context_module.main"
+    assert plugs == expected
+    assert "--json" in args
+
+
+def test_emit_prepare_with_nothing_to_carve_writes_nothing(ytk, worked, tmp_path):
+    script = tmp_path / "run_prepare.sh"
+    r = ytk(*_args(worked), "--model", tmp_path / "m.py", "--emit-prepare", script, "--min-ms", "1000")
+    assert r.code == 2 and "no region to carve" in r.stderr and not script.exists()
+
+
+def test_emit_prepare_reexports_the_size_prepare_recorded(ytk, small_base, tmp_path):
+    from ytk_core.artifacts import PrepareManifest
+
+    PrepareManifest(model=str(tmp_path / "model.py"), model_sha256="0" * 64, env={"YTK_EXAMPLE_SIZE": "1x64x96"},
+                    onnx="model.onnx", npz="model.npz", reference="model.reference.npz", fx_nodes="fx_nodes.json",
+                    torch_version="x").write(small_base / "prepare.json")
+    try:
+        script = tmp_path / "run.sh"
+        r = ytk(*_args(small_base), "--min-ms", "0.03", "--family-min-ms", "0.1", "--emit-prepare", script)
+        assert r.code == 0, r.stderr
+        out = tmp_path / "args.txt"
+        env = {k: v for k, v in os.environ.items() if k != "YTK_EXAMPLE_SIZE"}
+        env.update(YTK=str(_fake_ytk(tmp_path)), FAKE_OUT=str(out))
+        subprocess.run([str(script)], check=True, env=env)
+        args = out.read_text().splitlines()
+        assert args[-1] == "YTK_EXAMPLE_SIZE=1x64x96"
+        assert (script.parent / args[2]).resolve() == (tmp_path / "model.py").resolve()
+    finally:
+        (small_base / "prepare.json").unlink()
+
+
+def test_plugged_rows_in_the_table(ytk, plugged):
+    r = ytk(*_args(plugged, "gaia.tgz"), "--verbose")
+    assert r.code == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("LiteMLAC384 (already plugged)"))
+    assert "re-optimize:" in row and "ms/site to beat" in row
+    assert "plugin_candidates/LiteMLAC384.pt2" in r.stdout
