@@ -13,7 +13,7 @@ from ytk_hookspecs.models import ArchSpec, ArchSpecError, BuildRequest, BuildRes
 from ytk_hookspecs.plugin_info import c_snippet
 
 from .launcher import ERROR_STRING_SYMBOL
-from .toolchain import compile_shared, find_nvcc, nvcc_version, target_problem
+from .toolchain import NvccError, compile_shared, find_nvcc, nvcc_version, target_problem
 
 #: Engine APIs whose shims are not written yet; requesting one is an error, never a silent fallback.
 _LATER_SHIMS = {"trt8-IPluginV2DynamicExt": "TensorRT 8.6 IPluginV2DynamicExt",
@@ -80,11 +80,16 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
     sha = hashlib.sha256(Path(request.source).read_bytes()).hexdigest()
     desc = describe(src, arch, sha, builder=f"ytk-backend-nvcc (nvcc {nvcc_version(nvcc)})", engine_api=api)
     t0 = time.perf_counter()
+    log_path = Path(request.output).with_suffix(Path(request.output).suffix + ".build.log")
     with ctx.progress(f"nvcc: building {request.plugin_name} for sm_{arch.sm}", total=1) as task:
-        res = compile_shared(translation_unit(src, desc), request.output, arch, ptxas_verbose=True)
+        try:
+            res = compile_shared(translation_unit(src, desc), request.output, arch, ptxas_verbose=True)
+        except NvccError as e:
+            # Keep the whole compiler output: the message carries only its tail.
+            _write_log(log_path, e.log)
+            raise StageError(f"{e}\n(full build log: {log_path})") from None
         task.advance()
     log = " ".join(res.cmd) + "\n" + res.log
-    log_path = Path(request.output).with_suffix(Path(request.output).suffix + ".build.log")
     _write_log(log_path, log)
     ctx.log.info("plugin built", plugin=request.plugin_name, so=str(request.output), sm=arch.sm,
                  wall_s=round(res.wall_s, 2), log=str(log_path))

@@ -46,36 +46,38 @@ class Case:
         return f"shape{self.shape_index}/{self.dist}/seed{self.seed}"
 
 
-def _gen(seed: int):  # type: ignore[no-untyped-def]
+def _gen(seed: int, device: Any):  # type: ignore[no-untyped-def]
     import torch
 
-    g = torch.Generator(device="cpu")
+    g = torch.Generator(device=device)
     g.manual_seed(1_000_003 * seed + 17)
     return g
 
 
-def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int) -> list[Any]:
-    """fp32 logical (NCHW) inputs for one case, on the CPU, activations already fp16-representable."""
+def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int, device: Any = "cpu") -> list[Any]:
+    """fp32 logical (NCHW) inputs for one case, made on ``device``, activations fp16-representable."""
     import torch
 
-    g = _gen(seed)
+    g = _gen(seed, device)
+
+    def randn(shape: tuple[int, ...]) -> Any:
+        return torch.randn(shape, generator=g, device=device)
+
     shapes = site.inputs
     if isinstance(region, DwConvRegion):
-        x_shape, w_shape = shapes[0], shapes[1]
-        x = torch.randn(x_shape, generator=g)
+        x = randn(shapes[0])
         if dist == "large":
             x = x * 300.0
         elif dist == "offset":
             x = x * 0.5 + 3.0
-        w = torch.randn(w_shape, generator=g) / region.k
-        ins = [x.half().float(), w]
+        ins = [x.half().float(), randn(shapes[1]) / region.k]
         if region.has_bias:
-            ins.append(torch.randn(shapes[2], generator=g))
+            ins.append(randn(shapes[2]))
         return ins
     assert isinstance(region, LiteMLARegion)
     ins = []
     for shp in shapes:
-        t = torch.randn(shp, generator=g)
+        t = randn(shp)
         if dist == "large":
             t = t * 100.0
         elif dist == "offset":
@@ -84,14 +86,18 @@ def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int) -> lis
             d = region.dim
             n, c, h, w = t.shape
             grp = t.view(n, c // (3 * d), 3 * d, h * w)
-            mask = torch.rand(n, 1, 1, h * w, generator=g) < 0.5
+            mask = torch.rand((n, 1, 1, h * w), generator=g, device=device) < 0.5
             grp[:, :, :d, :] = torch.where(mask, -grp[:, :, :d, :].abs() - 0.1, grp[:, :, :d, :])
         ins.append(t.half().float())
     return ins
 
 
 def reference_and_tolerance(region: Region, module: Any, inputs: list[Any], device: Any) -> tuple[Any, Any]:
-    """fp32 reference output of the region's module and the per-element tolerance (both on device)."""
+    """fp32 reference output and the per-element tolerance (both on device).
+
+    ``module`` is the region's torch rendering (:func:`.reference.torch_region`), already checked
+    against the region's .pt2.
+    """
     import torch
     import torch.nn.functional as F
 
@@ -170,7 +176,8 @@ def build_cases(region: Region, module: Any, shapes: list[SiteShape], device: An
     cases: list[Case] = []
     captured = captured_inputs(io_npz, shapes)
     for si, site in enumerate(shapes):
-        plans: list[tuple[str, int, list[Any]]] = [(d, s, logical_inputs(region, site, d, s)) for d, s in DISTRIBUTIONS]
+        plans: list[tuple[str, int, list[Any]]] = [(d, s, logical_inputs(region, site, d, s, device))
+                                                   for d, s in DISTRIBUTIONS]
         if si in captured:
             act = [t.half().float() if not (isinstance(region, DwConvRegion) and i > 0) else t
                    for i, t in enumerate(captured[si])]

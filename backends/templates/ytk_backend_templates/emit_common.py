@@ -56,6 +56,14 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool vali
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" :: "r"(s), "l"(gmem), "n"(BYTES), "r"(n));
   }
 }
+// A shared-memory float4 load the compiler may not hoist out of a loop: used where keeping every
+// loaded value live across iterations would exhaust the registers (e.g. a 16x17 matrix).
+__device__ __forceinline__ float4 lds128_pinned(const float* p) {
+  float4 v;
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+  return v;
+}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
 }  // namespace ytk_tpl

@@ -11,8 +11,6 @@ reads its VEC weights of a tap with 16-byte loads.
 
 from __future__ import annotations
 
-from itertools import product
-
 from .emit_common import ACTIVATION_CODE, Variant
 from .regions import DwConvRegion
 
@@ -31,11 +29,15 @@ constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
 constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
 constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
 constexpr int TILE_HALVES = STAGE_SMEM ? IH * IW * CB : 8;
+// With CAP, at least 512 resident threads per SM (<= 128 registers each) for latency hiding;
+// without, the compiler may keep every weight of the thread's channels in registers (no spills).
+constexpr bool CAP = @CAP@;
+constexpr int MIN_BLOCKS = (!CAP || NTHREADS >= 512) ? 1 : 512 / NTHREADS;
 using VT = typename ytk_tpl::HVec<VEC>::T;
 
 __device__ __forceinline__ float act(float v) { @ACT@ }
 
-__global__ void __launch_bounds__(NTHREADS)
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
           __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x) {
   __shared__ __align__(16) __half tile[TILE_HALVES];
@@ -172,50 +174,50 @@ def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str) 
     return tile + k * k * cb * 4 + cb * 4
 
 
+# (stage, vec, cb, th, tw, rpt, cpt): a deliberate spread over staging, vector width, channels per
+# block, tile shape and outputs per thread; each region keeps the points that are legal for it.
+_BASE_S1 = (
+    ("smem", 8, 32, 8, 32, 4, 1), ("smem", 8, 64, 4, 32, 4, 1), ("smem", 8, 16, 16, 32, 4, 1),
+    ("smem", 8, 32, 8, 32, 2, 1), ("smem", 8, 32, 8, 32, 4, 2), ("smem", 8, 32, 16, 32, 8, 1),
+    ("smem", 4, 32, 8, 32, 4, 1), ("smem", 4, 16, 8, 32, 4, 1), ("smem", 8, 64, 8, 16, 4, 1),
+    ("smem", 8, 32, 8, 16, 2, 1), ("smem", 8, 16, 8, 32, 2, 1), ("smem", 8, 8, 16, 32, 4, 1),
+    ("direct", 8, 32, 4, 32, 4, 1), ("direct", 8, 32, 8, 32, 4, 1), ("direct", 8, 32, 8, 16, 1, 1),
+    ("direct", 8, 16, 8, 32, 2, 1),
+)
+_BASE_S2 = (
+    ("smem", 8, 32, 8, 16, 4, 1), ("smem", 8, 32, 8, 16, 2, 1), ("smem", 8, 64, 4, 16, 4, 1),
+    ("smem", 8, 16, 8, 32, 4, 1), ("smem", 8, 16, 16, 16, 4, 1), ("smem", 8, 32, 4, 32, 2, 1),
+    ("smem", 4, 32, 8, 16, 4, 1), ("smem", 8, 64, 8, 8, 4, 1), ("smem", 8, 8, 16, 32, 4, 1),
+    ("smem", 8, 16, 8, 16, 2, 1), ("direct", 8, 32, 8, 16, 4, 1), ("direct", 8, 32, 8, 16, 1, 1),
+    ("direct", 8, 16, 8, 32, 2, 1),
+)
+
+
 def variant_space(r: DwConvRegion) -> list[dict[str, int | str]]:
-    """The tuning grid for one region: a few hundred points pruned to plausible ones."""
+    """The tuning points legal for ``r``: channel blocking that tiles C, smem within the static
+    limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run."""
     out: list[dict[str, int | str]] = []
-    c_options = [r.channels] if r.channels else [16, 32, 64]
-    for stage, vec, cb, tw, th, rpt, cpt in product(("smem", "direct"), (8, 4), (8, 16, 32, 64), (8, 16, 32),
-                                                    (4, 8, 16), (1, 2, 4, 8), (1, 2)):
-        if cb % vec or th % rpt or tw % cpt:
-            continue
+    for stage, vec, cb, th, tw, rpt, cpt in (_BASE_S1 if r.stride == 1 else _BASE_S2):
         threads = (cb // vec) * (tw // cpt) * (th // rpt)
-        if threads not in (128, 256):
+        if threads not in (128, 256, 512):
             continue
         if r.channels and (cb > r.channels or r.channels % cb):
             continue
-        if not r.channels and cb > 16:  # must tile every dynamic channel count (multiples of 8) well
+        if not r.channels and cb > 32:
             continue
         if smem_bytes(r.k, r.stride, vec, cb, tw, th, stage) > SMEM_LIMIT:
             continue
-        # register budget: accumulators + one row of inputs, in fp32
-        if rpt * cpt * vec + ((cpt - 1) * r.stride + r.k) * vec > 96:
-            continue
-        if stage == "direct" and (vec != 8 or cpt != 1 or th > 8):
+        if rpt * cpt * vec + ((cpt - 1) * r.stride + r.k) * vec > 112:
             continue
         out.append(dict(stage=stage, vec=vec, cb=cb, tw=tw, th=th, rpt=rpt, cpt=cpt))
-    del c_options
-    return _prune(out, r)
+    return out
 
 
-def _prune(space: list[dict[str, int | str]], r: DwConvRegion, limit: int = 24) -> list[dict[str, int | str]]:
-    """Keep a spread of the grid: priority to 16-byte vectors, smem staging and mid-size tiles."""
-    def score(p: dict[str, int | str]) -> tuple:
-        return (p["stage"] != "smem", p["vec"] != 8, abs(int(p["rpt"]) - (4 if r.k == 3 else 8)),
-                abs(int(p["tw"]) - 32 // r.stride), p["cpt"] != 1, -int(p["cb"]), int(p["th"]))
-    ranked = sorted(space, key=score)
-    picked: list[dict[str, int | str]] = []
-    seen_shapes: set[tuple] = set()
-    for p in ranked:
-        key = (p["stage"], p["vec"], p["cb"], p["rpt"], p["cpt"])
-        if key in seen_shapes and len(picked) >= limit // 2:
-            continue
-        seen_shapes.add(key)
-        picked.append(p)
-        if len(picked) >= limit:
-            break
-    return picked
+def register_cap(r: DwConvRegion, p: dict[str, int | str]) -> bool:
+    """Cap registers at 128 only where weights + accumulators + an input row fit (else it spills)."""
+    vec, rpt, cpt = int(p["vec"]), int(p["rpt"]), int(p["cpt"])
+    nic = (cpt - 1) * r.stride + r.k
+    return r.k * r.k * vec + rpt * cpt * vec + nic * vec <= 140
 
 
 def variant_name(p: dict[str, int | str]) -> str:
@@ -228,7 +230,7 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE_SMEM": "true" if p["stage"] == "smem" else "false",
-        "ACT": ACTIVATION_CODE[r.act], "SYM": launcher,
+        "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "CAP": "true" if register_cap(r, p) else "false",
     }
     text = _KERNEL + _LAUNCHER
     for k, v in subs.items():

@@ -130,7 +130,7 @@ apply(const __half* __restrict__ a, const __half* __restrict__ b, int64_t pix_st
     for (int i = 0; i < D; ++i) {
 #pragma unroll
       for (int j4 = 0; j4 < KVS; j4 += 4) {
-        const float4 w = *reinterpret_cast<const float4*>(&kv[i * KVS + j4]);
+        const float4 w = ytk_tpl::lds128_pinned(&kv[i * KVS + j4]);
 #pragma unroll
         for (int t = 0; t < PPT; ++t) {
           o[t][j4] = fmaf(q[t][i], w.x, o[t][j4]);
@@ -191,15 +191,11 @@ extern "C" size_t @WSYM@(const int64_t* extents) { return @NS@::workspace_bytes(
 
 
 def variant_space(r: LiteMLARegion) -> list[dict[str, int | str]]:
-    """Pass-1 chunking and block size, pass-2 block size and pixels per thread."""
-    out: list[dict[str, int | str]] = []
-    for nchunk, p1w, p2t, ppt, p2pix in product((8, 16, 32), (4, 8), (128, 256), (1, 2), (1024, 2048)):
-        if p2pix < p2t * ppt:
-            continue
-        if p1w == 8 and nchunk == 32:
-            continue
-        out.append(dict(nchunk=nchunk, p1_warps=p1w, p2_threads=p2t, ppt=ppt, p2_pix=p2pix, p1_unroll=2))
-    return out
+    """Pass-1 chunking and block size x pass-2 block size and pixels per thread."""
+    pass1 = ((8, 4), (16, 4), (32, 4), (16, 8))
+    pass2 = ((128, 1, 1024), (128, 2, 2048), (256, 1, 2048))
+    return [dict(nchunk=n, p1_warps=w, p2_threads=t, ppt=ppt, p2_pix=px, p1_unroll=2)
+            for (n, w), (t, ppt, px) in product(pass1, pass2)]
 
 
 def variant_name(p: dict[str, int | str]) -> str:

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs.errors import StageError, UnsupportedRegion
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelPerf,
-                                  KernelReport)
+                                  KernelReport, PluginMeta)
 from ytk_hookspecs.models.base import ArtifactError
 
 from .build import build_variants, cache_dir, compile_cached, winner_source
 from .contract import plugin_meta
-from .regions import Region
+from .emit_common import Variant
+from .regions import Region, SiteShape
 from .variants import region_variants
 
 BACKEND = "templates"
@@ -57,12 +59,25 @@ def _failed(job_id: str, message: str, report: Path | None = None) -> KernelGenR
     return KernelGenResult(job_id=job_id, status="failed", message=message, report=report)
 
 
-def generate(request: KernelGenRequest, ctx: Any) -> KernelGenResult:
-    """Run one job to completion (see module doc); recognition failures are a ``failed`` result."""
-    from .gpu import require_gpu
+@dataclass
+class JobPlan:
+    """What a job will build and score, decided before any GPU is touched."""
+
+    job_id: str
+    name: str
+    region: Region
+    shapes: list[SiteShape]
+    site_index: list[int]
+    meta: PluginMeta
+    variants: list[Variant]
+    candidate: Candidate | None
+    graph_pt2: Path
+
+
+def plan_job(request: KernelGenRequest) -> JobPlan | KernelGenResult:
+    """Recognise the region and emit its variants; a ``failed`` result when no template fits."""
     from .recognise import load_graph, recognise, site_shape_indices, site_shapes
 
-    t0 = time.perf_counter()
     target = request.config.get("deployment_target")
     if target not in ("tensorrt", "torch"):
         raise StageError("kernelgen needs --config deployment_target=tensorrt (or =torch): it decides that the "
@@ -73,29 +88,46 @@ def generate(request: KernelGenRequest, ctx: Any) -> KernelGenResult:
     if request.precision != "fp16":
         return _failed(job_id, f"the templates generator emits fp16 kHWC8 kernels with fp32 accumulation; "
                                f"precision {request.precision} is not supported")
-    with ctx.progress(f"{name}: reading the region", total=1) as task:
-        try:
-            graph = load_graph(Path(request.reference))
-            region = recognise(graph, candidate)
-            shapes = site_shapes(graph, candidate)
-        except UnsupportedRegion as e:
-            return _failed(job_id, f"templates do not recognise region {name}: {e}")
-        task.advance()
-    ctx.log.info("region recognised", plugin=name, region=region.describe(), shapes=len(shapes))
-    gpu = require_gpu(request.gpu, request.arch)
-    arch = gpu.arch()
-    jobdir = Path(ctx.workdir) / "templates" / job_id
-    jobdir.mkdir(parents=True, exist_ok=True)
+    try:
+        graph = load_graph(Path(request.reference))
+        region = recognise(graph, candidate)
+        shapes = site_shapes(graph, candidate)
+    except UnsupportedRegion as e:
+        return _failed(job_id, f"templates do not recognise region {name}: {e}")
     meta = plugin_meta(region, name, candidate.namespace if candidate else "yasp",
                        candidate.version if candidate else "1", candidate, deployment_target=target)
     limit = int(request.config.get("max_variants", "0")) or None
-    variants = region_variants(region, limit)
-    with ctx.progress(f"{name}: building {len(variants)} variants (nvcc, sm_{arch.sm})", total=len(variants)) as task:
-        built = build_variants(variants, meta, arch, jobdir / "build", cache=cache_dir(Path(ctx.workdir)),
-                               progress=task)
-    return _score_and_write(request, ctx, job_id, jobdir, name, region, shapes, site_shape_indices(candidate, shapes),
-                            meta, variants, built, gpu, arch, graph_pt2=Path(request.reference), t0=t0,
-                            candidate=candidate)
+    return JobPlan(job_id, name, region, shapes, site_shape_indices(candidate, shapes), meta,
+                   region_variants(region, limit), candidate, Path(request.reference))
+
+
+def build_job(plan: JobPlan, arch: ArchSpec, jobdir: Path, cache: Path | None, progress: Any = None) -> Any:
+    """Compile every variant, and the check build of every possible winner's bundle (both cached)."""
+    built = build_variants(plan.variants, plan.meta, arch, jobdir / "build", cache=cache, progress=progress)
+    return built
+
+
+def generate(request: KernelGenRequest, ctx: Any) -> KernelGenResult:
+    """Run one job to completion (see module doc); recognition failures are a ``failed`` result."""
+    from .gpu import require_gpu
+
+    t0 = time.perf_counter()
+    with ctx.progress("reading the region", total=1) as task:
+        plan = plan_job(request)
+        task.advance()
+    if isinstance(plan, KernelGenResult):
+        return plan
+    ctx.log.info("region recognised", plugin=plan.name, region=plan.region.describe(), shapes=len(plan.shapes))
+    gpu = require_gpu(request.gpu, request.arch)
+    arch = gpu.arch()
+    jobdir = Path(ctx.workdir) / "templates" / plan.job_id
+    jobdir.mkdir(parents=True, exist_ok=True)
+    with ctx.progress(f"{plan.name}: building {len(plan.variants)} variants (nvcc, sm_{arch.sm})",
+                      total=len(plan.variants)) as task:
+        built = build_job(plan, arch, jobdir, cache_dir(Path(ctx.workdir)), progress=task)
+    return _score_and_write(request, ctx, plan.job_id, jobdir, plan.name, plan.region, plan.shapes, plan.site_index,
+                            plan.meta, plan.variants, built, gpu, arch, graph_pt2=plan.graph_pt2, t0=t0,
+                            candidate=plan.candidate)
 
 
 def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: Path, name: str, region: Region,
@@ -107,8 +139,16 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
     from .scoring import pick_winner, score_variants, torch_times
     from .timing import copy_bandwidth_gbs
 
+    from .reference import torch_region, verify_against_pt2
+    from .recognise import load_graph
+
     device = torch.device("cuda", gpu.index)
-    module = torch.export.load(str(graph_pt2)).module().to(device)
+    try:
+        verify_against_pt2(region, torch.export.load(str(graph_pt2)).module().to(device),
+                           load_graph(graph_pt2).input_shapes, device)
+    except UnsupportedRegion as e:
+        return _failed(job_id, f"templates do not recognise region {name}: {e}")
+    module = torch_region(region)
     io_npz = None
     if candidate is not None and candidate.files.io_npz:
         root = Path(request.prepare_dir) if request.prepare_dir else graph_pt2.parent.parent
@@ -122,8 +162,7 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
         scored = score_variants(variants, built, region, shapes, cases, device, copy_gbs, gpu.l2_bytes, site_index,
                                 progress=task, log=ctx.log)
     with ctx.progress(f"{name}: timing the torch ops of the region", total=1) as task:
-        half_module = torch.export.load(str(graph_pt2)).module().to(device)
-        torch_shape_ms = torch_times(half_module, region, shapes, device, gpu.l2_bytes)
+        torch_shape_ms = torch_times(module, region, shapes, device, gpu.l2_bytes)
         task.advance()
     del cases
     winner = pick_winner(scored)
@@ -148,7 +187,8 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
         measured_on=gpu.name, achieved_bandwidth_fraction=max(frac, 1e-9),
         time_ms_per_site=winner.score.time_ms_per_site)})
     src = KernelSource(header=header, source=source, meta=final_meta, generator=f"ytk-templates {winner.variant.name}")
-    _check_final_builds(src, arch, jobdir)
+    if request.config.get("check_build", "1") != "0":
+        check_final_build(winner.variant, meta, arch, jobdir, cache_dir(Path(ctx.workdir)))
     src.write(Path(request.output))
     report.notes.append(f"winner {winner.variant.name}: {sum(winner.score.time_ms_per_site):.4f} ms over "
                         f"{len(site_index)} site(s), {frac:.0%} of the floor; job took {time.perf_counter() - t0:.0f} s")
@@ -160,12 +200,17 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
     return res
 
 
-def _check_final_builds(src: KernelSource, arch: ArchSpec, jobdir: Path) -> None:
-    """The bundle must compile exactly as build-plugin compiles it, before it is handed out."""
+def check_final_build(variant: Variant, meta: PluginMeta, arch: ArchSpec, jobdir: Path, cache: Path | None) -> None:
+    """The winner's bundle must compile exactly as build-plugin compiles it before it is handed out.
+
+    The check build is deterministic (no measured figures in it), so it can come from the cache.
+    """
     from ytk_backend_nvcc.builder import describe, translation_unit
 
-    desc = describe(src, arch, "0" * 64, builder="ytk-templates (check)")
-    compile_cached(translation_unit(src, desc), jobdir / "winner_check.so", arch, None)
+    header, source = winner_source(variant, meta)
+    src = KernelSource(header=header, source=source, meta=meta, generator="ytk-templates")
+    desc = describe(src, arch, "0" * 64, builder="ytk-templates (check build)")
+    compile_cached(translation_unit(src, desc), jobdir / "winner_check.so", arch, cache)
 
 
 def fetch(job_id: str, output: Path, ctx: Any) -> KernelGenResult | None:

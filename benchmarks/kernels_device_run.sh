@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (device tool): the GPU tests of the nvcc and templates backends, then
+# benchmarks/kernels_templates.py. Everything lands in $OUT (logs, results table, reports tarball).
+# Carry .whl (wheels the image lacks) and .kcache (nvcc build cache made by --prebuild on a CPU host).
+#   bash benchmarks/kernels_device_run.sh [pytest|bench|all] [regions]
+set -u
+what=${1:-all}
+regions=${2:-}
+OUT=${OUT:-/tmp/kout}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/hookspecs:$PWD:$PWD/backends/nvcc:$PWD/backends/templates
+export PYTHONUNBUFFERED=1
+if [ -f .kcache/nvcc.tar.xz ]; then
+  mkdir -p /tmp/kcache && tar -xJf .kcache/nvcc.tar.xz -C /tmp/kcache && export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc
+fi
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; nvcc --version | tail -2;
+  python3 -c 'import torch; p=torch.cuda.get_device_properties(0); print(torch.__version__, p.name, p.multi_processor_count, p.L2_cache_size)'; } > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+rc=0
+if [ "$what" = all ] || [ "$what" = pytest ]; then
+  timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/nvcc tests/backends/templates > "$OUT/pytest.log" 2>&1 || rc=1
+  tail -25 "$OUT/pytest.log"
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  mkdir -p /tmp/kbench
+  timeout 420 python3 benchmarks/kernels_templates.py --out /tmp/kbench ${regions:+--regions "$regions"} --workdir /tmp/kbw \
+    2> "$OUT/bench.log" || rc=1
+  cp /tmp/kbench/kernels_templates.json /tmp/kbench/kernels_templates.md "$OUT/" 2>/dev/null
+  tar -czf "$OUT/reports.tgz" -C /tmp/kbench . 2>/dev/null
+  cat "$OUT/kernels_templates.md" 2>/dev/null || tail -40 "$OUT/bench.log"
+fi
+exit $rc

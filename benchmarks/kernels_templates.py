@@ -1,0 +1,167 @@
+"""Benchmark the templates kernel generator on the worked example's regions, side by side in one run.
+
+For every region (EfficientViT-B1 at batch 4, 1088x1920, fp16): the generated kernel's time (the
+winner of the autotuning, CUDA-graph replays over rotating inputs larger than the L2), the torch
+time of the region's own ops in fp16 channels_last (cuDNN conv + bias + activation; for LiteMLA
+the region's torch ops), the physical floor (bytes moved / device copy bandwidth measured in the
+same process) and the fraction of the floor reached. Every figure is measured here; nothing is
+recorded or estimated.
+
+    python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
+    python benchmarks/kernels_templates.py --prebuild --arch SPEC --cache DIR  # CPU: fill the build cache
+
+``--prebuild`` compiles every variant of the benchmark's and the GPU tests' regions for ``--arch`` into a build cache, so a GPU machine with the same nvcc
+spends its time scoring rather than compiling. It needs nvcc, not a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kernels_regions import REPO, all_names, make_region  # noqa: E402
+
+from ytk_hookspecs import StageContext  # noqa: E402
+from ytk_hookspecs.models import ArchSpec, KernelGenRequest, KernelReport  # noqa: E402
+
+
+class _Log:
+    def _p(self, lvl: str, event: str, **kw: object) -> None:
+        print(f"[{lvl}] {event} " + " ".join(f"{k}={v}" for k, v in kw.items()), file=sys.stderr, flush=True)
+
+    def debug(self, event: str, **kw: object) -> None:
+        pass
+
+    def info(self, event: str, **kw: object) -> None:
+        self._p("info", event, **kw)
+
+    def warning(self, event: str, **kw: object) -> None:
+        self._p("warn", event, **kw)
+
+    def error(self, event: str, **kw: object) -> None:
+        self._p("error", event, **kw)
+
+
+def _request(root: Path, name: str, gpu: str, cfg: dict[str, str] | None = None) -> KernelGenRequest:
+    pt2, cand = make_region(root, name)
+    # check_build=0: the benchmark times kernels; the bundle's own build is covered by the tests.
+    return KernelGenRequest(reference=pt2, gpu=gpu, config={"deployment_target": "tensorrt", "check_build": "0",
+                                                            **(cfg or {})},
+                            output=root / "sources" / f"{name}.module_source.py", candidate=cand, prepare_dir=root,
+                            plugin_name=name)
+
+
+def prebuild(arch_spec: str, cache: Path, root: Path) -> None:
+    """Compile every variant and check build of the benchmark's and the GPU tests' regions."""
+    from templates_fixtures import GPU_DW_REGIONS, GPU_LITEMLA_REGIONS, dw_fixture, litemla_fixture
+
+    from ytk_backend_templates.generate import JobPlan, build_job, plan_job
+
+    arch = ArchSpec.parse(arch_spec)
+    reqs: list[KernelGenRequest] = [_request(root / "bench", n, "any") for n in all_names()]
+    for name, k, s, act, _c, bias, shapes, maxv in GPU_DW_REGIONS:
+        pt2, cand = dw_fixture(root / "tests", name, k, s, act, shapes, bias=bias)
+        reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
+                                     **({"max_variants": str(maxv)} if maxv else {})},
+                                     output=root / "x.module_source.py", candidate=cand, plugin_name=name))
+    for name, joined, shapes, maxv in GPU_LITEMLA_REGIONS:
+        pt2, cand = litemla_fixture(root / "tests", name, shapes, joined=joined)
+        reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
+                                     **({"max_variants": str(maxv)} if maxv else {})},
+                                     output=root / "x.module_source.py", candidate=cand, plugin_name=name))
+    plans = [p for p in (plan_job(r) for r in reqs) if isinstance(p, JobPlan)]
+    done: set[str] = set()
+    t0 = time.perf_counter()
+    for p in plans:
+        key = f"{p.name}/{len(p.variants)}/{p.meta.model_dump_json()}"
+        if key in done:
+            continue
+        done.add(key)
+        print(f"prebuild {p.name}: {len(p.variants)} variants", file=sys.stderr, flush=True)
+        build_job(p, arch, root / "build" / p.name, cache)
+    print(f"prebuild done in {time.perf_counter() - t0:.0f} s -> {cache}", file=sys.stderr)
+
+
+def run(names: list[str], root: Path, out: Path) -> list[dict[str, object]]:
+    import torch
+
+    from ytk_backend_templates.generate import generate
+
+    gpu = torch.cuda.get_device_name(0)
+    ctx = StageContext(log=_Log(), workdir=root / "work")
+    rows: list[dict[str, object]] = []
+    for name in names:
+        t0 = time.perf_counter()
+        req = _request(root, name, gpu)
+        res = generate(req, ctx)
+        row: dict[str, object] = {"region": name, "status": res.status, "message": res.message,
+                                  "wall_s": round(time.perf_counter() - t0, 1)}
+        if res.report and Path(res.report).is_file():
+            rep = KernelReport.read(res.report)
+            win = next((c for c in rep.candidates if c.variant == rep.winner), None)
+            sites = req.candidate.sites if req.candidate else []
+            row.update(winner=rep.winner, sites=len(sites),
+                       shapes=[list(s.inputs[0].shape) for s in sites],
+                       kernel_ms=win.time_ms_per_site if win else None,
+                       spread_ms=win.spread_ms_per_site if win else None,
+                       torch_ms=rep.torch_ms_per_site, floor_ms=rep.floor_ms_per_site,
+                       correct=sum(1 for c in rep.candidates if c.correct), variants=len(rep.candidates),
+                       notes=rep.notes,
+                       candidates=[c.model_dump(mode="json") for c in rep.candidates])
+            (out / f"{name}.report.json").write_text(Path(res.report).read_text())
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "candidates"}), file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    head = ("| region | site shape (NCHW) | sites | winner | kernel us | torch fp16 us | floor us | "
+            "% of floor | x torch |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        if r.get("kernel_ms") is None:
+            lines.append(f"| {r['region']} | | | {r['status']}: {str(r['message'])[:80]} | | | | | |")
+            continue
+        seen: set[str] = set()
+        for shp, k, t, f in zip(r["shapes"], r["kernel_ms"], r["torch_ms"], r["floor_ms"]):  # type: ignore[call-overload]
+            key = str(shp)
+            if key in seen:
+                continue
+            seen.add(key)
+            n = sum(1 for s in r["shapes"] if str(s) == key)  # type: ignore[attr-defined]
+            lines.append(f"| {r['region']} | {shp} | {n} | {r['winner']} | {k * 1e3:.1f} | {t * 1e3:.1f} | "
+                         f"{f * 1e3:.1f} | {100 * f / k:.0f}% | {t / k:.1f}x |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--regions", default=",".join(all_names()))
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--prebuild", action="store_true")
+    ap.add_argument("--arch", default="x86_64-sm90-linux-cu130-trt10")
+    ap.add_argument("--cache", type=Path, default=None)
+    a = ap.parse_args()
+    import tempfile
+
+    root = a.workdir or Path(tempfile.mkdtemp(prefix="ytk-kbench-"))
+    if a.prebuild:
+        prebuild(a.arch, a.cache or root / "cache", root)
+        return 0
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = run([n for n in a.regions.split(",") if n], root, a.out)
+    (a.out / "kernels_templates.json").write_text(json.dumps(rows, indent=1))
+    t = table(rows)
+    (a.out / "kernels_templates.md").write_text(t + "\n")
+    print(t)
+    return 0 if all(r["status"] == "done" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

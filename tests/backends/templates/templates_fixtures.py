@@ -1,0 +1,140 @@
+"""Region fixtures following the carve contract: a torch.export .pt2 plus its candidates.json entry.
+
+Until real carves exist in a test, these small modules stand in for them: inputs in the node's
+order (activations first, then lifted weight and bias), logical NCHW float32.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ytk_hookspecs.models import Candidate, CandidateFiles, SiteInfo, TensorInfo
+
+ACTS = {
+    "none": lambda x: x,
+    "relu": F.relu,
+    "relu6": F.relu6,
+    "hardtanh": lambda x: F.hardtanh(x, 0.0, 6.0),
+    "clamp": lambda x: torch.clamp(x, 0.0, 6.0),
+    "hardswish": F.hardswish,
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+class DwConv(torch.nn.Module):
+    def __init__(self, k: int, stride: int, act: str, bias: bool = True) -> None:
+        super().__init__()
+        self.k, self.stride, self.act, self.bias = k, stride, act, bias
+
+    def forward(self, x, w, b=None):  # type: ignore[no-untyped-def]
+        y = F.conv2d(x, w, b if self.bias else None, self.stride, self.k // 2, 1, x.shape[1])
+        return ACTS[self.act](y)
+
+
+class LiteMLARegion(torch.nn.Module):
+    """EfficientViT LiteMLA's attention math on (qkv, agg) or on the pre-joined tensor."""
+
+    def __init__(self, dim: int = 16, eps: float = 1.0e-15, joined: bool = True) -> None:
+        super().__init__()
+        self.dim, self.eps, self.joined = dim, eps, joined
+
+    def forward(self, *xs):  # type: ignore[no-untyped-def]
+        qkv = torch.cat(list(xs), dim=1) if self.joined else xs[0]
+        b, _, h, w = qkv.shape
+        qkv = torch.reshape(qkv, (b, -1, 3 * self.dim, h * w)).transpose(-1, -2)
+        q, k, v = qkv[..., : self.dim], qkv[..., self.dim: 2 * self.dim], qkv[..., 2 * self.dim:]
+        q, k = F.relu(q), F.relu(k)
+        v = F.pad(v, (0, 1), mode="constant", value=1.0)
+        kv = torch.matmul(k.transpose(-1, -2), v)
+        out = torch.matmul(q, kv)
+        out = out[..., :-1] / (out[..., -1:] + self.eps)
+        return torch.reshape(out.transpose(-1, -2), (b, -1, h, w))
+
+
+def _tinfo(name: str, shape) -> TensorInfo:  # type: ignore[no-untyped-def]
+    return TensorInfo(name=name, shape=list(shape), dtype="float32")
+
+
+def export_region(module: torch.nn.Module, example: tuple, path: Path) -> Path:  # type: ignore[type-arg]
+    ep = torch.export.export(module, example)
+    torch.export.save(ep, str(path))
+    return path
+
+
+def candidate(name: str, pt2: Path, root: Path, site_inputs: list[list[tuple[int, ...]]],
+              site_outputs: list[tuple[int, ...]], roles: list[str], inventory: dict[str, int]) -> Candidate:
+    names = ["x", "weight", "bias"] if roles[0] == "activation" and len(roles) > 1 and roles[1] == "weight" \
+        else [f"in{i}" for i in range(len(roles))]
+    sites = [SiteInfo(index=i, module_path=f"m.site{i}", onnx_node=f"{name}_{i}",
+                      inputs=[_tinfo(f"{names[j]}_{i}", s) for j, s in enumerate(ins)],
+                      outputs=[_tinfo(f"y_{i}", site_outputs[i])], replaced_onnx_nodes=[], fx_nodes=[])
+             for i, ins in enumerate(site_inputs)]
+    n_in = len(roles)
+    constant = [[len({site[k][j] for site in site_inputs}) == 1 for j in range(len(site_inputs[0][k]))]
+                for k in range(n_in)]
+    dynamic = {f"{names[k]}": [j for j, c in enumerate(constant[k]) if not c] for k in range(n_in)
+               if not all(constant[k])}
+    return Candidate(name=name, namespace="yasp", selector=f"yasp::{name}=X", ops_name="X", lift="fold_conv_bn",
+                     input_roles=roles, sites=sites, op_inventory=inventory, constant_axes=constant,
+                     dynamic_dims=dynamic, files=CandidateFiles(pt2=str(pt2.relative_to(root))))
+
+
+def dw_fixture(root: Path, name: str, k: int, stride: int, act: str, shapes: list[tuple[int, int, int, int]],
+               bias: bool = True) -> tuple[Path, Candidate]:
+    """A depthwise region with one site per entry of ``shapes`` (N, C, H, W)."""
+    (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
+    mod = DwConv(k, stride, act, bias)
+    # Exported at a small shape, as a carve of a big model may be: the generator must not rely on
+    # the .pt2 running at the site shapes.
+    c = shapes[0][1]
+    ex = (torch.randn(1, c, 6, 5), torch.randn(c, 1, k, k)) + ((torch.randn(c),) if bias else ())
+    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
+    ins, outs = [], []
+    for (n, c, h, w) in shapes:
+        ins.append([(n, c, h, w), (c, 1, k, k)] + ([(c,)] if bias else []))
+        ho, wo = (h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1
+        outs.append((n, c, ho, wo))
+    ep = torch.export.load(str(pt2))
+    inv = dict(Counter(str(nd.target) for nd in ep.graph.nodes if nd.op == "call_function"))
+    roles = ["activation", "weight"] + (["bias"] if bias else [])
+    return pt2, candidate(name, pt2, root, ins, outs, roles, inv)
+
+
+def litemla_fixture(root: Path, name: str, shapes: list[tuple[int, int, int, int]], joined: bool = True,
+                    dim: int = 16) -> tuple[Path, Candidate]:
+    """A LiteMLA region; ``shapes`` are each input's (N, C, H, W) per site."""
+    (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
+    mod = LiteMLARegion(dim=dim, joined=joined)
+    c = shapes[0][1]
+    ex = tuple(torch.randn(1, c, 4, 3) for _ in range(2 if joined else 1))
+    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
+    ins = [[s] * (2 if joined else 1) for s in shapes]
+    outs = [(n, c * (2 if joined else 1) // 3, h, w) for (n, c, h, w) in shapes]
+    ep = torch.export.load(str(pt2))
+    inv = dict(Counter(str(nd.target) for nd in ep.graph.nodes if nd.op == "call_function"))
+    return pt2, candidate(name, pt2, root, ins, outs, ["activation"] * (2 if joined else 1), inv)
+
+
+# Regions the GPU tests generate kernels for: (plugin name, k, stride, activation, channels, bias,
+# small test shapes, max variants). Plugin and tensor names match the worked-example regions of
+# benchmarks/kernels_regions.py, so a build cache prepared for one serves the other.
+GPU_DW_REGIONS = [
+    ("DwConv3x3s1C256", 3, 1, "hardswish", 256, True, [(1, 256, 13, 37), (2, 256, 9, 8)], 0),
+    ("DwConv5x5s1C384", 5, 1, "none", 384, True, [(1, 384, 11, 19)], 0),
+    ("DwConv3x3s2C64", 3, 2, "hardswish", 64, True, [(2, 64, 21, 35)], 0),
+    ("DwConv3x3s1Dyn", 3, 1, "hardswish", None, True, [(1, 16, 19, 30), (1, 128, 9, 11), (1, 24, 5, 5)], 0),
+    ("DwAct7x7s1relu6", 7, 1, "relu6", 32, True, [(1, 32, 10, 12)], 2),
+    ("DwAct3x3s1silu", 3, 1, "silu", 64, True, [(1, 64, 7, 9)], 2),
+    ("DwAct3x3s1gelu", 3, 1, "gelu", 64, True, [(1, 64, 7, 9)], 2),
+    ("DwAct5x5s2relu", 5, 2, "relu", 64, False, [(1, 64, 15, 13)], 2),
+]
+GPU_LITEMLA_REGIONS = [
+    ("LiteMLAC384", True, [(1, 384, 7, 9), (2, 384, 3, 5)], 0),
+    ("LiteMLANoJoin", False, [(1, 96, 5, 7)], 2),
+]

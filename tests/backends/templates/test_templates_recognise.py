@@ -1,0 +1,119 @@
+"""Recognition of carved regions from their .pt2 and candidates.json entry, and their contracts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from templates_fixtures import ACTS, dw_fixture, export_region, litemla_fixture  # noqa: E402
+from ytk_backend_templates.contract import bytes_moved, plugin_meta  # noqa: E402
+from ytk_backend_templates.recognise import load_graph, recognise, site_shape_indices, site_shapes  # noqa: E402
+from ytk_backend_templates.reference import torch_region, verify_against_pt2  # noqa: E402
+from ytk_backend_templates.regions import DwConvRegion, LiteMLARegion  # noqa: E402
+from ytk_hookspecs.errors import UnsupportedRegion  # noqa: E402
+from ytk_core.contracts import check_meta, check_meta_against_candidate  # noqa: E402
+
+EXPECT_ACT = {"hardtanh": "relu6", "clamp": "relu6"}
+
+
+@pytest.mark.parametrize("act", sorted(ACTS))
+def test_every_activation_spelling_is_recognised(tmp_path: Path, act: str) -> None:
+    pt2, cand = dw_fixture(tmp_path, "Dw", 3, 1, act, [(1, 16, 8, 8)])
+    r = recognise(load_graph(pt2), cand)
+    assert r == DwConvRegion(k=3, stride=1, act=EXPECT_ACT.get(act, act), channels=16)
+
+
+@pytest.mark.parametrize("k,s,bias", [(3, 2, True), (5, 1, False), (7, 2, True)])
+def test_kernel_sizes_strides_and_missing_bias(tmp_path: Path, k: int, s: int, bias: bool) -> None:
+    pt2, cand = dw_fixture(tmp_path, "Dw", k, s, "relu", [(2, 24, 9, 11)], bias=bias)
+    g = load_graph(pt2)
+    r = recognise(g, cand)
+    assert (r.k, r.stride, r.has_bias) == (k, s, bias)
+    meta = plugin_meta(r, "Dw", candidate=cand)
+    rep = check_meta(meta)
+    rep.extend(check_meta_against_candidate(meta, cand, "fp16"))
+    assert rep.ok, rep.errors  # strided output extents evaluate to the region's real output shapes
+    verify_against_pt2(r, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
+
+
+def test_dynamic_remainder_makes_channels_a_runtime_extent(tmp_path: Path) -> None:
+    shapes = [(1, 16, 20, 24), (1, 128, 10, 12), (1, 512, 5, 6), (1, 512, 5, 6)]
+    pt2, cand = dw_fixture(tmp_path, "DwConv3x3s1Dyn", 3, 1, "hardswish", shapes)
+    g = load_graph(pt2)
+    r = recognise(g, cand)
+    assert r.channels is None
+    assert site_shape_indices(cand, site_shapes(g, cand)) == [0, 1, 2, 2]
+    meta = plugin_meta(r, cand.name, candidate=cand)
+    assert not any(c.startswith("C ==") for c in meta.constraints)
+    rep = check_meta_against_candidate(meta, cand, "fp16")
+    assert rep.ok, rep.errors
+    assert [t.format for t in meta.inputs] == ["kHWC8", "kLINEAR", "kLINEAR"]
+    assert [t.dtype for t in meta.inputs] == ["float16", "float32", "float32"]
+
+
+@pytest.mark.parametrize("joined", [True, False])
+def test_litemla_is_recognised_with_head_dim_and_eps(tmp_path: Path, joined: bool) -> None:
+    pt2, cand = litemla_fixture(tmp_path, "LiteMLAC384", [(1, 384, 4, 5)] * 3 if joined else [(1, 96, 4, 5)],
+                                joined=joined)
+    g = load_graph(pt2)
+    r = recognise(g, cand)
+    assert isinstance(r, LiteMLARegion) and r.dim == 16 and r.eps == 1e-15 and r.joined is joined
+    meta = plugin_meta(r, cand.name, candidate=cand)
+    rep = check_meta(meta)
+    rep.extend(check_meta_against_candidate(meta, cand, "fp16"))
+    assert rep.ok, rep.errors
+    assert meta.workspace  # pass-1 partial sums live in the workspace
+    verify_against_pt2(r, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
+    n, c, h, w = cand.sites[0].inputs[0].shape
+    assert bytes_moved(r, site_shapes(g, cand)[0]) == 2 * n * h * w * (c * len(cand.sites[0].inputs) + c * (2 if joined else 1) // 3)
+
+
+class _Dense(torch.nn.Module):
+    def forward(self, x, w, b):  # type: ignore[no-untyped-def]
+        return F.relu(F.conv2d(x, w, b, 1, 1))
+
+
+class _Dilated(torch.nn.Module):
+    def forward(self, x, w, b):  # type: ignore[no-untyped-def]
+        return F.conv2d(x, w, b, 1, 2, 2, x.shape[1])
+
+
+class _Sigmoid(torch.nn.Module):
+    def forward(self, x, w, b):  # type: ignore[no-untyped-def]
+        return torch.sigmoid(F.conv2d(x, w, b, 1, 1, 1, x.shape[1]))
+
+
+class _Baked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("module,args,reason", [
+    (_Dense(), (torch.randn(1, 16, 8, 8), torch.randn(16, 16, 3, 3), torch.randn(16)), "not depthwise"),
+    (_Dilated(), (torch.randn(1, 16, 8, 8), torch.randn(16, 1, 3, 3), torch.randn(16)), "padding|dilation"),
+    (_Sigmoid(), (torch.randn(1, 16, 8, 8), torch.randn(16, 1, 3, 3), torch.randn(16)), "sigmoid"),
+    (_Baked(), (torch.randn(1, 16, 8, 8),), "lifted"),
+])
+def test_unknown_regions_are_reported_not_faked(tmp_path: Path, module, args, reason: str) -> None:  # type: ignore[no-untyped-def]
+    pt2 = export_region(module, args, tmp_path / "r.pt2")
+    with pytest.raises(UnsupportedRegion, match=reason):
+        recognise(load_graph(pt2))
+
+
+def test_a_recognition_that_does_not_reproduce_the_pt2_is_refused(tmp_path: Path) -> None:
+    pt2, cand = dw_fixture(tmp_path, "Dw", 3, 1, "silu", [(1, 16, 8, 8)])
+    g = load_graph(pt2)
+    wrong = DwConvRegion(k=3, stride=1, act="relu", channels=16)
+    with pytest.raises(UnsupportedRegion, match="differs from the region's .pt2"):
+        verify_against_pt2(wrong, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
+    assert torch_region(recognise(g, cand)) is not None
