@@ -56,15 +56,23 @@ def family_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str
     return f"{op_label(kind, cls, sig, tag)}{sep}({channel_text(kind, sig)})"
 
 
+def _range(vals: list[Any]) -> str:
+    ints = sorted({v for v in vals if isinstance(v, int)})
+    if ints and len(ints) == len({str(v) for v in vals}):
+        return f"{ints[0]}..{ints[-1]}" if len(ints) > 1 else str(ints[0])
+    return ",".join(sorted({str(v) for v in vals}))
+
+
 def remainder_label(kind: str, cls: str, sigs: list[dict[str, Any]], tag: str = "") -> str:
-    cs = [s.get("C") for s in sigs]
-    ints = sorted({c for c in cs if isinstance(c, int)})
-    if ints and len(ints) == len(set(cs)):
-        rng = f"C={ints[0]}..{ints[-1]}" if len(ints) > 1 else f"C={ints[0]}"
+    """``depthwise 3x3 s1  (C=16..1024, 4 families)  (dynamic remainder)``."""
+    if kind in ("conv", "grouped_conv"):
+        dims = f"C={_range([s.get('C') for s in sigs])}->{_range([s.get('Cout') for s in sigs])}"
+    elif kind == "gemm":
+        dims = f"K={_range([s.get('K') for s in sigs])}, N={_range([s.get('N') for s in sigs])}"
     else:
-        rng = "C=" + ",".join(sorted({str(c) for c in cs}))
+        dims = f"C={_range([s.get('C') for s in sigs])}"
     sep = " " if kind == "attention" else "  "
-    return f"{op_label(kind, cls, sigs[0], tag)}{sep}({rng}, {len(sigs)} families)  (dynamic remainder)"
+    return f"{op_label(kind, cls, sigs[0], tag)}{sep}({dims}, {len(sigs)} families)  (dynamic remainder)"
 
 
 def _ident(text: str) -> str:

@@ -1,0 +1,48 @@
+"""propose is not shaped around one model: a small ViT (softmax attention) and a MobileNetV3 (squeeze-excite),
+both profiled by the mock engine (SIMULATED)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ytk_core.propose import ProposeOptions, propose
+from ytk_core.propose.given import _GraphView
+from ytk_core.propose.modules import load_fx_nodes
+
+from .conftest import make_bundle, unpack
+
+
+@pytest.fixture(scope="module", params=["tinyvit_2x64x64", "mnv3_1x128x128"])
+def model(request, tmp_path_factory):  # type: ignore[no-untyped-def]
+    d = unpack(request.param, tmp_path_factory.mktemp(request.param) / "base")
+    make_bundle(d, d / "base.tgz")
+    return d
+
+
+def _carve_sites(d, selector):  # type: ignore[no-untyped-def]
+    from ytk_core.frontend.regions import GraphIndex, match_sites
+    from ytk_core.frontend.selectors import parse_selector
+
+    gi = GraphIndex(_GraphView(load_fx_nodes(d / "fx_nodes.json")))
+    return sorted(s.module_path for s in match_sites(parse_selector(selector), gi))
+
+
+def test_every_ms_accounted_and_selectors_carve_exactly(model):
+    # --roofline 1.0 puts nothing "at roofline", so every family becomes a candidate to check
+    r = propose(model / "base.tgz", model / "model.onnx", model / "fx_nodes.json",
+                options=ProposeOptions(min_ms=0.0, family_min_ms=0.0, roofline_fraction=1.0))
+    assert abs(r.attributed_ms + r.glue_ms - r.total_ms) < 0.1
+    assert abs(sum(p.ms for p in r.proposals) + sum(x.ms for x in r.not_worth) - r.total_ms) < 0.1
+    assert len(r.candidates) >= 3
+    for p in r.candidates:
+        assert _carve_sites(model, p.selector) == sorted(s.module_path for s in p.sites), p.selector
+
+
+def test_softmax_attention_is_an_around_region(tmp_path):
+    d = unpack("tinyvit_2x64x64", tmp_path / "vit")
+    make_bundle(d, d / "base.tgz")
+    r = propose(d / "base.tgz", d / "model.onnx", d / "fx_nodes.json",
+                options=ProposeOptions(min_ms=0.02, family_min_ms=0.04))
+    att = next(p for p in r.candidates if p.kind == "attention")
+    assert att.ops_name == "Attention" and att.around and att.selector.startswith("yasp::AttentionC")
+    assert len(att.sites) == len(_carve_sites(d, att.selector)) >= 2
