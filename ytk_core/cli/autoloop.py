@@ -6,27 +6,52 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.table import Table
 
-from ..errors import NotImplementedYet
+from ..runtime import emit_json, stdout
 from .app import app
-from .options import ArchOpt, BuilderOpt, EngineOpt, JsonOpt, KernelgenOpt, PrecisionOpt
+from .options import BuilderOpt, EngineOpt, JsonOpt, KernelgenOpt, PrecisionOpt
 
 
 @app.command("autoloop")
 def autoloop(
     model: Annotated[Path, typer.Argument(help="model.py with a Model class and get_fwd_args()")],
-    arch: ArchOpt,
-    workdir: Annotated[Path, typer.Option("--workdir", help="where every round's artifacts and the state live")],
+    arch: Annotated[str, typer.Option("-a", "--arch", help="target arch spec, or 'auto' (the local GPU, else the "
+                                      "worked example's DRIVE AGX Orin)")],
+    workdir: Annotated[Path, typer.Option("--workdir", help="every round's artifacts and the resumable state")],
     precision: PrecisionOpt = "fp16",
     engine: EngineOpt = None,
     kernelgen: KernelgenOpt = None,
     builder: BuilderOpt = None,
-    max_rounds: Annotated[int, typer.Option("--max-rounds")] = 4,
-    min_gain_ms: Annotated[float, typer.Option("--min-gain-ms")] = 0.5,
+    max_rounds: Annotated[int, typer.Option("--max-rounds", help="rounds of propose -> plug after the baseline")] = 4,
+    min_gain_ms: Annotated[float, typer.Option("--min-gain-ms", help="stop when a candidate or a round is worth "
+                                               "less than this")] = 0.1,
     max_jobs: Annotated[int, typer.Option("--max-jobs", help="kernel generation jobs in flight")] = 4,
-    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="e.g. 45m, 2h")] = None,
+    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Prepare, compile the baseline, then propose -> carve -> generate -> build -> compile -> verify."""
-    raise NotImplementedYet("`ytk autoloop` is not implemented yet (it lands with issue #9, after the stages "
-                            "it chains); nothing was run.")
+    """Prepare and compile the baseline, then repeat propose -> carve -> generate -> build -> compile -> verify
+    until no gain remains. Kill it at any point and run the same command again: it resumes."""
+    from ..autoloop.run import run_autoloop
+
+    rep = run_autoloop(model, arch, precision, workdir, {"engine": engine, "kernelgen": kernelgen, "builder": builder},
+                       max_rounds, min_gain_ms, max_jobs, time_budget)
+    if json_:
+        emit_json(rep)
+        return
+    st = rep.state
+    sim = " (SIMULATED)" if rep.simulated else ""
+    t = Table(title=f"autoloop{sim}: {st.model}", title_justify="left")
+    for c in ("round", "p50 ms", "gain ms", "kept", "dropped"):
+        t.add_column(c)
+    t.add_row("0 (baseline)", f"{st.baseline.ms:.3f}" if st.baseline else "-", "-", "-", "-")
+    for r in st.rounds:
+        t.add_row(str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
+                  f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
+                  ", ".join(c.name for c in r.candidates if c.status == "kept") or "-",
+                  ", ".join(c.name for c in r.candidates if c.status == "dropped") or "-")
+    stdout.print(t)
+    if rep.baseline_ms and rep.final_ms:
+        stdout.print(f"{rep.baseline_ms:.3f} ms -> {rep.final_ms:.3f} ms ({rep.speedup:.2f}x){sim}; stopped: "
+                     f"{st.stop_reason}", markup=False, highlight=False)
+    stdout.print(f"report: {rep.report_md}", markup=False, highlight=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.table import Table
@@ -22,8 +23,17 @@ def _rel(p: Path, base: Path) -> str:
         return str(Path(p).resolve())
 
 
-def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, selectors: list[str],
-                json_out: bool) -> None:
+@dataclass
+class PrepareOutcome:
+    trace: TraceResult
+    carve: CarveResult | None
+    manifest: PrepareManifest
+    prep_dir: Path
+    wall_s: float
+
+
+def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, selectors: list[str]) -> PrepareOutcome:
+    """Trace (and carve) without printing; the CLI and autoloop both call this."""
     rt = runtime()
     t0 = time.perf_counter()
     prep_dir = onnx_out.parent if str(onnx_out.parent) else Path(".")
@@ -59,7 +69,14 @@ def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path,
         candidates=_rel(carve.candidates, prep_dir) if carve else None, selectors=list(selectors),
         torch_version=_torch_version())
     manifest.write(prep_dir / PREPARE_MANIFEST)
-    wall = time.perf_counter() - t0
+    return PrepareOutcome(trace=trace, carve=carve, manifest=manifest, prep_dir=prep_dir,
+                          wall_s=time.perf_counter() - t0)
+
+
+def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, selectors: list[str],
+                json_out: bool) -> None:
+    out = do_prepare(model, onnx_out, npz_out, reference_out, selectors)
+    trace, carve, manifest, prep_dir, wall = out.trace, out.carve, out.manifest, out.prep_dir, out.wall_s
     if json_out:
         emit_json({"trace": trace.model_dump(mode="json"), "carve": carve.model_dump(mode="json") if carve else None,
                    "prepare": manifest.model_dump(mode="json"), "wall_s": round(wall, 2)})

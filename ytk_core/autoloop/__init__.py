@@ -1,0 +1,1 @@
+"""``ytk autoloop``: propose -> carve -> generate -> build -> compile -> verify, until no gain remains."""

@@ -1,0 +1,102 @@
+"""The autoloop's final report: markdown, two SVG charts, and the JSON for pipelines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from ytk_hookspecs.models import Versioned
+from ytk_hookspecs.models.base import write_text_atomic
+
+from ..stages.verify import VerifyReport, run_verify
+from .charts import latency_by_round, regions_before_after
+from .state import AutoloopState
+
+REPORT_DIR = "report"
+
+
+class AutoloopReport(Versioned):
+    """What ``ytk autoloop --json`` prints."""
+
+    workdir: str
+    state: AutoloopState
+    baseline_ms: float | None
+    final_ms: float | None
+    speedup: float | None
+    simulated: bool
+    verify: VerifyReport | None = None
+    report_md: str | None = None
+    charts: list[str] = Field(default_factory=list)
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timing: bool) -> AutoloopReport:
+    w = Path(workdir)
+    rdir = w / REPORT_DIR
+    rdir.mkdir(parents=True, exist_ok=True)
+    base, best = state.baseline, state.best
+    verify = None
+    if base and best:
+        ref = w / base.prepare_dir / "model.reference.npz"
+        bundles = [w / base.bundle] + ([w / best.bundle] if best.bundle != base.bundle else [])
+        verify = run_verify(ref, bundles, no_host=not host_timing)
+        write_text_atomic(rdir / "verify.json", verify.model_dump_json(indent=2))
+    unit = "SIMULATED figures (mock target)" if simulated else f"measured on the {state.backends.get('engine')} engine"
+    points = [("base", base.ms)] if base else []
+    running = base.ms if base else 0.0
+    for r in state.rounds:
+        if r.gain_ms is not None and r.gain_ms > 0 and r.result_ms is not None:
+            running = r.result_ms
+        points.append((f"round {r.index}", running))
+    write_text_atomic(rdir / "latency.svg", latency_by_round(points, unit))
+    kept = best.plugins if best else []
+    write_text_atomic(rdir / "regions.svg", regions_before_after([(p.name, p.region_ms, p.plugin_ms) for p in kept], unit))
+    speedup = base.ms / best.ms if base and best and best.ms else None
+    md = [f"# ytk autoloop report{' (SIMULATED)' if simulated else ''}", "",
+          f"- model: `{state.model}`", f"- target: `{state.arch}`, precision {state.precision}",
+          f"- backends: engine `{state.backends.get('engine')}`, kernelgen `{state.backends.get('kernelgen')}`, "
+          f"builder `{state.backends.get('builder')}`",
+          f"- wall time: {state.elapsed_s / 60:.1f} min; stopped because: {state.stop_reason or 'not finished'}", ""]
+    if simulated:
+        md += ["> Every latency here comes from the mock backend's simulated DRIVE AGX Orin (a cost model), "
+               "not from hardware.", ""]
+    if base and best:
+        md += ["## Result", "", f"**{base.ms:.3f} ms -> {best.ms:.3f} ms ({speedup:.2f}x)** with "
+               f"{len(kept)} plugin(s): {', '.join(p.name for p in kept) or 'none'}.", ""]
+    if verify is not None:
+        md += ["## Benchmark (verify)", "", _md_table(
+            ["Implementation", "Iterations", "Min", "Mean", "p50", "p95", "p99", "Max"],
+            [[r.implementation, str(r.iterations), f"{r.min_ms:.3f}", f"{r.mean_ms:.3f}", f"{r.p50_ms:.3f}",
+              f"{r.p95_ms:.3f}", f"{r.p99_ms:.3f}", f"{r.max_ms:.3f}"] for r in verify.rows]), "",
+               "## Numerics against torch", "", _md_table(
+            ["Implementation", "Output", "max abs err", "max rel err", "cosine", "pass"],
+            [[n.implementation, n.output, f"{n.max_abs_err:.3g}" if n.max_abs_err is not None else "-",
+              f"{n.max_rel_err:.3g}" if n.max_rel_err is not None else "-",
+              f"{n.cosine:.6f}" if n.cosine is not None else "-", "yes" if n.passed else "NO"]
+             for n in verify.numerics]), ""]
+    md += ["## Rounds", "", _md_table(
+        ["round", "p50 ms", "gain ms", "added", "dropped (why)", "note"],
+        [["0", f"{base.ms:.3f}" if base else "-", "-", "-", "-", "baseline"]] + [
+            [str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
+             f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
+             ", ".join(c.name for c in r.candidates if c.status == "kept") or "-",
+             "; ".join(f"{c.name}: {c.reason}" for c in r.candidates if c.status == "dropped") or "-", r.note or ""]
+            for r in state.rounds]), ""]
+    if kept:
+        md += ["## Plugins in the final engine", "", _md_table(
+            ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "selector"],
+            [[p.name, str(p.sites), f"{p.region_ms:.3f}", f"{p.plugin_ms:.3f}" if p.plugin_ms is not None else "-",
+              ", ".join(f"{t:.4f}" for t in p.kernel_ms_per_site[:4]) or "-", f"`{p.selector}`"] for p in kept]), ""]
+    md += ["## Charts", "", "![latency by round](latency.svg)", "", "![time per region](regions.svg)", "",
+           "## Event log", ""] + [f"- {h}" for h in state.history] + [""]
+    write_text_atomic(rdir / "autoloop_report.md", "\n".join(md))
+    return AutoloopReport(workdir=str(w), state=state, baseline_ms=base.ms if base else None,
+                          final_ms=best.ms if best else None, speedup=speedup, simulated=simulated, verify=verify,
+                          report_md=str(rdir / "autoloop_report.md"),
+                          charts=[str(rdir / "latency.svg"), str(rdir / "regions.svg")])

@@ -1,0 +1,84 @@
+"""Entry point behind the CLI: start or resume an autoloop in a workdir, then report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ytk_hookspecs.models import ArchSpec, ArtifactError
+from ytk_hookspecs.models.base import sha256_file
+
+from ..errors import UsageError
+from ..runtime import runtime
+from .control import Clock, WorkdirLock, parse_duration
+from .loop import Autoloop, clean_stale, resolve_backends
+from .report import AutoloopReport, build_report
+from .state import STATE_FILE, AutoloopState
+from .target import detect_arch
+
+
+def _resolve_arch(arch: str) -> str:
+    if arch == "auto":
+        spec, why = detect_arch()
+        runtime().log.info(f"-a auto: {spec}", why=why)
+        return spec
+    ArchSpec.parse(arch)
+    return arch
+
+
+def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
+                 max_rounds: int, min_gain_ms: float, max_jobs: int, time_budget: str | None) -> AutoloopReport:
+    if precision not in ("fp16", "fp32"):
+        raise UsageError(f"-p {precision!r}: expected fp16 or fp32")
+    if max_rounds < 1 or max_jobs < 1 or min_gain_ms < 0:
+        raise UsageError("--max-rounds and --max-jobs must be at least 1 and --min-gain-ms at least 0")
+    model = Path(model)
+    if not model.is_file():
+        raise UsageError(f"model file {model} does not exist")
+    budget = parse_duration(time_budget)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    with WorkdirLock(workdir):
+        clean_stale(workdir)
+        state = _load_or_start(model, arch, precision, workdir, flags, max_rounds, min_gain_ms, budget)
+        loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs)
+        if not state.finished:
+            loop.run()
+        rt = runtime()
+        eng = rt.manager.get(state.backends["engine"])
+        simulated = bool(eng and eng.info.simulated)
+        return build_report(state, workdir, simulated=simulated, host_timing=state.backends["engine"] != "mock")
+
+
+def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
+                   max_rounds: int, min_gain_ms: float, budget: float | None) -> AutoloopState:
+    sf = workdir / STATE_FILE
+    limits = {"max_rounds": float(max_rounds), "min_gain_ms": float(min_gain_ms),
+              "time_budget_s": float(budget) if budget is not None else -1.0}
+    if sf.is_file():
+        try:
+            st = AutoloopState.read(sf)
+        except ArtifactError as e:
+            raise UsageError(f"{e}. Move the workdir aside to start over.") from None
+        if Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model):
+            raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs. Resume "
+                             "with the same model file, or use a new --workdir.")
+        if arch != "auto" and arch != st.arch:
+            raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; use a new --workdir")
+        if precision != st.precision:
+            raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; use a new --workdir")
+        for role, name in flags.items():
+            if name and st.backends.get(role) != name:
+                raise UsageError(f"{workdir} was started with {role} backend {st.backends.get(role)!r}, not {name!r}; "
+                                 "use a new --workdir")
+        if st.finished and (max_rounds > st.limits["max_rounds"] or min_gain_ms < st.limits["min_gain_ms"]):
+            st.finished, st.stop_reason = False, ""  # looser limits: keep going from the best engine
+        st.limits.update(limits)
+        runtime().log.info(f"resuming autoloop in {workdir}", rounds_done=len(st.rounds),
+                           best_ms=round(st.best.ms, 3) if st.best else None)
+        return st
+    spec = _resolve_arch(arch)
+    backends = resolve_backends(spec, flags)
+    st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), arch=spec, precision=precision,
+                       backends=backends, limits=limits)
+    st.save(workdir)
+    return st

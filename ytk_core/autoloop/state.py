@@ -1,0 +1,114 @@
+"""The autoloop state file: everything needed to resume after a crash, written atomically.
+
+Every job that costs real time (kernel generation, plugin builds, engine compiles) is recorded as
+soon as it finishes, with the sha256 of what it produced; a resumed run trusts a record only when
+the file is still there with that hash.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ytk_hookspecs.models import Versioned
+from ytk_hookspecs.models.base import sha256_file
+
+STATE_FILE = "autoloop.json"
+
+PluginStatus = Literal["pending", "generated", "built", "kept", "dropped"]
+RoundStage = Literal["propose", "prepare", "kernelgen", "build", "compile", "verify", "decide", "done"]
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PluginRecord(_M):
+    """One plugin as it moves through a round."""
+
+    name: str
+    selector: str
+    status: PluginStatus = "pending"
+    origin_round: int
+    region_ms: float = Field(0.0, description="what the region cost in the engine it was proposed from")
+    sites: int = 0
+    job_id: str | None = None
+    source: str | None = None
+    source_sha256: str | None = None
+    report: str | None = None
+    kernel_ms_per_site: list[float] = Field(default_factory=list)
+    so: str | None = None
+    so_sha256: str | None = None
+    plugin_ms: float | None = Field(None, description="its layers' time in the engine it was compiled into")
+    reason: str = ""
+
+
+class CompileRecord(_M):
+    bundle: str
+    prepare_dir: str
+    sha256: str
+    p50_ms: float
+    plugins: list[str]
+    numerics_passed: bool | None = None
+    numerics_note: str = ""
+
+
+class RoundRecord(_M):
+    index: int
+    stage: RoundStage = "propose"
+    started: str = Field(default_factory=now)
+    prepare_dir: str | None = None
+    selectors: list[str] = Field(default_factory=list)
+    prepares: dict[str, str] = Field(default_factory=dict, description="sorted selectors -> prepare dir carved so")
+    candidates: list[PluginRecord] = Field(default_factory=list)
+    compiles: list[CompileRecord] = Field(default_factory=list)
+    result_bundle: str | None = None
+    result_ms: float | None = None
+    gain_ms: float | None = None
+    note: str = ""
+
+
+class BestEngine(_M):
+    round: int
+    bundle: str
+    ms: float
+    prepare_dir: str
+    plugins: list[PluginRecord] = Field(default_factory=list)
+
+
+class AutoloopState(Versioned):
+    model: str
+    model_sha256: str
+    arch: str
+    precision: str
+    backends: dict[str, str]
+    limits: dict[str, float]
+    started: str = Field(default_factory=now)
+    updated: str = Field(default_factory=now)
+    elapsed_s: float = 0.0
+    round0_compiles: list[CompileRecord] = Field(default_factory=list)
+    baseline: BestEngine | None = None
+    best: BestEngine | None = None
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    finished: bool = False
+    stop_reason: str = ""
+    history: list[str] = Field(default_factory=list, description="one line per notable event, for the report")
+
+    def save(self, workdir: Path) -> None:
+        self.updated = now()
+        self.write(Path(workdir) / STATE_FILE)
+
+
+def file_ok(workdir: Path, rel: str | None, sha: str | None) -> bool:
+    """A recorded artifact is still there and unchanged (so its job need not run again)."""
+    if not rel or not sha:
+        return False
+    p = Path(workdir) / rel
+    return p.is_file() and sha256_file(p) == sha
