@@ -1,0 +1,84 @@
+"""Emission and nvcc compilation of every template variant, for sm_90 (H100/H200) and sm_87 (Orin).
+
+CPU only: device code of every variant of every region family is compiled with ptxas (cubin) for
+both SMs, in parallel, and checked for register spills that would make a variant pointless; one
+winner bundle per family is built into a real plugin .so through the nvcc builder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from ytk_backend_nvcc.toolchain import find_nvcc
+from ytk_backend_templates.build import winner_source
+from ytk_backend_templates.contract import plugin_meta
+from ytk_backend_templates.emit_common import PRELUDE
+from ytk_backend_templates.regions import DwConvRegion, LiteMLARegion
+from ytk_backend_templates.variants import region_variants
+from ytk_hookspecs import StageContext
+from ytk_hookspecs.kernel_source import KernelSource
+from ytk_hookspecs.models import BuildRequest
+from ytk_hookspecs.plugin_info import read_plugin_description
+
+pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
+
+FAMILIES = {
+    "dw3x3s1_static": DwConvRegion(3, 1, "hardswish", 256),
+    "dw5x5s1_static": DwConvRegion(5, 1, "none", 384),
+    "dw3x3s2_static": DwConvRegion(3, 2, "hardswish", 64),
+    "dw3x3s1_dynamic": DwConvRegion(3, 1, "hardswish", None),
+    "dw7x7s2_gelu": DwConvRegion(7, 2, "gelu", 64, has_bias=False),
+    "litemla_joined": LiteMLARegion(16, 1e-15, True, 384),
+    "litemla_prejoined": LiteMLARegion(16, 1e-15, False, None),
+}
+
+
+def _cubin(args: tuple[str, int, Path]) -> tuple[str, int, int, str]:
+    family, sm, out = args
+    variants = region_variants(FAMILIES[family])
+    cu = out / f"{family}.cu"
+    cu.write_text(PRELUDE + "\n".join(v.body for v in variants))
+    p = subprocess.run([find_nvcc(), "-cubin", "-O3", f"-arch=sm_{sm}", "-Xptxas", "-v", "-o",
+                        str(out / f"{family}_{sm}.cubin"), str(cu)], capture_output=True, text=True)
+    return family, sm, p.returncode, p.stdout + p.stderr
+
+
+def test_every_variant_compiles_for_sm90_and_sm87(tmp_path: Path) -> None:
+    jobs = [(f, sm, tmp_path) for f in FAMILIES for sm in (90, 87)]
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(_cubin, jobs))
+    failed = [(f, sm, log[-1500:]) for f, sm, rc, log in results if rc != 0]
+    assert not failed, failed
+    kernels = 0
+    for f, sm, _, log in results:
+        kernels += len(re.findall(r"Compiling entry function", log))
+        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
+        # The register-capped variants may spill a few words on 7x7; none may spill heavily.
+        assert max(spills, default=0) <= (128 if f.startswith("dw7") else 24), (f, sm, max(spills))
+    n_variants = sum(len(region_variants(r)) for r in FAMILIES.values())
+    assert n_variants >= 60
+    assert kernels >= 2 * n_variants  # one or two kernels per variant, for each SM
+
+
+@pytest.mark.parametrize("family", ["dw3x3s1_dynamic", "litemla_joined"])
+def test_a_winner_bundle_builds_into_a_plugin(tmp_path: Path, family: str) -> None:
+    from ytk_backend_nvcc.plugin import ytk_build_plugin
+
+    region = FAMILIES[family]
+    meta = plugin_meta(region, "Winner")
+    v = region_variants(region, limit=1)[0]
+    header, source = winner_source(v, meta)
+    assert v.launcher not in source and meta.launcher in source
+    src = KernelSource(header=header, source=source, meta=meta).write(tmp_path / "Winner.module_source.py")
+    so = tmp_path / "Winner.so"
+    ytk_build_plugin(BuildRequest(source=src, plugin_name="Winner", arch="x86_64-sm87-linux-cu130-trt10", output=so),
+                     StageContext())
+    desc = read_plugin_description(so)
+    assert desc.launcher == meta.launcher and desc.sm == 87
+    assert desc.num_inputs == len(meta.inputs)
