@@ -151,3 +151,33 @@ def test_plugged_rows_in_the_table(ytk, plugged):
     row = next(line for line in r.stdout.splitlines() if line.startswith("LiteMLAC384 (already plugged)"))
     assert "re-optimize:" in row and "ms/site to beat" in row
     assert "plugin_candidates/LiteMLAC384.pt2" in r.stdout
+
+
+def test_plugins_json_from_elsewhere(ytk, plugged, tmp_path):
+    import shutil
+
+    for f in ("model.onnx", "fx_nodes.json", "gaia.tgz"):
+        shutil.copy(plugged / f, tmp_path / f)
+    args = _args(tmp_path, "gaia.tgz")
+    r = ytk(*args, "--json")
+    assert r.code == 0 and all(p["selector"] == "" for p in r.json()["proposals"] if p["already_plugged"])
+    r = ytk(*args, "--plugins", plugged / "plugins.json", "--json")
+    assert r.code == 0, r.stderr
+    rows = [p for p in r.json()["proposals"] if p["already_plugged"]]
+    assert rows and all(p["selector"].startswith("yasp::") for p in rows)
+    r = ytk(*args, "--plugins", tmp_path / "nope.json")
+    assert r.code == 2 and "plugins.json not found" in r.stderr
+
+
+def test_warnings_go_to_stderr_and_keep_brackets(ytk, small, tmp_path):
+    import json
+
+    fx = json.loads((small / "fx_nodes.json").read_text())
+    fx["onnx_sha256"] = "0" * 64
+    (tmp_path / "fx_nodes.json").write_text(json.dumps(fx))
+    r = ytk("embedded", "propose", "--profile", small / "trt86_profile.json", "--onnx", small / "model.onnx",
+            "--fx-nodes", tmp_path / "fx_nodes.json", "--json")
+    assert r.code == 0, r.stderr
+    assert "warning: fx_nodes.json was written for a different ONNX" in r.stderr
+    assert "no target GPU known" in r.stderr           # a raw profile without -a: roofline not judged
+    assert r.json()["warnings"]

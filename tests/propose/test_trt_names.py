@@ -72,3 +72,4 @@ def test_undecorate_strips_what_tensorrt_adds():
     assert "/classifier/classifier.2/Gemm" in undecorate("/classifier/classifier.2/Gemm_myl9_1")
     assert "/net/net.0/Gemm" in undecorate("reshape_before_/net/net.0/Gemm")
     assert "/Tanh" in undecorate("squeeze_after_/Tanh")
+    assert "/stem/Conv" in undecorate("/stem/Conv_output_0")

@@ -51,6 +51,8 @@ def propose(
     from ..propose import ProposeOptions, propose as run_propose
     from ..propose.emit import write_script
     from ..propose.report import render
+    from rich.text import Text
+
     from ..runtime import emit_json, stderr, stdout
 
     if precision not in (None, "fp16", "fp32"):
@@ -72,7 +74,8 @@ def propose(
     if emit_prepare is not None:
         script = write_script(report, emit_prepare, onnx=onnx, model=model, out_dir=prepare_out)
     for w in report.warnings:
-        stderr.print(f"[yellow]warning:[/] {w}", highlight=False)
+        # Warnings quote layer names such as "(Unnamed Layer* 3) [Shuffle]": never read them as markup.
+        stderr.print(Text.assemble(("warning: ", "yellow"), w), highlight=False)
     if json_:
         emit_json(report)
     else:

@@ -9,7 +9,9 @@ paths are always valid candidates, so a cover always exists.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from fnmatch import fnmatchcase, translate
+from functools import lru_cache
 
 
 def where_matches(path: str, globs: list[str] | tuple[str, ...]) -> bool:
@@ -44,6 +46,18 @@ def _candidates(path: str) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=4096)
+def _matcher(glob: str) -> Callable[[str], bool]:
+    """fnmatch semantics; the common ``*.a.b`` form as a plain suffix test (no regex to build)."""
+    if glob.startswith("*") and not any(c in glob[1:] for c in "*?["):
+        tail = glob[1:]
+        return lambda p: p.endswith(tail)
+    if not any(c in glob for c in "*?["):
+        return lambda p: p == glob
+    rx = re.compile(translate(glob))
+    return lambda p: rx.match(p) is not None
+
+
 def synthesize(targets: list[str], universe: list[str]) -> list[str]:
     """Globs selecting exactly ``targets`` from ``universe`` (empty when targets are the whole universe)."""
     want = set(targets)
@@ -55,8 +69,7 @@ def synthesize(targets: list[str], universe: list[str]) -> list[str]:
         for g in _candidates(t):
             if g in cover:
                 continue
-            match = re.compile(translate(g)).match
-            hit = frozenset(p for p in every if match(p))
+            hit = frozenset(p for p in every if _matcher(g)(p))
             if hit <= want:
                 cover[g] = hit
     chosen: list[str] = []

@@ -73,8 +73,10 @@ def resolve_layers(layers: list[LayerTime], graph: OnnxGraph,
     for layer in layers:
         parsed = parse_layer_name(layer.name)
         r = ResolvedLayer(layer=layer, parsed=parsed, kind=parsed.kind)
+        if layer.type == "Reformat" and not layer.onnx_nodes and not layer.metadata:
+            r.kind = "reformat"  # an engine that names its reformats its own way still types them
         out.append(r)
-        if parsed.kind == "reformat":
+        if r.kind == "reformat":
             continue
         known = [n for n in layer.onnx_nodes if n in graph.by_name]
         if known:

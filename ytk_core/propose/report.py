@@ -40,6 +40,9 @@ def header_text(r: ProposeReport) -> str:
     if r.simulated:
         src += f" (SIMULATED: {r.engine} engine, {r.device or 'simulated target'})"
         what = "simulated " + what
+    else:
+        version = f" {r.engine_version}" if r.engine_version else ""
+        src += f" ({r.engine}{version} engine{f' on {r.device}' if r.device else ''})"
     total = f"model total {r.total_ms:.{1 if r.total_ms >= 10 else 3}f} ms"
     if r.end_to_end_ms is not None:
         total += (f" (sum of layer medians; end-to-end median {r.end_to_end_ms:.{1 if r.end_to_end_ms >= 10 else 3}f}"

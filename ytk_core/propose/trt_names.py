@@ -166,7 +166,7 @@ SUFFIXES = (
     re.compile(r"_copy\d*$"),
     re.compile(r"_myl\d+_\d+$"),          # TensorRT 10 Myelin kernels named after a node
     re.compile(r"_pooling$"),
-    re.compile(r"_output$"),
+    re.compile(r"_output(?:_\d+)?$"),     # tensor names: "/x/Conv_output_0" -> node "/x/Conv"
     re.compile(r"\s*\[[A-Za-z ]+\]$"),    # "name [Shuffle]"
 )
 #: Prefixes of helper layers the ONNX parser names after the node they serve.
