@@ -1,0 +1,169 @@
+"""ytk autoloop on the mock target: end to end, killed and resumed, every candidate losing, locking."""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from ytk_core.autoloop.control import WorkdirLock, parse_duration
+from ytk_core.autoloop.state import STATE_FILE, AutoloopState
+from ytk_core.errors import UsageError
+
+MODEL = REPO / "tests" / "data" / "tiny_dw_model.py"
+ORIN = "arm64-sm87-dos6010-cu114-trt86"
+MOCK = ["--engine", "mock", "--kernelgen", "mock", "--builder", "mock"]
+
+
+def autoloop(workdir: Path, *extra: str, crash_at: str | None = None):
+    env = {"YTK_AUTOLOOP_CRASH_AT": crash_at} if crash_at else {"YTK_AUTOLOOP_CRASH_AT": ""}
+    return run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", workdir, "--max-rounds", "3", "--min-gain-ms", "0.001",
+                   *MOCK, *extra, env=env)
+
+
+def state(workdir: Path) -> AutoloopState:
+    return AutoloopState.read(workdir / STATE_FILE)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    w = tmp_path_factory.mktemp("al")
+    r = autoloop(w, "--json")
+    assert r.code == 0, r.stderr[-3000:]
+    return w, r
+
+
+def test_end_to_end(finished):
+    w, r = finished
+    rep = r.json()
+    assert rep["simulated"] is True and rep["state"]["finished"] is True and rep["state"]["stop_reason"]
+    assert rep["final_ms"] < rep["baseline_ms"]
+    kept = rep["state"]["best"]["plugins"]
+    assert kept and all(p["status"] == "kept" for p in kept)
+    assert rep["verify"]["passed"] is True and len(rep["verify"]["rows"]) == 2
+    for f in ("autoloop_report.md", "latency.svg", "regions.svg", "verify.json"):
+        assert (w / "report" / f).is_file()
+    md = (w / "report" / "autoloop_report.md").read_text()
+    assert "SIMULATED" in md and "## Rounds" in md and "| Implementation |" in md
+    assert (w / "report" / "latency.svg").read_text().startswith("<svg")
+
+
+def test_rerun_of_a_finished_loop_does_no_work(finished):
+    w, _ = finished
+    before = state(w)
+    r = autoloop(w)
+    assert r.code == 0, r.stderr[-2000:]
+    after = state(w)
+    assert [len(x.compiles) for x in after.rounds] == [len(x.compiles) for x in before.rounds]
+    assert "->" in r.stdout and "SIMULATED" in r.stdout
+
+
+def _generated(st: AutoloopState) -> dict[str, tuple[str | None, str | None]]:
+    return {c.name: (c.job_id, c.source_sha256) for r in st.rounds for c in r.candidates if c.job_id}
+
+
+def test_kill_and_resume_at_several_points(tmp_path):
+    w = tmp_path / "crashy"
+    r = autoloop(w, crash_at="baseline")
+    assert r.code == -9  # SIGKILL: no clean-up ran
+    assert state(w).baseline is not None and not state(w).rounds
+    r = autoloop(w, crash_at="1:kernelgen-job")
+    assert r.code == -9
+    jobs = _generated(state(w))
+    assert len(jobs) == 1  # killed right after the first job was recorded
+    r = autoloop(w, crash_at="1:build-job")
+    assert r.code == -9
+    st = state(w)
+    assert all(_generated(st)[k] == v for k, v in jobs.items())  # the finished job was not run again
+    built = {c.name: c.so_sha256 for c in st.rounds[0].candidates if c.status == "built"}
+    assert built
+    r = autoloop(w, crash_at="1:compile-job")
+    assert r.code == -9
+    st = state(w)
+    assert {c.name: c.so_sha256 for c in st.rounds[0].candidates if c.name in built} == built
+    compiles = [(c.bundle, c.sha256) for c in st.rounds[0].compiles]
+    assert len(compiles) == 1
+    r = autoloop(w)
+    assert r.code == 0, r.stderr[-3000:]
+    st = state(w)
+    assert st.finished and st.best and st.best.ms < st.baseline.ms
+    assert [(c.bundle, c.sha256) for c in st.rounds[0].compiles][:1] == compiles
+    assert all(_generated(st)[k] == v for k, v in jobs.items())
+    assert not list(w.rglob(".*.tmp*"))
+
+
+def test_every_candidate_loses_keeps_the_baseline(tmp_path, monkeypatch):
+    """A generator whose kernels are slow: the loop must drop them all, stop at once and keep the baseline."""
+    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_core.autoloop.run import run_autoloop
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+    from ytk_hookspecs import hookimpl
+    from ytk_hookspecs.kernel_source import KernelSource
+    from ytk_hookspecs.models import Availability, BackendInfo
+
+    slow = types.ModuleType("slowgen")
+
+    @hookimpl
+    def ytk_register_backend(register):
+        register(BackendInfo(name="slowgen", roles=["kernelgen"], description="mock kernels declared 1000x slow",
+                             simulated=True), lambda: Availability(available=True, reason="test backend"))
+
+    @hookimpl
+    def ytk_kernelgen_submit(request, ctx):
+        res = mock_plugin.ytk_kernelgen_submit(request, ctx)
+        src = KernelSource.read(res.source)
+        perf = src.meta.perf.model_copy(update={"achieved_bandwidth_fraction": 0.0005})
+        KernelSource(header=src.header, source=src.source, meta=src.meta.model_copy(update={"perf": perf}),
+                     generator="slowgen").write(res.source)
+        return res
+
+    slow.ytk_register_backend, slow.ytk_kernelgen_submit = ytk_register_backend, ytk_kernelgen_submit
+    reset_runtime()
+    runtime()._mgr = BackendManager(extra_plugins={"slowgen": slow})
+    try:
+        rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": "slowgen",
+                                                                  "builder": "mock"}, 3, 0.001, 2, None)
+    finally:
+        reset_runtime()
+    st = rep.state
+    assert st.finished and len(st.rounds) == 1
+    assert st.best.bundle == st.baseline.bundle and rep.final_ms == rep.baseline_ms
+    cands = st.rounds[0].candidates
+    assert cands and all(c.status == "dropped" for c in cands)
+    assert any("lost" in c.reason or "did not get faster" in c.reason for c in cands)
+
+
+def test_two_autoloops_refuse_to_share_a_workdir(tmp_path):
+    w = tmp_path / "locked"
+    with WorkdirLock(w):
+        r = autoloop(w)
+    assert r.code != 0 and "another ytk autoloop" in r.stderr
+    with WorkdirLock(w), pytest.raises(UsageError, match="another ytk autoloop"):
+        with WorkdirLock(w):
+            pass
+
+
+def test_resume_refuses_a_changed_setup(finished, tmp_path):
+    w, _ = finished
+    r = run_cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", w, *MOCK)
+    assert r.code != 0 and "was started for -a" in r.stderr
+
+
+@pytest.mark.parametrize("text, seconds", [("45m", 2700), ("2h", 7200), ("1h30m", 5400), ("90s", 90), ("12", 12)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_bad_duration():
+    with pytest.raises(UsageError, match="time-budget"):
+        parse_duration("soon")
+
+
+def test_json_state_is_versioned(finished):
+    data = json.loads((finished[0] / STATE_FILE).read_text())
+    assert data["schema_version"] == 1 and os.path.isabs(data["model"])
