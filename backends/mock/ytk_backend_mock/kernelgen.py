@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidateScore, KernelGenRequest, KernelGenResult,
                                   KernelPerf, KernelReport, PluginMeta, TensorContract)
+from ytk_hookspecs.models.base import write_bytes_atomic
 
 from .cost_model import LAUNCH_MS, target_gpu
 
@@ -133,7 +133,7 @@ def _cuda(meta: PluginMeta) -> tuple[str, str]:
         "// never run on a GPU: the mock engine prices the plugin from plugin_meta.perf (declared, not\n"
         "// measured) and computes its outputs from the region's reference program. A real engine refuses\n"
         "// plugins built from it. Generate a real kernel with --kernelgen templates or gaia.\n"
-        f"#include \"{meta.plugin_name}.h\"\n\n"
+        "// (no #include of the header: builders put CUDA_HEADER ahead of this source)\n\n"
         f"extern \"C\" size_t {meta.workspace}(const int64_t* extents) {{ (void)extents; return 0; }}\n\n"
         f"extern \"C\" {sig} {{\n"
         "    (void)inputs; (void)outputs; (void)extents; (void)workspace; (void)stream;\n"
@@ -201,11 +201,8 @@ def fetch(job_id: str, output: Path, ctx: StageContext) -> KernelGenResult | Non
     except KernelSourceError as e:
         return KernelGenResult(job_id=job_id, status="failed", message=str(e))
     out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.copyfile(src, tmp)
-    tmp.replace(out)
+    write_bytes_atomic(out, src.read_bytes())
     rep = report_path(out)
-    shutil.copyfile(job / "report.json", rep)
+    write_bytes_atomic(rep, (job / "report.json").read_bytes())
     return KernelGenResult(job_id=job_id, status="done", source=out, report=rep,
                            message="SIMULATED placeholder kernel (contract only)")
