@@ -44,7 +44,7 @@ def propose(
     namespace: Annotated[str, typer.Option("--namespace", help="plugin namespace of the proposed selectors")] = "yasp",
     verbose: Annotated[bool, typer.Option("--verbose", help="torch-class table and per-proposal detail")] = False,
     top: Annotated[int, typer.Option("--top", help="rows to show per table")] = 20,
-    depth: Annotated[int, typer.Option("--depth", help="module-path depth of the module table")] = 3,
+    depth: Annotated[int, typer.Option("--depth", help="module-path depth of the --verbose module table")] = 3,
     json_: JsonOpt = False,
 ) -> None:
     """Attribute every measured millisecond to a torch module and say what to plug."""
