@@ -65,6 +65,10 @@ __device__ __forceinline__ float4 lds128_pinned(const float* p) {
   return v;
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 
 }  // namespace ytk_tpl
 """

@@ -2,14 +2,18 @@
 
 A block owns an output tile of TH x TW pixels and CB channels. With ``stage=smem`` it first copies
 the input tile with its halo into shared memory once (cp.async, zero-filled outside the image),
-so every input byte crosses DRAM about once; with ``stage=direct`` taps are read straight from
-global memory and L1 absorbs the overlap. Each thread then computes RPT rows x CPT columns of
+so every input byte crosses DRAM about once; ``stage=pipe`` does the same in persistent blocks that
+fetch the next tile while computing this one (double buffering, so memory and arithmetic overlap
+within a block instead of alternating); with ``stage=direct`` taps are read straight from global
+memory and L1 absorbs the overlap. Each thread then computes RPT rows x CPT columns of
 outputs for VEC channels (one 16- or 8-byte vector), keeping a sliding row of inputs in registers
 and accumulating in fp32. Weights are transposed into shared memory as [tap][channel] so a thread
 reads its VEC weights of a tap with 16-byte loads.
 """
 
 from __future__ import annotations
+
+import re
 
 from .emit_common import ACTIVATION_CODE, Variant
 from .regions import DwConvRegion
@@ -22,13 +26,13 @@ constexpr int K = @K@, S = @S@, P = @P@;
 constexpr int VEC = @VEC@, CB = @CB@, TW = @TW@, TH = @TH@, RPT = @RPT@, CPT = @CPT@;
 constexpr int CONST_C = @CONST_C@;
 constexpr bool HAS_BIAS = @HAS_BIAS@;
-constexpr bool STAGE_SMEM = @STAGE_SMEM@;
+constexpr int STAGE = @STAGE@;           // 0: taps from global (L1), 1: tile in smem, 2: pipelined smem tiles
 constexpr int CVB = CB / VEC;
 constexpr int NTHREADS = CVB * (TW / CPT) * (TH / RPT);
 constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
 constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
 constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
-constexpr int TILE_HALVES = STAGE_SMEM ? IH * IW * CB : 8;
+constexpr int TILE_HALVES = IH * IW * CB;
 // With CAP, at least 512 resident threads per SM (<= 128 registers each) for latency hiding;
 // without, the compiler may keep every weight of the thread's channels in registers (no spills).
 constexpr bool CAP = @CAP@;
@@ -37,43 +41,37 @@ using VT = typename ytk_tpl::HVec<VEC>::T;
 
 __device__ __forceinline__ float act(float v) { @ACT@ }
 
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-          __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x) {
-  __shared__ __align__(16) __half tile[TILE_HALVES];
-  __shared__ __align__(16) float sw[K * K * CB];
-  __shared__ __align__(16) float sb[CB];
-  const int n = blockIdx.z;
-  const int c_base = blockIdx.y * CB;
-  const int ty = blockIdx.x / tiles_x, tx = blockIdx.x - ty * tiles_x;
-  const int oy0 = ty * TH, ox0 = tx * TW;
-  const int iy0 = oy0 * S - P, ix0 = ox0 * S - P;
-  const __half* xn = x + (size_t)n * H * W * C;
-
-  if (STAGE_SMEM) {
-    for (int i = threadIdx.x; i < IH * IW * CVB; i += NTHREADS) {
-      const int cv = i % CVB, p = i / CVB;
-      const int ix = p % IW, iy = p / IW;
-      const int gy = iy0 + iy, gx = ix0 + ix, c = c_base + cv * VEC;
-      const bool ok = (gy >= 0) & (gy < H) & (gx >= 0) & (gx < W) & (c < C);
-      const __half* src = ok ? xn + ((size_t)gy * W + gx) * C + c : x;
-      ytk_tpl::cp_async<VEC * 2>(&tile[p * CB + cv * VEC], src, ok);
-    }
+// Copy the input tile (with halo, zero outside the image) of the tile at (oy0, ox0) into smem.
+__device__ __forceinline__ void stage_tile(__half* tile, const __half* x, const __half* xn, int c_base, int C, int H,
+                                           int W, int iy0, int ix0) {
+  for (int i = threadIdx.x; i < IH * IW * CVB; i += NTHREADS) {
+    const int cv = i % CVB, p = i / CVB;
+    const int ix = p % IW, iy = p / IW;
+    const int gy = iy0 + iy, gx = ix0 + ix, c = c_base + cv * VEC;
+    const bool ok = (gy >= 0) & (gy < H) & (gx >= 0) & (gx < W) & (c < C);
+    const __half* src = ok ? xn + ((size_t)gy * W + gx) * C + c : x;
+    ytk_tpl::cp_async<VEC * 2>(&tile[p * CB + cv * VEC], src, ok);
   }
+}
+
+__device__ __forceinline__ void stage_weights(float* sw, float* sb, const float* w, const float* b, int c_base, int C) {
   for (int i = threadIdx.x; i < CB * K * K; i += NTHREADS) {
     const int cl = i / (K * K), tap = i - cl * (K * K), c = c_base + cl;
     sw[tap * CB + cl] = (c < C) ? w[(size_t)c * (K * K) + tap] : 0.f;
   }
   for (int i = threadIdx.x; i < CB; i += NTHREADS) sb[i] = (HAS_BIAS && c_base + i < C) ? b[c_base + i] : 0.f;
-  if (STAGE_SMEM) ytk_tpl::cp_async_wait_all();
-  __syncthreads();
+}
 
+// One thread's RPT x CPT outputs of VEC channels: sliding input rows in registers, fp32 accumulation.
+__device__ __forceinline__ void compute_store(const __half* tile, const float* sw, const float* sb, const __half* xn,
+                                              __half* yn, int C, int H, int W, int HO, int WO, int oy0, int ox0,
+                                              int c_base) {
   const int cv = threadIdx.x % CVB;
   const int rest = threadIdx.x / CVB;
   const int cg = rest % (TW / CPT), rg = rest / (TW / CPT);
   const int c = c_base + cv * VEC;
   if (c >= C) return;
-
+  const int iy0 = oy0 * S - P, ix0 = ox0 * S - P;
   float acc[RPT][CPT][VEC];
 #pragma unroll
   for (int r = 0; r < RPT; ++r)
@@ -89,7 +87,7 @@ dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float
 #pragma unroll
     for (int j = 0; j < NIC; ++j) {
       VT raw;
-      if (STAGE_SMEM) {
+      if (STAGE != 0) {
         raw = *reinterpret_cast<const VT*>(&tile[((ly0 + ir) * IW + lx0 + j) * CB + cv * VEC]);
       } else {
         const int gy = iy0 + ly0 + ir, gx = ix0 + lx0 + j;
@@ -121,8 +119,6 @@ dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float
       }
     }
   }
-
-  __half* yn = y + (size_t)n * HO * WO * C;
 #pragma unroll
   for (int r = 0; r < RPT; ++r) {
     const int oy = oy0 + rg * RPT + r;
@@ -141,6 +137,70 @@ dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float
   }
 }
 
+//@@PLAIN{
+// One block per (tile, channel block, image).
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+          __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x) {
+  __shared__ __align__(16) __half tile[STAGE == 1 ? TILE_HALVES : 8];
+  __shared__ __align__(16) float sw[K * K * CB];
+  __shared__ __align__(16) float sb[CB];
+  const int n = blockIdx.z, c_base = blockIdx.y * CB;
+  const int ty = blockIdx.x / tiles_x, tx = blockIdx.x - ty * tiles_x;
+  const int oy0 = ty * TH, ox0 = tx * TW;
+  const __half* xn = x + (size_t)n * H * W * C;
+  if (STAGE == 1) stage_tile(tile, x, xn, c_base, C, H, W, oy0 * S - P, ox0 * S - P);
+  stage_weights(sw, sb, w, b, c_base, C);
+  if (STAGE == 1) ytk_tpl::cp_async_wait_all();
+  __syncthreads();
+  compute_store(tile, sw, sb, xn, y + (size_t)n * HO * WO * C, C, H, W, HO, WO, oy0, ox0, c_base);
+}
+//@@PLAIN}
+
+//@@PIPE{
+// Persistent blocks, each over a contiguous range of work items (channel block slowest, so weights
+// change rarely); the next item's tile is fetched with cp.async while this one is computed.
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+dw_pipe(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+        __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x, int tiles_img, int N, int items,
+        int per_block) {
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  __half* tiles = reinterpret_cast<__half*>(dsmem);
+  float* sw = reinterpret_cast<float*>(dsmem + 2 * TILE_HALVES * sizeof(__half));
+  float* sb = sw + K * K * CB;
+  const int begin = blockIdx.x * per_block, end = min(items, begin + per_block);
+  if (begin >= end) return;
+  auto issue = [&](int item, __half* buf) {
+    const int cblk = item / (N * tiles_img), rem = item - cblk * (N * tiles_img);
+    const int n = rem / tiles_img, t = rem - n * tiles_img;
+    const int ty = t / tiles_x, tx = t - ty * tiles_x;
+    stage_tile(buf, x, x + (size_t)n * H * W * C, cblk * CB, C, H, W, ty * TH * S - P, tx * TW * S - P);
+  };
+  issue(begin, tiles);
+  ytk_tpl::cp_async_commit();
+  int loaded = -1;
+  for (int it = begin; it < end; ++it) {
+    const int cur = (it - begin) & 1;
+    if (it + 1 < end) issue(it + 1, tiles + (cur ^ 1) * TILE_HALVES);
+    ytk_tpl::cp_async_commit();
+    const int cblk = it / (N * tiles_img), rem = it - cblk * (N * tiles_img);
+    const int n = rem / tiles_img, t = rem - n * tiles_img;
+    const int ty = t / tiles_x, tx = t - ty * tiles_x;
+    if (cblk != loaded) {  // uniform over the block; the barrier at the loop's end made sw free
+      stage_weights(sw, sb, w, b, cblk * CB, C);
+      loaded = cblk;
+    }
+    ytk_tpl::cp_async_wait_prior<1>();
+    __syncthreads();
+    compute_store(tiles + cur * TILE_HALVES, sw, sb, x + (size_t)n * H * W * C, y + (size_t)n * HO * WO * C,
+                  C, H, W, HO, WO, ty * TH, tx * TW, cblk * CB);
+    __syncthreads();  // every thread is done with buffer `cur` before the next issue overwrites it
+  }
+}
+
+constexpr size_t PIPE_SMEM = 2 * TILE_HALVES * sizeof(__half) + (K * K * CB + CB) * sizeof(float);
+//@@PIPE}
+
 // extents: N, C, H, W, HO, WO (logical NCHW); inputs x, w[, b]; output y.
 int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
   const int64_t N = e[0], C = e[1], H = e[2], W = e[3], HO = e[4], WO = e[5];
@@ -149,13 +209,39 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
   if (N == 0 || HO <= 0 || WO <= 0) return 0;
   if ((int64_t)N * H * W * C > INT64_C(1) << 40 || H > INT32_MAX || W > INT32_MAX) return (int)cudaErrorInvalidValue;
   const int64_t tiles_x = (WO + TW - 1) / TW, tiles_y = (HO + TH - 1) / TH, cblocks = (C + CB - 1) / CB;
+  const __half* x = static_cast<const __half*>(inputs[0]);
+  const float* w = static_cast<const float*>(inputs[1]);
+  const float* b = HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr;
+  __half* y = static_cast<__half*>(outputs[0]);
+  //@@PIPE{
+  {
+    const int64_t items = tiles_x * tiles_y * cblocks * N;
+    if (items > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
+    // Resident-block count of this GPU, asked once (a process drives one kind of GPU).
+    static int slots = 0;
+    if (slots == 0) {
+      int dev = 0, sms = 0, per_sm = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      cudaError_t err = cudaFuncSetAttribute(dw_pipe, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)PIPE_SMEM);
+      if (err != cudaSuccess) return (int)err;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_pipe, NTHREADS, PIPE_SMEM);
+      slots = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+    }
+    const int64_t grid0 = items < slots ? items : slots;
+    const int64_t per_block = (items + grid0 - 1) / grid0;
+    const int64_t grid = (items + per_block - 1) / per_block;
+    dw_pipe<<<(unsigned)grid, NTHREADS, PIPE_SMEM, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO,
+        (int)tiles_x, (int)(tiles_x * tiles_y), (int)N, (int)items, (int)per_block);
+    return (int)cudaGetLastError();
+  }
+  //@@PIPE}
+  //@@PLAIN{
   if (tiles_x * tiles_y > INT32_MAX || cblocks > 65535 || N > 65535) return (int)cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)(tiles_x * tiles_y), (unsigned)cblocks, (unsigned)N);
-  dw_kernel<<<grid, NTHREADS, 0, stream>>>(
-      static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
-      HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr, static_cast<__half*>(outputs[0]),
-      (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)tiles_x);
+  dw_kernel<<<grid, NTHREADS, 0, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)tiles_x);
   return (int)cudaGetLastError();
+  //@@PLAIN}
 }
 }  // namespace @NS@
 """
@@ -168,27 +254,35 @@ extern "C" int @SYM@(const void* const* inputs, void* const* outputs, const int6
 }
 """
 
+_STAGES = {"direct": 0, "smem": 1, "pipe": 2}
+
 
 def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str) -> int:
-    tile = ((th - 1) * s + k) * ((tw - 1) * s + k) * cb * 2 if stage == "smem" else 16
-    return tile + k * k * cb * 4 + cb * 4
+    tile = ((th - 1) * s + k) * ((tw - 1) * s + k) * cb * 2
+    weights = k * k * cb * 4 + cb * 4
+    return {"direct": 16, "smem": tile, "pipe": 2 * tile}[stage] + weights
+
+
+def smem_limit(stage: str) -> int:
+    """Static smem is capped at 48 KB; the pipelined kernel opts in to more (two tiles)."""
+    return 112 * 1024 if stage == "pipe" else SMEM_LIMIT
 
 
 # (stage, vec, cb, th, tw, rpt, cpt): a deliberate spread over staging, vector width, channels per
 # block, tile shape and outputs per thread; each region keeps the points that are legal for it.
 _BASE_S1 = (
-    ("smem", 8, 32, 8, 32, 4, 1), ("smem", 8, 64, 4, 32, 4, 1), ("smem", 8, 16, 16, 32, 4, 1),
-    ("smem", 8, 32, 8, 32, 2, 1), ("smem", 8, 32, 8, 32, 4, 2), ("smem", 8, 32, 16, 32, 8, 1),
-    ("smem", 4, 32, 8, 32, 4, 1), ("smem", 4, 16, 8, 32, 4, 1), ("smem", 8, 64, 8, 16, 4, 1),
-    ("smem", 8, 32, 8, 16, 2, 1), ("smem", 8, 16, 8, 32, 2, 1), ("smem", 8, 8, 16, 32, 4, 1),
-    ("direct", 8, 32, 4, 32, 4, 1), ("direct", 8, 32, 8, 32, 4, 1), ("direct", 8, 32, 8, 16, 1, 1),
-    ("direct", 8, 16, 8, 32, 2, 1),
+    ("pipe", 8, 32, 8, 32, 4, 2), ("pipe", 8, 32, 8, 32, 4, 1), ("pipe", 8, 16, 16, 32, 4, 1),
+    ("pipe", 8, 64, 8, 16, 4, 1), ("pipe", 8, 32, 16, 32, 4, 2), ("pipe", 8, 16, 8, 32, 2, 1),
+    ("pipe", 4, 16, 8, 32, 4, 1), ("pipe", 8, 32, 16, 32, 8, 1),
+    ("smem", 8, 32, 8, 32, 4, 2), ("smem", 8, 16, 16, 32, 4, 1), ("smem", 8, 32, 8, 32, 4, 1),
+    ("smem", 8, 64, 8, 16, 4, 1), ("smem", 8, 16, 8, 32, 2, 1), ("smem", 4, 16, 8, 32, 4, 1),
+    ("smem", 8, 32, 16, 32, 4, 2), ("direct", 8, 32, 4, 32, 4, 1),
 )
 _BASE_S2 = (
-    ("smem", 8, 32, 8, 16, 4, 1), ("smem", 8, 32, 8, 16, 2, 1), ("smem", 8, 64, 4, 16, 4, 1),
-    ("smem", 8, 16, 8, 32, 4, 1), ("smem", 8, 16, 16, 16, 4, 1), ("smem", 8, 32, 4, 32, 2, 1),
-    ("smem", 4, 32, 8, 16, 4, 1), ("smem", 8, 64, 8, 8, 4, 1), ("smem", 8, 8, 16, 32, 4, 1),
-    ("smem", 8, 16, 8, 16, 2, 1), ("direct", 8, 32, 8, 16, 4, 1), ("direct", 8, 32, 8, 16, 1, 1),
+    ("pipe", 8, 64, 8, 8, 4, 1), ("pipe", 8, 64, 4, 16, 4, 1), ("pipe", 8, 32, 8, 16, 4, 1),
+    ("pipe", 8, 16, 8, 32, 4, 1), ("pipe", 8, 32, 4, 16, 2, 1),
+    ("smem", 8, 64, 8, 8, 4, 1), ("smem", 8, 64, 4, 16, 4, 1), ("smem", 8, 32, 8, 16, 4, 1),
+    ("smem", 8, 16, 8, 32, 4, 1), ("smem", 8, 32, 8, 16, 2, 1), ("direct", 8, 32, 8, 16, 4, 1),
     ("direct", 8, 16, 8, 32, 2, 1),
 )
 
@@ -205,9 +299,11 @@ def variant_space(r: DwConvRegion) -> list[dict[str, int | str]]:
             continue
         if not r.channels and cb > 32:
             continue
-        if smem_bytes(r.k, r.stride, vec, cb, tw, th, stage) > SMEM_LIMIT:
+        if smem_bytes(r.k, r.stride, vec, cb, tw, th, stage) > smem_limit(stage):
             continue
         if rpt * cpt * vec + ((cpt - 1) * r.stride + r.k) * vec > 112:
+            continue
+        if r.k >= 5 and rpt >= 8 and vec == 8:  # 8 rows of 8 channels plus 5x5 weights: spills
             continue
         out.append(dict(stage=stage, vec=vec, cb=cb, tw=tw, th=th, rpt=rpt, cpt=cpt))
     return out
@@ -229,10 +325,13 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
     subs = {
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
-        "HAS_BIAS": "true" if r.has_bias else "false", "STAGE_SMEM": "true" if p["stage"] == "smem" else "false",
+        "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])],
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "CAP": "true" if register_cap(r, p) else "false",
     }
-    text = _KERNEL + _LAUNCHER
+    # Only the kernel this variant launches is emitted (the other would double the compile time).
+    drop = "PLAIN" if p["stage"] == "pipe" else "PIPE"
+    text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", _KERNEL, flags=re.S) + _LAUNCHER
+    text = re.sub(r"[ ]*//@@(PLAIN|PIPE)[{}]\n", "", text)
     for k, v in subs.items():
         text = text.replace(f"@{k}@", str(v))
     return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)

@@ -2,8 +2,8 @@
 
 Two passes, each reading its inputs once: pass 1 reads k and v of every pixel and writes, per
 (batch, group, pixel chunk), the partial sums kv = sum_n relu(k_n)^T [v_n, 1] in fp32 into the
-workspace; pass 2 sums a group's partials in a fixed order (so repeated runs are bit-identical;
-no atomics), then reads q and writes out_n = (relu(q_n) kv)[:d] / ((relu(q_n) kv)[d] + eps) in
+workspace; a small kernel sums each group's partials in a fixed order (so repeated runs are
+bit-identical; no atomics); pass 2 reads q and writes out_n = (relu(q_n) kv)[:d] / ((relu(q_n) kv)[d] + eps) in
 fp32. The denominator is formed in fp32, so eps = 1e-15 is not flushed to zero as it would be in
 fp16, and a pixel whose q is all zero yields exactly 0 (0 / eps), never NaN.
 
@@ -30,6 +30,7 @@ constexpr int KVN = D * DP;            // kv entries per group
 constexpr int ROWS = D / 4;            // kv rows per pass-1 thread (4 threads per pixel)
 constexpr int P1_WARPS = @P1_WARPS@;   // pass-1 warps per block, one group each
 constexpr int NCHUNK = @NCHUNK@;       // pixel chunks per (batch, group) in pass 1
+constexpr int U1 = @U1@;               // pixels per lane per pass-1 step
 constexpr int P2_THREADS = @P2_THREADS@;
 constexpr int PPT = @PPT@;             // pixels per pass-2 thread (kv loads shared between them)
 constexpr int P2_PIX = @P2_PIX@;       // pixels per pass-2 block
@@ -56,24 +57,34 @@ kv_partial(const __half* __restrict__ a, const __half* __restrict__ b, int64_t p
 #pragma unroll
     for (int j = 0; j < DP; ++j) acc[i][j] = 0.f;
   const int p_end = min(npix, (chunk + 1) * chunk_pix);
-#pragma unroll @P1_UNROLL@
-  for (int p = chunk * chunk_pix + pl; p < p_end; p += 8) {
-    const __half* px = src + (size_t)p * pix_stride;
-    float k[ROWS], v[D];
-    if (ROWS == 4) {
-      ytk_tpl::unpack(*reinterpret_cast<const uint2*>(px + D + ROWS * quarter), k);
-    } else {
+  // U pixels per lane per step, all loads issued before any use: a step costs one memory latency.
+  for (int p0 = chunk * chunk_pix + pl; p0 < p_end; p0 += 8 * U1) {
+    uint2 kraw[U1][ROWS / 4];
+    uint4 vraw[U1][D / 8];
 #pragma unroll
-      for (int i = 0; i < ROWS; i += 4) ytk_tpl::unpack(*reinterpret_cast<const uint2*>(px + D + ROWS * quarter + i), k + i);
+    for (int u = 0; u < U1; ++u) {
+      const int p = p0 + 8 * u;
+      const __half* px = src + (size_t)(p < p_end ? p : p0) * pix_stride;
+#pragma unroll
+      for (int i = 0; i < ROWS / 4; ++i) kraw[u][i] = *reinterpret_cast<const uint2*>(px + D + ROWS * quarter + 4 * i);
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) vraw[u][j] = *reinterpret_cast<const uint4*>(px + 2 * D + 8 * j);
     }
 #pragma unroll
-    for (int j = 0; j < D; j += 8) ytk_tpl::unpack(*reinterpret_cast<const uint4*>(px + 2 * D + j), v + j);
+    for (int u = 0; u < U1; ++u) {
+      if (p0 + 8 * u >= p_end) break;
+      float k[ROWS], v[D];
 #pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-      const float ki = fmaxf(k[i], 0.f);
+      for (int i = 0; i < ROWS / 4; ++i) ytk_tpl::unpack(kraw[u][i], k + 4 * i);
 #pragma unroll
-      for (int j = 0; j < D; ++j) acc[i][j] = fmaf(ki, v[j], acc[i][j]);
-      acc[i][D] += ki;
+      for (int j = 0; j < D / 8; ++j) ytk_tpl::unpack(vraw[u][j], v + 8 * j);
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) {
+        const float ki = fmaxf(k[i], 0.f);
+#pragma unroll
+        for (int j = 0; j < D; ++j) acc[i][j] = fmaf(ki, v[j], acc[i][j]);
+        acc[i][D] += ki;
+      }
     }
   }
   // Fixed-order butterfly over the 8 pixel lanes: deterministic, no atomics.
@@ -92,19 +103,26 @@ kv_partial(const __half* __restrict__ a, const __half* __restrict__ b, int64_t p
   }
 }
 
+// Between the passes: kv of each (batch, group) = its chunks' partials summed in a fixed order.
+__global__ void __launch_bounds__(256)
+kv_reduce(const float* __restrict__ partial, float* __restrict__ kvsum, int total) {
+  const int e = blockIdx.x * 256 + threadIdx.x;
+  if (e >= total) return;
+  const int ng = e / KVN, k = e - ng * KVN;
+  const float* pp = partial + (size_t)ng * NCHUNK * KVN + k;
+  float s = 0.f;
+#pragma unroll 8
+  for (int c = 0; c < NCHUNK; ++c) s += pp[(size_t)c * KVN];
+  kvsum[e] = s;
+}
+
 // Pass 2: a block = P2_PIX pixels of one (batch, group); lanes = pixels, kv broadcast from smem.
 __global__ void __launch_bounds__(P2_THREADS)
 apply(const __half* __restrict__ a, const __half* __restrict__ b, int64_t pix_stride, int half_groups, int G,
-      int npix, const float* __restrict__ partial, __half* __restrict__ out, int64_t out_stride) {
+      int npix, const float* __restrict__ kvsum, __half* __restrict__ out, int64_t out_stride) {
   __shared__ __align__(16) float kv[D * KVS];
   const int g = blockIdx.y, n = blockIdx.z;
-  for (int e = threadIdx.x; e < KVN; e += P2_THREADS) {
-    const float* pp = partial + ((size_t)n * G + g) * NCHUNK * KVN + e;
-    float s = 0.f;
-#pragma unroll 4
-    for (int c = 0; c < NCHUNK; ++c) s += pp[(size_t)c * KVN];
-    kv[(e / DP) * KVS + e % DP] = s;
-  }
+  for (int e = threadIdx.x; e < KVN; e += P2_THREADS) kv[(e / DP) * KVS + e % DP] = kvsum[((size_t)n * G + g) * KVN + e];
   __syncthreads();
   const __half* src = group_base(a, b, g, half_groups) + (size_t)n * npix * pix_stride;
   __half* dst = out + (size_t)n * npix * out_stride + (size_t)D * g;
@@ -158,7 +176,7 @@ apply(const __half* __restrict__ a, const __half* __restrict__ b, int64_t pix_st
 // extents: N, C (channels of each input), H, W. Workspace: pass-1 partial sums.
 size_t workspace_bytes(const int64_t* e) {
   const int64_t G = JOINED ? 2 * e[1] / GS : e[1] / GS;
-  return (size_t)(e[0] * G * NCHUNK * KVN) * sizeof(float);
+  return (size_t)(e[0] * G * (NCHUNK + 1) * KVN) * sizeof(float);
 }
 
 int launch(const void* const* inputs, void* const* outputs, const int64_t* e, void* ws, cudaStream_t stream) {
@@ -173,10 +191,13 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, vo
   const int half_groups = JOINED ? (int)(G / 2) : (int)G;
   const int chunk_pix = (int)((npix + NCHUNK - 1) / NCHUNK);
   float* partial = static_cast<float*>(ws);
+  float* kvsum = partial + (size_t)N * G * NCHUNK * KVN;
   const dim3 g1(NCHUNK, (unsigned)((G + P1_WARPS - 1) / P1_WARPS), (unsigned)N);
   kv_partial<<<g1, P1_WARPS * 32, 0, stream>>>(a, b, C, half_groups, (int)G, (int)npix, chunk_pix, partial);
+  const int total = (int)(N * G * KVN);
+  kv_reduce<<<(total + 255) / 256, 256, 0, stream>>>(partial, kvsum, total);
   const dim3 g2((unsigned)((npix + P2_PIX - 1) / P2_PIX), (unsigned)G, (unsigned)N);
-  apply<<<g2, P2_THREADS, 0, stream>>>(a, b, C, half_groups, (int)G, (int)npix, partial,
+  apply<<<g2, P2_THREADS, 0, stream>>>(a, b, C, half_groups, (int)G, (int)npix, kvsum,
                                        static_cast<__half*>(outputs[0]), CT / 3);
   return (int)cudaGetLastError();
 }
@@ -191,22 +212,22 @@ extern "C" size_t @WSYM@(const int64_t* extents) { return @NS@::workspace_bytes(
 
 
 def variant_space(r: LiteMLARegion) -> list[dict[str, int | str]]:
-    """Pass-1 chunking and block size x pass-2 block size and pixels per thread."""
-    pass1 = ((8, 4), (16, 4), (32, 4), (16, 8))
-    pass2 = ((128, 1, 1024), (128, 2, 2048), (256, 1, 2048))
-    return [dict(nchunk=n, p1_warps=w, p2_threads=t, ppt=ppt, p2_pix=px, p1_unroll=2)
-            for (n, w), (t, ppt, px) in product(pass1, pass2)]
+    """Pass-1 chunking, block size and pixels per step x pass-2 block size and pixels per thread."""
+    pass1 = ((32, 4, 2), (64, 4, 2), (32, 8, 4), (64, 8, 4), (16, 8, 4))
+    pass2 = ((128, 1, 128), (256, 1, 512), (128, 2, 512))
+    return [dict(nchunk=n, p1_warps=w, u1=u, p2_threads=t, ppt=ppt, p2_pix=px)
+            for (n, w, u), (t, ppt, px) in product(pass1, pass2)]
 
 
 def variant_name(p: dict[str, int | str]) -> str:
-    return f"ch{p['nchunk']}_w{p['p1_warps']}_t{p['p2_threads']}_ppt{p['ppt']}_px{p['p2_pix']}"
+    return f"ch{p['nchunk']}_w{p['p1_warps']}_u{p['u1']}_t{p['p2_threads']}_ppt{p['ppt']}_px{p['p2_pix']}"
 
 
 def emit(r: LiteMLARegion, p: dict[str, int | str], ns: str, launcher: str, workspace: str) -> Variant:
     if r.dim % 8 or r.dim % 4:
         raise ValueError(f"head dim {r.dim} is not a multiple of 8")
     subs = {"NS": ns, "D": r.dim, "P1_WARPS": p["p1_warps"], "NCHUNK": p["nchunk"], "P2_THREADS": p["p2_threads"],
-            "PPT": p["ppt"], "P2_PIX": p["p2_pix"], "P1_UNROLL": p["p1_unroll"],
+            "PPT": p["ppt"], "P2_PIX": p["p2_pix"], "U1": p["u1"],
             "JOINED": "true" if r.joined else "false", "EPS": float_literal(r.eps), "SYM": launcher,
             "WSYM": workspace}
     text = _KERNEL
