@@ -3,7 +3,7 @@
 #   make test       -- install into .venv and run the test suite (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
-ARCH ?= arm64-sm87-dos6010-cu114-trt86
+ARCH ?= auto
 WORKDIR ?= runs/efficientvit_b1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ytk-installed

@@ -1,0 +1,143 @@
+"""The issue-8 table: baseline engine, plugged engine, torch eager and torch.compile, in ONE run.
+
+    python benchmarks/flow_table.py --base base/base.tgz --plugged gaia/gaia.tgz \
+        --model contrib/models/efficientvit_b1/model.py --npz base/model.npz --reference base/model.reference.npz
+
+Every row is timed in the same process on the same GPU with CUDA events over --iterations runs
+after --warmup, and the rows are interleaved over --rounds so that clock drift hits them alike.
+Engines replay their CUDA graph (as the bundle's own benchmark does); torch rows run the same
+model.py in fp16 channels_last, captured in a CUDA graph too (eager) or compiled by inductor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_model(path: Path):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("flow_model", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod.Model().eval(), mod.get_fwd_args()
+
+
+def _engine_runner(bundle: Path, npz: Path, tmp: Path):  # type: ignore[no-untyped-def]
+    from ytk_backend_torch.engine import load_program, read_inputs
+    from ytk_backend_torch.profiling import GraphRunner
+    from ytk_core.bundle import ENGINE, EngineBundle
+
+    b = EngineBundle.open(bundle)
+    eng = b.extract(ENGINE, tmp / f"{bundle.stem}.plan")
+    prog = load_program(eng, torch.device("cuda"))
+    inputs = prog.prepare_inputs(read_inputs(npz, prog.plan))
+    runner = GraphRunner(prog, inputs)
+    return runner.replay, runner, b.manifest
+
+
+def _graphed(fn):  # type: ignore[no-untyped-def]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    return lambda: (g.replay(), out)[1]
+
+
+def _time(fn, warmup: int, iterations: int) -> list[float]:  # type: ignore[no-untyped-def]
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iterations)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in ev]
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", type=Path, required=True)
+    ap.add_argument("--plugged", type=Path, required=True)
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--npz", type=Path, required=True)
+    ap.add_argument("--reference", type=Path, required=True)
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    rows: dict[str, list[float]] = {}
+    fns = {}
+    with tempfile.TemporaryDirectory() as td:
+        base_fn, base_runner, base_m = _engine_runner(a.base, a.npz, Path(td))
+        plug_fn, plug_runner, plug_m = _engine_runner(a.plugged, a.npz, Path(td))
+        fns["ytk engine: base (torch)"] = base_fn
+        fns[f"ytk engine: plugged ({len(plug_m.plugins)} plugins)"] = plug_fn
+        model, args = _load_model(a.model)
+        x = args[0].cuda().half().contiguous(memory_format=torch.channels_last)
+        m16 = model.cuda().half().to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            fns["torch eager fp16 CL (CUDA graph)"] = _graphed(lambda: m16(x))
+            if not a.no_compile:
+                cm = torch.compile(m16)
+                for _ in range(3):
+                    cm(x)
+                fns["torch.compile fp16 CL (inductor default)"] = lambda: cm(x)
+            for _ in range(a.rounds):
+                for name, fn in fns.items():
+                    rows.setdefault(name, []).extend(_time(fn, a.warmup, a.iterations))
+        ref = dict(np.load(a.reference))
+        numerics = {}
+        for label, runner in (("base", base_runner), ("plugged", plug_runner)):
+            runner.replay()
+            torch.cuda.synchronize()
+            outs = [o.float().cpu().numpy() for o in runner.outputs]
+            numerics[label] = {k: _cos(o, r) for (k, r), o in zip(ref.items(), outs)}
+    dev = torch.cuda.get_device_name(0)
+    print(f"device: {dev}; torch {torch.__version__}; {a.rounds} rounds x {a.iterations} iterations, interleaved")
+    print(f"{'Implementation':<44}{'Iters':>6}{'Min':>9}{'Mean':>9}{'p50':>9}{'p95':>9}{'Max':>9}")
+    table = {}
+    for name, ms in rows.items():
+        s = sorted(ms)
+        p50, p95 = statistics.median(s), s[int(0.95 * (len(s) - 1))]
+        table[name] = {"iterations": len(s), "min": s[0], "mean": statistics.fmean(s), "p50": p50, "p95": p95,
+                       "max": s[-1]}
+        print(f"{name:<44}{len(s):>6}{s[0]:>9.3f}{statistics.fmean(s):>9.3f}{p50:>9.3f}{p95:>9.3f}{s[-1]:>9.3f}")
+    names = list(table)
+    base_p50, plug_p50 = table[names[0]]["p50"], table[names[1]]["p50"]
+    print(f"plugged vs base engine: {base_p50 / plug_p50:.2f}x (target >= 1.64x)")
+    for other in names[2:]:
+        print(f"plugged vs {other}: {table[other]['p50'] / plug_p50:.2f}x")
+    print("numerics (cosine vs fp32 torch reference):", json.dumps(numerics))
+    if a.json:
+        a.json.write_text(json.dumps({"device": dev, "table": table, "numerics": numerics,
+                                      "speedup_vs_base": base_p50 / plug_p50}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
