@@ -19,12 +19,12 @@ fi
 cat "$OUT/machine.txt"
 rc=0
 if [ "$what" = all ] || [ "$what" = pytest ]; then
-  timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/nvcc tests/backends/templates > "$OUT/pytest.log" 2>&1 || rc=1
+  timeout 210 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/nvcc tests/backends/templates > "$OUT/pytest.log" 2>&1 || rc=1
   tail -25 "$OUT/pytest.log"
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   mkdir -p /tmp/kbench
-  timeout 420 python3 benchmarks/kernels_templates.py --out /tmp/kbench ${regions:+--regions "$regions"} --workdir /tmp/kbw \
+  timeout 330 python3 benchmarks/kernels_templates.py --out /tmp/kbench ${regions:+--regions "$regions"} --workdir /tmp/kbw \
     2> "$OUT/bench.log" || rc=1
   cp /tmp/kbench/kernels_templates.json /tmp/kbench/kernels_templates.md "$OUT/" 2>/dev/null
   tar -czf "$OUT/reports.tgz" -C /tmp/kbench . 2>/dev/null
