@@ -72,6 +72,7 @@ def test_not_worth_plugging(report):
 def test_summary_line(report):
     assert report.summary.startswith(f"{len(report.candidates)} candidates covering ")
     assert f"of the {report.total_ms:.1f} ms" in report.summary
+    assert "SIMULATED" in report.summary  # the mock's figures are labelled wherever shown
 
 
 def test_selectors_round_trip_through_the_carve(report, worked):

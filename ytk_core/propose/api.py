@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ytk_hookspecs.models import ArchSpec, ArchSpecError, GpuProperties
+from ytk_hookspecs.models import ArchSpec, ArchSpecError, FxNodesFile, GpuProperties
 from ytk_hookspecs.models.base import sha256_file
 
 from .attribution import attribute
@@ -85,10 +85,10 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         end_to_end_ms=m.end_to_end_ms, attributed_ms=att.attributed_ms, glue_ms=att.glue_ms,
         candidates_ms=cand_ms, plugged_ms=plugged_ms, proposals=props, not_worth=rows, glue=att.glue_items(),
         class_table=class_table(mods, att), module_table=module_table(mods, att, depth), layers=att.layers,
-        options=opts, summary=summary_line(props, att.total_ms, word), warnings=warnings)
+        options=opts, summary=summary_line(props, att.total_ms, word, m.simulated), warnings=warnings)
 
 
-def _check_files(m: Measurement, graph: OnnxGraph, fx, onnx: Path, pnodes: set[str],  # type: ignore[no-untyped-def]
+def _check_files(m: Measurement, graph: OnnxGraph, fx: FxNodesFile, onnx: Path, pnodes: set[str],
                  warnings: list[str]) -> None:
     """Mismatched inputs give wrong attributions silently; say so loudly instead."""
     digest = sha256_file(onnx)

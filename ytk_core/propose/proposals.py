@@ -167,7 +167,7 @@ def _cannot_rows(regions: list[Region]) -> list[NotWorthRow]:
             for (label, why), rs in sorted(groups.items(), key=lambda kv: -sum(r.ms for r in kv[1]))]
 
 
-def summary_line(props: list[Proposal], total_ms: float, engine_word: str) -> str:
+def summary_line(props: list[Proposal], total_ms: float, engine_word: str, simulated: bool = False) -> str:
     new = [p for p in props if not p.already_plugged]
     plugged = [p for p in props if p.already_plugged]
     cand_ms = sum(p.ms for p in new)
@@ -184,4 +184,6 @@ def summary_line(props: list[Proposal], total_ms: float, engine_word: str) -> st
                      "perfect plugin could recover.")
     else:
         parts.append(f"0 new candidates: nothing left over {total_ms:.1f} ms worth a kernel at these thresholds.")
+    if simulated:
+        parts.append("(All figures are SIMULATED by the engine's cost model, not measured on hardware.)")
     return " ".join(parts)
