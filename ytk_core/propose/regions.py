@@ -65,9 +65,12 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         block = mods.owner_path(n) or ""
         if block in regions:
             regions[block].anchors.append(n)
+            if not block:
+                regions[block].nodes.append(n)
+                taken.add(n)
             continue
-        nodes = []
-        for m in mods.nodes_of.get(block, []):
+        nodes = [] if block else [n]
+        for m in mods.nodes_of.get(block, []) if block else []:
             stack = [p for p, _ in mods.owner[m]]
             below = stack[stack.index(block) + 1:]
             if any(weighted_in.get(p) for p in below):
@@ -82,8 +85,12 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         path = _climb(mods, n, heavy_in, set(r.path for r in regions.values() if r.kind == "attention"))
         if path in regions:
             regions[path].anchors.append(n)
+            if not path:
+                regions[path].nodes.append(n)
+                taken.add(n)
             continue
-        nodes = [m for m in mods.nodes_of.get(path, []) if m not in taken]
+        # An op called at the model root has no module of its own: the region is just that op.
+        nodes = [m for m in mods.nodes_of.get(path, []) if m not in taken] if path else [n]
         regions[path] = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
                                anchors=[n], nodes=nodes)
         taken.update(nodes)
