@@ -23,7 +23,10 @@ _TRT_ENGINES = {"tensorrt", "mock", "trtexec"}
 
 
 def engine_word(engine: str) -> str:
-    return "TRT" if engine in _TRT_ENGINES else engine
+    """How the tables name the measured time: "TRT ms" for TensorRT (and the mock simulating it)."""
+    if engine in _TRT_ENGINES:
+        return "TRT"
+    return engine if engine and engine != "unknown" else "engine"
 
 
 def _gpu(arch: str | None, warnings: list[str]) -> GpuProperties | None:

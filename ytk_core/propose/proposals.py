@@ -168,22 +168,25 @@ def _cannot_rows(regions: list[Region]) -> list[NotWorthRow]:
 
 
 def summary_line(props: list[Proposal], total_ms: float, engine_word: str, simulated: bool = False) -> str:
+    """The closing line: "N candidates covering X ms of the Y ms" (and the plugged regions' share)."""
+    d = 1 if total_ms >= 10 else (2 if total_ms >= 1 else 3)
     new = [p for p in props if not p.already_plugged]
     plugged = [p for p in props if p.already_plugged]
     cand_ms = sum(p.ms for p in new)
     parts = []
     if plugged:
         pl_ms = sum(p.ms for p in plugged)
-        parts.append(f"{len(plugged)} plugged region{'s' if len(plugged) != 1 else ''} take {pl_ms:.1f} ms "
+        parts.append(f"{len(plugged)} plugged region{'s' if len(plugged) != 1 else ''} take {pl_ms:.{d}f} ms "
                      f"(the time to beat).")
     if new:
         share = 100.0 * cand_ms / total_ms if total_ms > 0 else 0.0
-        parts.append(f"{len(new)} candidate{'s' if len(new) != 1 else ''} covering {cand_ms:.1f} ms of the "
-                     f"{total_ms:.1f} ms — {share:.0f}% of the model's time sits in regions a custom kernel could "
+        parts.append(f"{len(new)} candidate{'s' if len(new) != 1 else ''} covering {cand_ms:.{d}f} ms of the "
+                     f"{total_ms:.{d}f} ms — {share:.0f}% of the model's time sits in regions a custom kernel could "
                      f"take over. Every {engine_word} ms figure is what that region costs today, the most a "
                      "perfect plugin could recover.")
     else:
-        parts.append(f"0 new candidates: nothing left over {total_ms:.1f} ms worth a kernel at these thresholds.")
+        parts.append(f"0 new candidates: no other region of the {total_ms:.{d}f} ms is worth a kernel at these "
+                     "thresholds.")
     if simulated:
         parts.append("(All figures are SIMULATED by the engine's cost model, not measured on hardware.)")
     return " ".join(parts)
