@@ -138,15 +138,17 @@ __device__ __forceinline__ void compute_store(const __half* tile, const float* s
 }
 
 //@@PLAIN{
-// One block per (tile, channel block, image).
+// One block per (channel block, tile, image), channel block fastest: blocks running together read
+// all channels of the same pixels, so DRAM pages are opened once instead of once per channel block.
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-          __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x) {
+          __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x, int cblocks) {
   __shared__ __align__(16) __half tile[STAGE == 1 ? TILE_HALVES : 8];
   __shared__ __align__(16) float sw[K * K * CB];
   __shared__ __align__(16) float sb[CB];
-  const int n = blockIdx.z, c_base = blockIdx.y * CB;
-  const int ty = blockIdx.x / tiles_x, tx = blockIdx.x - ty * tiles_x;
+  const int cblk = blockIdx.x % cblocks, t = blockIdx.x / cblocks;
+  const int n = blockIdx.z, c_base = cblk * CB;
+  const int ty = t / tiles_x, tx = t - ty * tiles_x;
   const int oy0 = ty * TH, ox0 = tx * TW;
   const __half* xn = x + (size_t)n * H * W * C;
   if (STAGE == 1) stage_tile(tile, x, xn, c_base, C, H, W, oy0 * S - P, ox0 * S - P);
@@ -158,33 +160,35 @@ dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float
 //@@PLAIN}
 
 //@@PIPE{
-// Persistent blocks, each over a contiguous range of work items (channel block slowest, so weights
-// change rarely); the next item's tile is fetched with cp.async while this one is computed.
+// Persistent blocks; item i = (channel block fastest, then tile, then image), block b takes items
+// b, b + grid, ... so the blocks running together cover all channels of neighbouring tiles (DRAM
+// pages opened once), and with grid a multiple of the channel blocks a block keeps its weights.
+// The next item's tile is fetched with cp.async while this one is computed.
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 dw_pipe(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-        __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x, int tiles_img, int N, int items,
-        int per_block) {
+        __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x, int tiles_img, int cblocks,
+        int items) {
   extern __shared__ __align__(16) unsigned char dsmem[];
   __half* tiles = reinterpret_cast<__half*>(dsmem);
   float* sw = reinterpret_cast<float*>(dsmem + 2 * TILE_HALVES * sizeof(__half));
   float* sb = sw + K * K * CB;
-  const int begin = blockIdx.x * per_block, end = min(items, begin + per_block);
-  if (begin >= end) return;
+  const int step = gridDim.x;
+  if ((int)blockIdx.x >= items) return;
   auto issue = [&](int item, __half* buf) {
-    const int cblk = item / (N * tiles_img), rem = item - cblk * (N * tiles_img);
-    const int n = rem / tiles_img, t = rem - n * tiles_img;
+    const int cblk = item % cblocks, rest = item / cblocks;
+    const int n = rest / tiles_img, t = rest - n * tiles_img;
     const int ty = t / tiles_x, tx = t - ty * tiles_x;
     stage_tile(buf, x, x + (size_t)n * H * W * C, cblk * CB, C, H, W, ty * TH * S - P, tx * TW * S - P);
   };
-  issue(begin, tiles);
+  issue(blockIdx.x, tiles);
   ytk_tpl::cp_async_commit();
-  int loaded = -1;
-  for (int it = begin; it < end; ++it) {
-    const int cur = (it - begin) & 1;
-    if (it + 1 < end) issue(it + 1, tiles + (cur ^ 1) * TILE_HALVES);
+  int loaded = -1, k = 0;
+  for (int it = blockIdx.x; it < items; it += step, ++k) {
+    const int cur = k & 1;
+    if (it + step < items) issue(it + step, tiles + (cur ^ 1) * TILE_HALVES);
     ytk_tpl::cp_async_commit();
-    const int cblk = it / (N * tiles_img), rem = it - cblk * (N * tiles_img);
-    const int n = rem / tiles_img, t = rem - n * tiles_img;
+    const int cblk = it % cblocks, rest = it / cblocks;
+    const int n = rest / tiles_img, t = rest - n * tiles_img;
     const int ty = t / tiles_x, tx = t - ty * tiles_x;
     if (cblk != loaded) {  // uniform over the block; the barrier at the loop's end made sw free
       stage_weights(sw, sb, w, b, cblk * CB, C);
@@ -228,18 +232,18 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_pipe, NTHREADS, PIPE_SMEM);
       slots = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
     }
-    const int64_t grid0 = items < slots ? items : slots;
-    const int64_t per_block = (items + grid0 - 1) / grid0;
-    const int64_t grid = (items + per_block - 1) / per_block;
+    int64_t grid = items < slots ? items : slots;
+    if (grid > cblocks) grid -= grid % cblocks;  // a block then keeps one channel block (and its weights)
     dw_pipe<<<(unsigned)grid, NTHREADS, PIPE_SMEM, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO,
-        (int)tiles_x, (int)(tiles_x * tiles_y), (int)N, (int)items, (int)per_block);
+        (int)tiles_x, (int)(tiles_x * tiles_y), (int)cblocks, (int)items);
     return (int)cudaGetLastError();
   }
   //@@PIPE}
   //@@PLAIN{
-  if (tiles_x * tiles_y > INT32_MAX || cblocks > 65535 || N > 65535) return (int)cudaErrorInvalidConfiguration;
-  const dim3 grid((unsigned)(tiles_x * tiles_y), (unsigned)cblocks, (unsigned)N);
-  dw_kernel<<<grid, NTHREADS, 0, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)tiles_x);
+  if (tiles_x * tiles_y * cblocks > INT32_MAX || N > 65535) return (int)cudaErrorInvalidConfiguration;
+  const dim3 grid((unsigned)(tiles_x * tiles_y * cblocks), 1, (unsigned)N);
+  dw_kernel<<<grid, NTHREADS, 0, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)tiles_x,
+                                          (int)cblocks);
   return (int)cudaGetLastError();
   //@@PLAIN}
 }

@@ -46,8 +46,9 @@ __global__ void __launch_bounds__(P1_WARPS * 32)
 kv_partial(const __half* __restrict__ a, const __half* __restrict__ b, int64_t pix_stride, int half_groups,
            int G, int npix, int chunk_pix, float* __restrict__ partial) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = blockIdx.y * P1_WARPS + warp;
-  const int n = blockIdx.z, chunk = blockIdx.x;
+  // Group block fastest: blocks running together read the k, v of all groups of the same pixels.
+  const int g = blockIdx.x * P1_WARPS + warp;
+  const int n = blockIdx.z, chunk = blockIdx.y;
   if (g >= G) return;
   const int quarter = lane & 3, pl = lane >> 2;
   const __half* src = group_base(a, b, g, half_groups) + (size_t)n * npix * pix_stride;
@@ -121,12 +122,12 @@ __global__ void __launch_bounds__(P2_THREADS)
 apply(const __half* __restrict__ a, const __half* __restrict__ b, int64_t pix_stride, int half_groups, int G,
       int npix, const float* __restrict__ kvsum, __half* __restrict__ out, int64_t out_stride) {
   __shared__ __align__(16) float kv[D * KVS];
-  const int g = blockIdx.y, n = blockIdx.z;
+  const int g = blockIdx.x % G, n = blockIdx.z;  // group fastest, as in pass 1
   for (int e = threadIdx.x; e < KVN; e += P2_THREADS) kv[(e / DP) * KVS + e % DP] = kvsum[((size_t)n * G + g) * KVN + e];
   __syncthreads();
   const __half* src = group_base(a, b, g, half_groups) + (size_t)n * npix * pix_stride;
   __half* dst = out + (size_t)n * npix * out_stride + (size_t)D * g;
-  const int p_begin = blockIdx.x * P2_PIX, p_end = min(npix, p_begin + P2_PIX);
+  const int p_begin = (blockIdx.x / G) * P2_PIX, p_end = min(npix, p_begin + P2_PIX);
   for (int p0 = p_begin + threadIdx.x; p0 < p_end; p0 += P2_THREADS * PPT) {
     float q[PPT][D], o[PPT][KVS];
 #pragma unroll
@@ -192,11 +193,13 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, vo
   const int chunk_pix = (int)((npix + NCHUNK - 1) / NCHUNK);
   float* partial = static_cast<float*>(ws);
   float* kvsum = partial + (size_t)N * G * NCHUNK * KVN;
-  const dim3 g1(NCHUNK, (unsigned)((G + P1_WARPS - 1) / P1_WARPS), (unsigned)N);
+  const int64_t p2_blocks = (npix + P2_PIX - 1) / P2_PIX;
+  if (p2_blocks * G > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
+  const dim3 g1((unsigned)((G + P1_WARPS - 1) / P1_WARPS), NCHUNK, (unsigned)N);
   kv_partial<<<g1, P1_WARPS * 32, 0, stream>>>(a, b, C, half_groups, (int)G, (int)npix, chunk_pix, partial);
   const int total = (int)(N * G * KVN);
   kv_reduce<<<(total + 255) / 256, 256, 0, stream>>>(partial, kvsum, total);
-  const dim3 g2((unsigned)((npix + P2_PIX - 1) / P2_PIX), (unsigned)G, (unsigned)N);
+  const dim3 g2((unsigned)(G * p2_blocks), 1, (unsigned)N);
   apply<<<g2, P2_THREADS, 0, stream>>>(a, b, C, half_groups, (int)G, (int)npix, kvsum,
                                        static_cast<__half*>(outputs[0]), CT / 3);
   return (int)cudaGetLastError();
