@@ -181,3 +181,14 @@ def test_warnings_go_to_stderr_and_keep_brackets(ytk, small, tmp_path):
     assert "warning: fx_nodes.json was written for a different ONNX" in r.stderr
     assert "no target GPU known" in r.stderr           # a raw profile without -a: roofline not judged
     assert r.json()["warnings"]
+
+
+def test_profile_of_another_model_is_flagged(ytk, small, worked):
+    # EfficientViT's TensorRT profile against the tiny ViT's ONNX: most layer names match nothing there
+    from .conftest import unpack
+
+    vit = unpack("tinyvit_2x64x64", worked.parent.parent / "vit_for_mismatch")
+    r = ytk("embedded", "propose", "--profile", small / "trt86_profile.json", "--onnx", vit / "model.onnx",
+            "--fx-nodes", vit / "fx_nodes.json", "--json")
+    assert r.code == 0, r.stderr
+    assert "match no ONNX node" in r.stderr

@@ -58,6 +58,7 @@ def propose(profile: str | Path, onnx: str | Path, fx_nodes: str | Path, plugins
 
 def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Path | None, opts: ProposeOptions,
                         *, depth: int = 3) -> ProposeReport:
+    """``propose()`` for an already loaded measurement (a bundle or trtexec files)."""
     warnings: list[str] = []
     graph = OnnxGraph.load(onnx)
     fx = load_fx_nodes(fx_nodes)
@@ -66,6 +67,11 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
     pnodes = plugin_nodes(graph, carve)
     _check_files(m, graph, fx, onnx, pnodes, warnings)
     att = attribute(m.layers, graph, mods, pnodes, m.precision, m.layer_info)
+    lost = sum(att.glue.get(c, [0.0])[0] for c in ("unresolved-layer", "unmapped-onnx-node"))
+    if att.total_ms > 0 and lost > 0.2 * att.total_ms:
+        warnings.append(f"{100 * lost / att.total_ms:.0f}% of the time is in layers that match no ONNX node owned by "
+                        "a torch module: is this the ONNX (and fx_nodes.json) the engine was built from? For a raw "
+                        "trtexec profile, --layer-info with detailed layer info helps")
     word = engine_word(m.engine)
     plugged = plugged_proposals(graph, carve, pnodes, att)
     if opts.plugins:
