@@ -135,3 +135,5 @@ def test_missing_inputs_are_clear_errors(ytk, fixture_dir):
     assert r.code == 2 and "lacks input(s) x" in r.stderr
     r = _compile(ytk, d, fixture_dir / "x.tgz", d / "model.npz")
     assert r.code == 2 and "not an ELF" in r.stderr
+    r = _compile(ytk, d, fixture_dir)
+    assert r.code == 2 and "is a folder" in r.stderr

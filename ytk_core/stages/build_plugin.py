@@ -21,7 +21,7 @@ from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 from ..contracts import ContractReport, check_meta_against_candidate, check_source
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
-from .inputs import existing_file, parse_arch, parse_precision
+from .inputs import existing_file, output_file, parse_arch, parse_precision
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -92,7 +92,7 @@ def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, bu
     for w in rep.warnings:
         rt.log.warning(w)
     sel = rt.select("builder", builder, target)
-    output = Path(output)
+    output = output_file(output, "-o/--output")
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ytk-build-plugin-") as td:
         staged = copy.write(Path(td) / f"{plugin_name}.module_source.py")

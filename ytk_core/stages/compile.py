@@ -25,7 +25,7 @@ from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE
 from ..contracts import PluginFile, custom_nodes, match_plugins
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
-from .inputs import bundle_label, existing_file, parse_arch, parse_precision
+from .inputs import bundle_label, existing_file, output_file, parse_arch, parse_precision
 
 
 @dataclass
@@ -94,7 +94,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
     sel = rt.select("engine", engine, target)
     onnx = existing_file(onnx, "--onnx", "Run `ytk embedded prepare` first.")
     npz = existing_file(npz, "--npz", "Run `ytk embedded prepare` first.")
-    output = Path(output)
+    output = output_file(output, "-o/--output")
     label = bundle_label(output)
     _check_inputs(onnx, npz)
     plugins = _read_plugins(list(custom_plugins or []))

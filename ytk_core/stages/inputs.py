@@ -54,3 +54,11 @@ def bundle_label(output: Path) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)] or name
     return Path(name).stem or name
+
+
+def output_file(path: Path, what: str) -> Path:
+    """``path`` as given, after checking it can be written as a file (not an existing folder)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{what} {p} is a folder; give the file to write, e.g. {p / 'out.tgz'}")
+    return p

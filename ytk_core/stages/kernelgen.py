@@ -21,7 +21,7 @@ from ytk_hookspecs.models.base import ArtifactError
 from ..contracts import ContractReport, check_meta_against_candidate, check_source
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
-from .inputs import existing_file, parse_arch, parse_config, parse_precision
+from .inputs import existing_file, output_file, parse_arch, parse_config, parse_precision
 
 DEPLOYMENT_TARGET_REQUIRED = (
     "kernelgen compile needs --config deployment_target=tensorrt. It tells the generator the kernel is destined "
@@ -90,6 +90,7 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
     target = parse_arch(arch) if arch else None
     reference = existing_file(reference, "-r/--reference",
                               "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
+    output_file(Path(output), "-o/--output")
     cand, prep = find_candidate(reference, candidates)
     warnings: list[str] = []
     if cand is None:

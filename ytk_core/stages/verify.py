@@ -16,6 +16,7 @@ from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned
 
 from ..bundle import EngineBundle
 from ..errors import UsageError
+from ..runtime import runtime
 from .host_timing import HostTiming, find_prepare_manifest, time_torch_host
 from .inputs import existing_file
 from .numerics import OutputNumerics, compare, tolerance_for
@@ -102,6 +103,23 @@ def load_reference(reference: Path) -> dict[str, np.ndarray]:
         raise UsageError(f"reference {reference}: not a readable .npz ({type(e).__name__}: {e})") from None
 
 
+def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_rel_err: float | None,
+                  min_cosine: float | None, layers_top: int) -> tuple[LatencyRow, BundleLayers, list[OutputNumerics]]:
+    m = b.manifest
+    impl = f"{label} (simulated)" if m.simulated else label
+    bench = b.benchmark
+    if not bench.iterations_ms:
+        raise UsageError(f"{b.path}: its benchmark holds no iterations")
+    row = latency_row(impl, label, "bundle", m.device, m.simulated, bench.iterations_ms, bundle=str(b.path),
+                      engine=f"{m.engine_backend} {m.engine_version}", precision=m.precision)
+    prof = b.profile
+    top = BundleLayers(implementation=impl, total_ms=prof.total_ms, simulated=m.simulated,
+                       layers=sorted(prof.layers, key=lambda x: -x.median_ms)[:max(0, layers_top)])
+    outs = b.outputs()
+    tol = tolerance_for(m.precision, max_rel_err, min_cosine)
+    return row, top, [compare(impl, name, outs.get(name), r, tol) for name, r in ref.items()]
+
+
 def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
                max_rel_err: float | None = None, min_cosine: float | None = None,
                layers_top: int = 10) -> VerifyReport:
@@ -132,22 +150,14 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     numerics: list[OutputNumerics] = []
     layer_tops: list[BundleLayers] = []
     bundle_rows: list[LatencyRow] = []
-    for b, label in zip(bundles, _labels(bundles)):
-        m = b.manifest
-        impl = f"{label} (simulated)" if m.simulated else label
-        bench = b.benchmark
-        if not bench.iterations_ms:
-            raise UsageError(f"{b.path}: its benchmark holds no iterations")
-        row = latency_row(impl, label, "bundle", m.device, m.simulated, bench.iterations_ms, bundle=str(b.path),
-                          engine=f"{m.engine_backend} {m.engine_version}", precision=m.precision)
-        bundle_rows.append(row)
-        prof = b.profile
-        layer_tops.append(BundleLayers(implementation=impl, total_ms=prof.total_ms, simulated=m.simulated,
-                                       layers=sorted(prof.layers, key=lambda x: -x.median_ms)[:max(0, layers_top)]))
-        outs = b.outputs()
-        tol = tolerance_for(m.precision, max_rel_err, min_cosine)
-        for name, r in ref.items():
-            numerics.append(compare(impl, name, outs.get(name), r, tol))
+    progress = runtime().context(None, "verify").progress("scoring bundles", total=len(bundles))
+    with progress as task:
+        for b, label in zip(bundles, _labels(bundles)):
+            row, top, scored = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top)
+            bundle_rows.append(row)
+            layer_tops.append(top)
+            numerics.extend(scored)
+            task.advance()
     rows.extend(bundle_rows)
     speedups = []
     if len(bundle_rows) > 1:
