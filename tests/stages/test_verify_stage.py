@@ -114,3 +114,14 @@ def test_bad_inputs_are_clear(ytk, tmp_path, ref):
     assert r.code == 2 and "does not exist" in r.stderr
     r = ytk("embedded", "verify", tmp_path / "model.reference.npz", b)
     assert r.code == 0 and "torch host row was skipped" in r.stdout
+
+
+def test_torch_host_row_stops_at_its_time_budget(ytk, fixture_dir):
+    ref = dict(np.load(fixture_dir / "base" / "model.reference.npz"))
+    b = _bundle(fixture_dir / "base.tgz", ref, [1.0])
+    r = ytk("embedded", "verify", fixture_dir / "base" / "model.reference.npz", b, "--host-iterations", "50",
+            "--host-budget", "0", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["rows"][0]["iterations"] == 1
+    assert "stopped after 1 of 50 iterations" in data["host_note"]

@@ -18,6 +18,8 @@ def verify(
     bundles: Annotated[list[Path], typer.Argument(help="engine bundles to compare")],
     host_iterations: Annotated[int, typer.Option("--host-iterations", help="iterations of the torch host row")] = 20,
     no_host: Annotated[bool, typer.Option("--no-host", help="skip timing torch on this machine")] = False,
+    host_budget: Annotated[float, typer.Option(
+        "--host-budget", help="seconds the torch host row may take; it stops early (>= 1 iteration)")] = 120.0,
     max_rel_err: Annotated[Optional[float], typer.Option(
         "--max-rel-err", help="override the per-precision bound on max|err| / max|reference|")] = None,
     min_cosine: Annotated[Optional[float], typer.Option(
@@ -33,7 +35,7 @@ def verify(
     from ..runtime import emit_json, stdout
     from ..stages.verify import run_verify
 
-    rep = run_verify(reference, bundles, host_iterations, no_host, max_rel_err, min_cosine, layers)
+    rep = run_verify(reference, bundles, host_iterations, no_host, max_rel_err, min_cosine, layers, host_budget)
     if json_:
         emit_json(rep)
     else:

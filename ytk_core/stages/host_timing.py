@@ -45,8 +45,12 @@ def find_prepare_manifest(reference: Path) -> Path | None:
     return p if p.is_file() else None
 
 
-def time_torch_host(prepare_json: Path, iterations: int, warmup: int = 2) -> HostTiming:
-    """Time ``Model()(*get_fwd_args())`` of the prepared model.py on this machine."""
+def time_torch_host(prepare_json: Path, iterations: int, warmup: int = 2, budget_s: float = 120.0) -> HostTiming:
+    """Time ``Model()(*get_fwd_args())`` of the prepared model.py on this machine.
+
+    Stops early once ``budget_s`` has been spent (at least one measured iteration): a full-size
+    model on a laptop CPU takes a minute per inference, and the row is a reference, not the result.
+    """
     import hashlib
 
     import torch
@@ -70,13 +74,24 @@ def time_torch_host(prepare_json: Path, iterations: int, warmup: int = 2) -> Hos
         if device == "cuda":
             torch.cuda.synchronize()
 
+    start = time.perf_counter()
+    done_warmup = 0
     with torch.inference_mode(), ctx.progress(f"timing torch on {device}", total=warmup + iterations) as task:
-        for i in range(warmup + iterations):
+        while len(times) < iterations:
+            # Past the budget, what is left of the warm-up is skipped and one iteration is measured.
+            in_warmup = done_warmup < warmup and time.perf_counter() - start <= budget_s
             sync()
             t0 = time.perf_counter()
             model(*args)
             sync()
-            if i >= warmup:
+            if in_warmup:
+                done_warmup += 1
+            else:
                 times.append((time.perf_counter() - t0) * 1e3)
             task.advance()
-    return HostTiming(device=device, iterations_ms=times, warmup=warmup, note=note)
+            if times and time.perf_counter() - start > budget_s:
+                break
+    if len(times) < iterations:
+        extra = f"stopped after {len(times)} of {iterations} iterations (--host-budget {budget_s:g} s)"
+        note = f"{note}; {extra}" if note else extra
+    return HostTiming(device=device, iterations_ms=times, warmup=done_warmup, note=note)

@@ -122,7 +122,7 @@ def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_r
 
 def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
                max_rel_err: float | None = None, min_cosine: float | None = None,
-               layers_top: int = 10) -> VerifyReport:
+               layers_top: int = 10, host_budget_s: float = 120.0) -> VerifyReport:
     """Benchmark rows, speedups, per-layer tops and numerics for ``bundle_paths`` against ``reference``."""
     if not bundle_paths:
         raise UsageError("verify needs at least one engine bundle (.tgz from `ytk embedded compile`)")
@@ -143,7 +143,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             host_note = (f"no prepare.json beside {reference}: the torch host row was skipped (it times the "
                          "prepared model.py on this machine)")
         else:
-            ht: HostTiming = time_torch_host(pj, host_iterations)
+            ht: HostTiming = time_torch_host(pj, host_iterations, budget_s=host_budget_s)
             host_note = ht.note
             rows.append(latency_row(f"torch host ({ht.device})", f"torch host ({ht.device})", "torch-host",
                                     ht.device, False, ht.iterations_ms, engine="torch (eager)"))
