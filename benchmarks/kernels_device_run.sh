@@ -2,7 +2,7 @@
 # One call on the GPU machine (device tool): the GPU tests of the nvcc and templates backends, then
 # benchmarks/kernels_templates.py. Everything lands in $OUT (logs, results table, reports tarball).
 # Carry .whl (wheels the image lacks) and .kcache (nvcc build cache made by --prebuild on a CPU host).
-#   bash benchmarks/kernels_device_run.sh [pytest|bench|all] [regions]
+#   bash benchmarks/kernels_device_run.sh [pytest|bench|real|all] [regions]
 set -u
 what=${1:-all}
 regions=${2:-}
@@ -29,5 +29,14 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   cp /tmp/kbench/kernels_templates.json /tmp/kbench/kernels_templates.md "$OUT/" 2>/dev/null
   tar -czf "$OUT/reports.tgz" -C /tmp/kbench . 2>/dev/null
   cat "$OUT/kernels_templates.md" 2>/dev/null || tail -40 "$OUT/bench.log"
+fi
+if [ "$what" = all ] || [ "$what" = real ]; then
+  # the real carve of the worked example (spec's six selectors, prepared at 1x64x96 on a CPU host)
+  if [ -d .kcache/realcarve ]; then
+    timeout 150 python3 benchmarks/kernels_templates.py --prepare-dir .kcache/realcarve --out /tmp/kreal \
+      --workdir /tmp/krw 2> "$OUT/real.log" || rc=1
+    cp /tmp/kreal/kernels_templates.md "$OUT/real.md" 2>/dev/null
+    cat "$OUT/real.md" 2>/dev/null || tail -20 "$OUT/real.log"
+  fi
 fi
 exit $rc

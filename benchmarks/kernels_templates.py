@@ -56,14 +56,28 @@ def _request(root: Path, name: str, gpu: str, cfg: dict[str, str] | None = None)
                             plugin_name=name)
 
 
-def prebuild(arch_spec: str, cache: Path, root: Path) -> None:
-    """Compile every variant and check build of the benchmark's and the GPU tests' regions."""
+def carved_requests(prep: Path, gpu: str) -> list[KernelGenRequest]:
+    """One request per region of a real ``prepare --plugin`` directory (its candidates.json)."""
+    from ytk_hookspecs.models import CandidatesFile
+
+    cands = CandidatesFile.read(prep / "candidates.json").candidates
+    # Four variants each: this run checks the real flow (dynamic-shape .pt2, captured inputs, the final
+    # bundle build), not speed; the carve is small.
+    return [KernelGenRequest(reference=prep / c.files.pt2, gpu=gpu,
+                             config={"deployment_target": "tensorrt", "max_variants": "4"},
+                             output=prep / "sources" / f"{c.name}.module_source.py", candidate=c, prepare_dir=prep,
+                             plugin_name=c.name) for c in cands if c.files.pt2]
+
+
+def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) -> None:
+    """Compile every variant of the benchmark's and the GPU tests' regions (and a carve's, if given)."""
     from templates_fixtures import GPU_DW_REGIONS, GPU_LITEMLA_REGIONS, dw_fixture, litemla_fixture
 
-    from ytk_backend_templates.generate import JobPlan, build_job, plan_job
+    from ytk_backend_templates.generate import JobPlan, build_job, check_final_build, plan_job
 
     arch = ArchSpec.parse(arch_spec)
     reqs: list[KernelGenRequest] = [_request(root / "bench", n, "any") for n in all_names()]
+    carved = carved_requests(prep, "any") if prep else []
     for name, k, s, act, _c, bias, shapes, maxv in GPU_DW_REGIONS:
         pt2, cand = dw_fixture(root / "tests", name, k, s, act, shapes, bias=bias)
         reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
@@ -74,7 +88,8 @@ def prebuild(arch_spec: str, cache: Path, root: Path) -> None:
         reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
                                      **({"max_variants": str(maxv)} if maxv else {})},
                                      output=root / "x.module_source.py", candidate=cand, plugin_name=name))
-    plans = [p for p in (plan_job(r) for r in reqs) if isinstance(p, JobPlan)]
+    plans = [p for p in (plan_job(r) for r in reqs + carved) if isinstance(p, JobPlan)]
+    carved_names = {r.plugin_name for r in carved}
     done: set[str] = set()
     t0 = time.perf_counter()
     for p in plans:
@@ -84,10 +99,13 @@ def prebuild(arch_spec: str, cache: Path, root: Path) -> None:
         done.add(key)
         print(f"prebuild {p.name}: {len(p.variants)} variants", file=sys.stderr, flush=True)
         build_job(p, arch, root / "build" / p.name, cache)
+        if p.name in carved_names and p.graph_pt2.is_relative_to(prep):  # type: ignore[arg-type]
+            for v in p.variants:  # the carve's runs keep the final check build: cache every candidate's
+                check_final_build(v, p.meta, arch, root / "build" / p.name, cache)
     print(f"prebuild done in {time.perf_counter() - t0:.0f} s -> {cache}", file=sys.stderr)
 
 
-def run(names: list[str], root: Path, out: Path) -> list[dict[str, object]]:
+def run(names: list[str], root: Path, out: Path, prep: Path | None = None) -> list[dict[str, object]]:
     import torch
 
     from ytk_backend_templates.generate import generate
@@ -95,9 +113,10 @@ def run(names: list[str], root: Path, out: Path) -> list[dict[str, object]]:
     gpu = torch.cuda.get_device_name(0)
     ctx = StageContext(log=_Log(), workdir=root / "work")
     rows: list[dict[str, object]] = []
-    for name in names:
+    carved = {r.plugin_name: r for r in carved_requests(prep, gpu)} if prep else {}
+    for name in (list(carved) if prep else names):
         t0 = time.perf_counter()
-        req = _request(root, name, gpu)
+        req = carved[name] if prep else _request(root, name, gpu)
         res = generate(req, ctx)
         row: dict[str, object] = {"region": name, "status": res.status, "message": res.message,
                                   "wall_s": round(time.perf_counter() - t0, 1)}
@@ -147,15 +166,17 @@ def main() -> int:
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--arch", default="x86_64-sm90-linux-cu130-trt10")
     ap.add_argument("--cache", type=Path, default=None)
+    ap.add_argument("--prepare-dir", type=Path, default=None,
+                    help="score the regions of this `prepare --plugin` directory instead of the worked example's")
     a = ap.parse_args()
     import tempfile
 
     root = a.workdir or Path(tempfile.mkdtemp(prefix="ytk-kbench-"))
     if a.prebuild:
-        prebuild(a.arch, a.cache or root / "cache", root)
+        prebuild(a.arch, a.cache or root / "cache", root, a.prepare_dir)
         return 0
     a.out.mkdir(parents=True, exist_ok=True)
-    rows = run([n for n in a.regions.split(",") if n], root, a.out)
+    rows = run([n for n in a.regions.split(",") if n], root, a.out, a.prepare_dir)
     (a.out / "kernels_templates.json").write_text(json.dumps(rows, indent=1))
     t = table(rows)
     (a.out / "kernels_templates.md").write_text(t + "\n")

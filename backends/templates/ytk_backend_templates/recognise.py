@@ -30,6 +30,8 @@ _ACT_SIMPLE = {
 }
 _CLAMPS = {"aten.hardtanh.default", "aten.hardtanh_.default", "aten.clamp.default", "aten.clamp_.default"}
 _MATMUL = {"aten.matmul.default", "aten.bmm.default", "aten.mm.default", "aten.einsum.default"}
+#: Shape queries of a graph exported with dynamic shapes: they compute no tensor data.
+_SHAPE_OPS = {"aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int"}
 
 
 @dataclass
@@ -82,6 +84,8 @@ def load_graph(pt2: Path) -> RegionGraph:
     outputs: list[str] = []
     for n in ep.graph.nodes:
         val = n.meta.get("val")
+        # Symbolic dims of a dynamic-shape export read as their example values (hints); the
+        # concrete shapes that matter come from candidates.json.
         shp = tuple(int(d) for d in val.shape) if hasattr(val, "shape") else None
         if n.op == "placeholder":
             if shp is not None:
@@ -158,7 +162,13 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
     if len(wshape) != 4 or len(xshape) != 4:
         raise UnsupportedRegion(f"not a 2-D convolution (weight {list(wshape)}, input {list(xshape)})")
     c = xshape[1]
-    groups = int(a["groups"] or 1)
+    groups = a["groups"]
+    if isinstance(groups, str):  # a dynamic-shape export passes x.shape[1] as a sym_size node
+        q = g.by_name().get(groups)
+        if q is None or q.target != "aten.sym_size.int" or q.args[:2] != [a["input"], 1]:
+            raise UnsupportedRegion(f"the convolution's groups come from {groups}, not from the input's channels")
+        groups = c
+    groups = int(groups or 1)
     if bool(a.get("transposed")):
         raise UnsupportedRegion("transposed convolution")
     if not (groups == c and wshape[0] == c and wshape[1] == 1):
@@ -194,7 +204,8 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
         act, cur = a2, nxt
     if g.outputs != [cur.name]:
         raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the convolution chain's result")
-    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY and _activation(o) is None]
+    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY | _SHAPE_OPS
+             and _activation(o) is None]
     if extra:
         raise UnsupportedRegion(f"unsupported ops in the region: {sorted(set(extra))}")
     expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
