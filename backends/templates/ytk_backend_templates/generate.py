@@ -7,8 +7,11 @@ and it is written atomically.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,9 +128,28 @@ def generate(request: KernelGenRequest, ctx: Any) -> KernelGenResult:
     with ctx.progress(f"{plan.name}: building {len(plan.variants)} variants (nvcc, sm_{arch.sm})",
                       total=len(plan.variants)) as task:
         built = build_job(plan, arch, jobdir, cache_dir(Path(ctx.workdir)), progress=task)
-    return _score_and_write(request, ctx, plan.job_id, jobdir, plan.name, plan.region, plan.shapes, plan.site_index,
-                            plan.meta, plan.variants, built, gpu, arch, graph_pt2=plan.graph_pt2, t0=t0,
-                            candidate=plan.candidate)
+    # Jobs build concurrently but score one at a time: two jobs timing on one GPU would each
+    # measure the other's load.
+    with gpu_lock(Path(ctx.workdir) / "templates" / f"gpu{gpu.index}.lock", ctx, plan.name):
+        return _score_and_write(request, ctx, plan.job_id, jobdir, plan.name, plan.region, plan.shapes,
+                                plan.site_index, plan.meta, plan.variants, built, gpu, arch, graph_pt2=plan.graph_pt2,
+                                t0=t0, candidate=plan.candidate)
+
+
+@contextlib.contextmanager
+def gpu_lock(path: Path, ctx: Any, name: str) -> Iterator[None]:
+    """An exclusive lock (flock) on ``path`` while a job uses the GPU; waits for other jobs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ctx.log.info("waiting for the GPU", plugin=name, lock=str(path))
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: Path, name: str, region: Region,

@@ -138,3 +138,30 @@ def test_litemla_offset_case_has_dead_q_pixels_with_exact_zero_reference(tmp_pat
     off = next(c for c in cases if c.dist == "offset")
     assert bool((off.ref == 0).any()), "the offset case must contain pixels whose q is all zero after ReLU"
     assert bool(torch.isfinite(off.ref).all())
+
+
+def test_scoring_is_serialised_across_concurrent_jobs(tmp_path: Path) -> None:
+    """Two jobs must never time on the GPU at once: the second waits for the first's lock."""
+    import threading
+    import time as _time
+
+    from ytk_backend_templates.generate import gpu_lock
+    from ytk_hookspecs import StageContext
+
+    ctx = StageContext(workdir=tmp_path)
+    lock = tmp_path / "templates" / "gpu0.lock"
+    inside: list[tuple[str, float, float]] = []
+
+    def job(name: str) -> None:
+        with gpu_lock(lock, ctx, name):
+            t0 = _time.perf_counter()
+            _time.sleep(0.2)
+            inside.append((name, t0, _time.perf_counter()))
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (_, s0, e0), (_, s1, e1) = sorted(inside, key=lambda x: x[1])
+    assert s1 >= e0  # no overlap
