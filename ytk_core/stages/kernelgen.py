@@ -101,6 +101,19 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
     req = KernelGenRequest(reference=reference.resolve(), gpu=gpu, config=cfg, output=Path(output).resolve(),
                            candidate=cand, prepare_dir=prep, arch=target.spec if target else None,
                            precision=prec, plugin_name=cand.name if cand else None)  # type: ignore[arg-type]
+    from . import kernel_cache
+
+    key = None
+    if cand is not None and kernel_cache.enabled():
+        key = kernel_cache.cache_key(cand, sel.name, sel.backend.info.version, gpu, req.arch, prec, cfg)
+        report = kernel_cache.lookup(cache_dir(), key, cand.name, Path(output).resolve())
+        if report is not None:
+            rt.log.info(f"{cand.name}: reusing a finished kernel generation job for the same region", cache_key=key)
+            res = KernelGenResult(job_id=f"cache-{key}", status="done", source=Path(output).resolve(), report=report,
+                                  message="reused from the kernel cache (same ops, shapes, target and generator)")
+            out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name, warnings=warnings)
+            _check_result(out, Path(output), cand, prec)
+            return out
     res = rt.call(sel, "ytk_kernelgen_submit", "kernelgen", cache_dir() / "kernelgen", request=req)
     if not isinstance(res, KernelGenResult):
         raise BackendError(f"kernelgen backend {sel.name!r} returned {type(res).__name__}, not a KernelGenResult")
@@ -110,6 +123,8 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
         raise BackendError(f"kernel generation failed (job {res.job_id}, backend {sel.name}): {res.message}")
     if res.status == "done":
         _check_result(out, Path(output), cand, prec)
+        if key is not None and not sel.backend.info.simulated:
+            kernel_cache.store(cache_dir(), key, Path(res.source or output), Path(res.report) if res.report else None)
     return out
 
 

@@ -1,0 +1,41 @@
+"""The kernel cache: same region problem -> reused and renamed; any difference -> a different key."""
+
+from __future__ import annotations
+
+from ytk_core.stages import kernel_cache
+from ytk_hookspecs.kernel_source import KernelSource
+from ytk_hookspecs.models import Candidate, PluginMeta, SiteInfo, TensorContract, TensorInfo
+
+
+def _cand(name="A", c=64):
+    s = SiteInfo(index=0, module_path="m.x", onnx_node=f"{name}_0", inputs=[TensorInfo(name="x", shape=[1, c, 8, 8],
+                 dtype="float32")], outputs=[TensorInfo(name="y", shape=[1, c, 8, 8], dtype="float32")],
+                 replaced_onnx_nodes=["n"], fx_nodes=["f"])
+    return Candidate(name=name, namespace="yasp", selector=f"yasp::{name}=X", ops_name="X", lift="none",
+                     input_roles=["activation"], sites=[s], op_inventory={"aten.relu.default": 1},
+                     constant_axes=[[True] * 4])
+
+
+def _src(name):
+    meta = PluginMeta(plugin_name=name, inputs=[TensorContract(name="x", dtype="float16", shape=["in0[0]"])],
+                      outputs=[TensorContract(name="y", dtype="float16", shape=["in0[0]"])], extents={"N": "in0[0]"},
+                      launcher="launch")
+    return KernelSource(header="", source="// k", meta=meta)
+
+
+def test_reuse_is_renamed_and_keys_separate_problems(tmp_path):
+    k1 = kernel_cache.cache_key(_cand("A"), "templates", "1", "H200", None, "fp16", {"deployment_target": "tensorrt"})
+    assert k1 == kernel_cache.cache_key(_cand("B"), "templates", "1", "H200", None, "fp16",
+                                        {"deployment_target": "tensorrt"})  # the name is not the problem
+    assert k1 != kernel_cache.cache_key(_cand("A", c=128), "templates", "1", "H200", None, "fp16", {})
+    assert k1 != kernel_cache.cache_key(_cand("A"), "templates", "2", "H200", None, "fp16",
+                                        {"deployment_target": "tensorrt"})
+    src = _src("A").write(tmp_path / "A.module_source.py")
+    (tmp_path / "A.report.json").write_text("{}")
+    kernel_cache.store(tmp_path / "cache", k1, src, tmp_path / "A.report.json")
+    out = tmp_path / "out" / "B.module_source.py"
+    out.parent.mkdir()
+    rep = kernel_cache.lookup(tmp_path / "cache", k1, "B", out)
+    assert rep is not None and rep.name == "B.report.json"
+    assert KernelSource.read(out).meta.plugin_name == "B"
+    assert kernel_cache.lookup(tmp_path / "cache", "nope", "B", out) is None

@@ -1,0 +1,67 @@
+"""A cache of finished kernel generation jobs, keyed by what the kernel must compute.
+
+Two carves of the same region (autoloop re-carves every round; a user re-runs prepare) give the
+same kernel problem: same ops, shapes, dtypes, roles, target and generator. Generation is the
+most expensive job in the flow, so a finished one is reused, renamed to the new plugin name. The
+key holds the generator's name and version, so upgrading a backend invalidates its entries.
+Set ``YTK_KERNEL_CACHE=0`` to always generate afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.models import Candidate
+
+
+def enabled() -> bool:
+    return os.environ.get("YTK_KERNEL_CACHE", "1") not in ("0", "false", "no")
+
+
+def cache_key(cand: Candidate, backend: str, backend_version: str, gpu: str, arch: str | None, precision: str,
+              config: dict[str, str]) -> str:
+    problem = {
+        "backend": backend, "version": backend_version, "gpu": gpu, "arch": arch, "precision": precision,
+        "config": {k: v for k, v in sorted(config.items())},
+        "ops": cand.ops_name, "around": cand.around, "lift": cand.lift, "roles": cand.input_roles,
+        "inventory": cand.op_inventory, "constant_axes": cand.constant_axes,
+        "sites": [[[list(t.shape), t.dtype] for t in s.inputs] + [[list(t.shape), t.dtype] for t in s.outputs]
+                  for s in cand.sites],
+    }
+    return hashlib.sha256(json.dumps(problem, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def lookup(root: Path, key: str, plugin_name: str, output: Path) -> Path | None:
+    """Write the cached kernel, renamed to ``plugin_name``, to ``output``; return its report path or None."""
+    entry = root / "kernels" / key
+    src = entry / "source.module_source.py"
+    if not src.is_file():
+        return None
+    try:
+        ks = KernelSource.read(src)
+    except KernelSourceError:
+        return None
+    ks.renamed(plugin_name).write(output)
+    rep = entry / "report.json"
+    if rep.is_file():
+        dst = output.with_name(output.name.replace(".module_source.py", "") + ".report.json")
+        shutil.copyfile(rep, dst)
+        return dst
+    return None
+
+
+def store(root: Path, key: str, source: Path, report: Path | None) -> None:
+    entry = root / "kernels" / key
+    tmp = entry.with_name(entry.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, tmp / "source.module_source.py")
+    if report is not None and Path(report).is_file():
+        shutil.copyfile(report, tmp / "report.json")
+    shutil.rmtree(entry, ignore_errors=True)
+    os.replace(tmp, entry)
