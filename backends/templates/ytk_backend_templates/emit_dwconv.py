@@ -281,6 +281,8 @@ _BASE_S1 = (
     ("smem", 8, 32, 8, 32, 4, 2), ("smem", 8, 16, 16, 32, 4, 1), ("smem", 8, 32, 8, 32, 4, 1),
     ("smem", 8, 64, 8, 16, 4, 1), ("smem", 8, 16, 8, 32, 2, 1), ("smem", 4, 16, 8, 32, 4, 1),
     ("smem", 8, 32, 16, 32, 4, 2), ("direct", 8, 32, 4, 32, 4, 1),
+    # appended (existing variants keep their build-cache keys): narrower vectors, wider tiles
+    ("pipe", 4, 32, 16, 32, 8, 1), ("pipe", 4, 16, 8, 32, 4, 2), ("pipe", 8, 64, 8, 32, 4, 2),
 )
 _BASE_S2 = (
     ("pipe", 8, 64, 8, 8, 4, 1), ("pipe", 8, 64, 4, 16, 4, 1), ("pipe", 8, 32, 8, 16, 4, 1),
