@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool), from the repo root, carrying .whl and .kcache:
-#   bash benchmarks/device_flow.sh flow      the spec's seven steps at full size, then the one-run table
-#   bash benchmarks/device_flow.sh autoloop  ytk autoloop on the worked example
+#   bash benchmarks/device_flow.sh flow      the spec's seven steps at full size (runs/flow)
+#   bash benchmarks/device_flow.sh table     the one-run table of runs/flow's engines vs torch and torch.compile
+#   bash benchmarks/device_flow.sh autoloop  ytk autoloop on the worked example (runs/autoloop)
+# Several words run in order ("table autoloop"). runs/ is ignored by git, so a machine that is still
+# warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch, kernelgen=templates, builder=nvcc. Logs and small artifacts go to $OUT.
 set -u
-what=${1:-flow}
+what=" ${*:-flow} "
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -19,21 +22,23 @@ export YTK_ENGINE=torch YTK_KERNELGEN=templates YTK_BUILDER=nvcc
 ARCH=x86_64-sm90-linux-cu130-trt10
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
-if [ "$what" = flow ]; then
-  W=$PWD/runs/flow
-  ARCH=$ARCH GPU=H200 LOG=$OUT/flow.log timeout 470 bash benchmarks/seven_steps.sh "$W" > "$OUT/flow.stdout" 2> "$OUT/flow.stderr"
+W=$PWD/runs/flow
+if [[ $what == *" flow "* ]]; then
+  ARCH=$ARCH GPU=H200 LOG=$OUT/flow.log timeout ${FLOW_TIMEOUT:-540} bash benchmarks/seven_steps.sh "$W" > "$OUT/flow.stdout" 2> "$OUT/flow.stderr"
   echo "seven steps rc=$?"
   cp "$W/run_prepare.sh" "$OUT/" 2>/dev/null
   tar -czf "$OUT/kernel_reports.tgz" -C "$W/gaia" sources 2>/dev/null
-  timeout 100 python3 benchmarks/flow_table.py --base "$W/base/base.tgz" --plugged "$W/gaia/gaia.tgz" \
+  grep -v '^│\|^┃\|^┏\|^┡\|^└' "$OUT/flow.log" | tail -40
+fi
+if [[ $what == *" table "* ]]; then
+  timeout ${TABLE_TIMEOUT:-150} python3 benchmarks/flow_table.py --base "$W/base/base.tgz" --plugged "$W/gaia/gaia.tgz" \
     --model contrib/models/efficientvit_b1/model.py --npz "$W/base/model.npz" --reference "$W/base/model.reference.npz" \
     --json "$OUT/flow_table.json" > "$OUT/flow_table.txt" 2>&1
   echo "flow_table rc=$?"
-  cat "$OUT/flow_table.txt" | tail -15
-  grep -v '^│\|^┃\|^┏\|^┡\|^└' "$OUT/flow.log" | tail -40
+  tail -15 "$OUT/flow_table.txt"
 fi
-if [ "$what" = autoloop ]; then
-  timeout 540 ytk autoloop contrib/models/efficientvit_b1/model.py -a "$ARCH" -p fp16 --workdir runs/autoloop \
+if [[ $what == *" autoloop "* ]]; then
+  timeout ${AUTOLOOP_TIMEOUT:-420} ytk autoloop contrib/models/efficientvit_b1/model.py -a "$ARCH" -p fp16 --workdir runs/autoloop \
     --max-rounds "${ROUNDS:-2}" --json > "$OUT/autoloop.json" 2> "$OUT/autoloop.stderr"
   echo "autoloop rc=$?"
   cp runs/autoloop/report/* "$OUT/" 2>/dev/null
