@@ -81,7 +81,7 @@ __device__ __forceinline__ void compute_store(const __half* tile, const float* s
       for (int v = 0; v < VEC; ++v) acc[r][q][v] = sb[cv * VEC + v];
 
   const int ly0 = rg * RPT * S, lx0 = cg * CPT * S;
-#pragma unroll
+#pragma unroll@IR_UNROLL@
   for (int ir = 0; ir < NIR; ++ir) {
     float xin[NIC][VEC];
 #pragma unroll
@@ -108,7 +108,7 @@ __device__ __forceinline__ void compute_store(const __half* tile, const float* s
           float wv[VEC];
 #pragma unroll
           for (int v4 = 0; v4 < VEC / 4; ++v4) {
-            const float4 t = *reinterpret_cast<const float4*>(&sw[(ky * K + kx) * CB + cv * VEC + 4 * v4]);
+            const float4 t = @WLOAD@(&sw[(ky * K + kx) * CB + cv * VEC + 4 * v4]);
             wv[4 * v4] = t.x; wv[4 * v4 + 1] = t.y; wv[4 * v4 + 2] = t.z; wv[4 * v4 + 3] = t.w;
           }
 #pragma unroll
@@ -311,6 +311,8 @@ def variant_space(r: DwConvRegion) -> list[dict[str, int | str]]:
             continue
         if r.k >= 5 and rpt >= 8 and vec == 8:  # 8 rows of 8 channels plus 5x5 weights: spills
             continue
+        if threads == 512 and not register_cap(r, dict(vec=vec, rpt=rpt, cpt=cpt)):
+            continue  # 512 threads cap registers at 128, below what this tile needs: it would spill
         out.append(dict(stage=stage, vec=vec, cb=cb, tw=tw, th=th, rpt=rpt, cpt=cpt))
     return out
 
@@ -320,6 +322,13 @@ def register_cap(r: DwConvRegion, p: dict[str, int | str]) -> bool:
     vec, rpt, cpt = int(p["vec"]), int(p["rpt"]), int(p["cpt"])
     nic = (cpt - 1) * r.stride + r.k
     return r.k * r.k * vec + rpt * cpt * vec + nic * vec <= 140
+
+
+def _weight_load(r: DwConvRegion) -> str:
+    """How a tap's weights are read from smem: for 7x7 with pinned loads (and the input-row loop
+    left rolled), because letting the compiler keep all 49 taps x VEC weights and every input row
+    in registers spills them to local memory."""
+    return "ytk_tpl::lds128_pinned" if r.k >= 7 else "*reinterpret_cast<const float4*>"
 
 
 def variant_name(p: dict[str, int | str]) -> str:
@@ -332,7 +341,8 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])],
-        "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "CAP": "true" if register_cap(r, p) else "false",
+        "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
+        "IR_UNROLL": " 1" if r.k >= 7 else "", "CAP": "true" if register_cap(r, p) else "false",
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
     drop = "PLAIN" if p["stage"] == "pipe" else "PIPE"

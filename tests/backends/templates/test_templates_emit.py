@@ -59,8 +59,8 @@ def test_every_variant_compiles_for_sm90_and_sm87(tmp_path: Path) -> None:
     for f, sm, _, log in results:
         kernels += len(re.findall(r"Compiling entry function", log))
         spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
-        # Register-capped variants may spill a few words (more on 7x7); none may spill heavily.
-        assert max(spills, default=0) <= (128 if f.startswith("dw7") else 64), (f, sm, max(spills))
+        # Register-capped variants may spill a few words; none may spill heavily.
+        assert max(spills, default=0) <= 64, (f, sm, max(spills))
     n_variants = sum(len(region_variants(r)) for r in FAMILIES.values())
     assert n_variants >= 60
     assert kernels >= 2 * n_variants  # one or two kernels per variant, for each SM
