@@ -136,10 +136,12 @@ def test_emit_prepare_reexports_the_size_prepare_recorded(ytk, small_base, tmp_p
         assert r.code == 0, r.stderr
         out = tmp_path / "args.txt"
         env = {k: v for k, v in os.environ.items() if k != "YTK_EXAMPLE_SIZE"}
-        env.update(YTK=str(_fake_ytk(tmp_path)), FAKE_OUT=str(out))
+        # OUT is commonly set in CI jobs and on the device machine: it must not redirect the carve.
+        env.update(YTK=str(_fake_ytk(tmp_path)), FAKE_OUT=str(out), OUT="/somewhere/else")
         subprocess.run([str(script)], check=True, env=env)
         args = out.read_text().splitlines()
         assert args[-1] == "YTK_EXAMPLE_SIZE=1x64x96"
+        assert not any("/somewhere/else" in a for a in args)
         assert (script.parent / args[2]).resolve() == (tmp_path / "model.py").resolve()
     finally:
         (small_base / "prepare.json").unlink()

@@ -23,7 +23,7 @@ from ..errors import UsageError
 from .models import Proposal, ProposeReport
 
 _RESERVED = {"PATH", "HOME", "PWD", "SHELL", "USER", "IFS", "OUT", "MODEL", "YTK", "HERE", "OLDPWD", "PS1", "PS2",
-             "BASH", "LANG", "TERM", "TMPDIR", "UID"}
+             "BASH", "LANG", "TERM", "TMPDIR", "UID", "PREPARE_OUT"}
 
 
 def _dq(s: str) -> str:
@@ -98,7 +98,8 @@ def script_text(report: ProposeReport, script: Path, model: Path, out_dir: Path,
         "",
         'YTK="${YTK:-ytk}"',
         f'MODEL="${{MODEL:-{_dq(_rel(model, here))}}}"',
-        f'OUT="${{OUT:-{_dq(_rel(out_dir, here))}}}"',
+        # Not "OUT": that name is commonly set in users' environments and CI jobs, and would redirect the carve.
+        f'PREPARE_OUT="${{PREPARE_OUT:-{_dq(_rel(out_dir, here))}}}"',
     ]
     for k, v in sorted(env.items()):
         lines.append(f'export {k}="${{{k}:-{_dq(v)}}}"    # as when the profile\'s model was prepared')
@@ -106,9 +107,9 @@ def script_text(report: ProposeReport, script: Path, model: Path, out_dir: Path,
         "",
         'cd "$(dirname "$0")"',
         '"$YTK" embedded prepare "$MODEL" \\',
-        '  --onnx-out      "$OUT/model.onnx" \\',
-        '  --npz-out       "$OUT/model.npz" \\',
-        '  --reference-out "$OUT/model.reference.npz" \\',
+        '  --onnx-out      "$PREPARE_OUT/model.onnx" \\',
+        '  --npz-out       "$PREPARE_OUT/model.npz" \\',
+        '  --reference-out "$PREPARE_OUT/model.reference.npz" \\',
     ]
     lines += [f"{p} \\" for p in plugs]
     lines.append('  "$@"')
