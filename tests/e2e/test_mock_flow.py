@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
-from tests.helpers import EVIT, SPEC_SIX
+from tests.helpers import SPEC_SIX
 from ytk_core.bundle import EngineBundle
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import CandidatesFile, KernelReport, PluginsFile
@@ -24,24 +25,15 @@ NAMES = [s.split("::", 1)[1].split("=", 1)[0] for s in SPEC_SIX]
 pytestmark = pytest.mark.slow
 
 
-def _prepare(ytk, out, selectors=()):  # type: ignore[no-untyped-def]
-    args = ["embedded", "prepare", EVIT, "--onnx-out", out / "model.onnx", "--npz-out", out / "model.npz",
-            "--reference-out", out / "model.reference.npz"]
-    for s in selectors:
-        args += ["--plugin", s]
-    r = ytk(*args)
-    assert r.code == 0, r.stderr
-    return r
-
-
-def test_spec_flow_on_the_mock_target(ytk, tmp_path, monkeypatch):
+def test_spec_flow_on_the_mock_target(ytk, tmp_path, monkeypatch, evit_plain, evit_carved):
     monkeypatch.setenv("YTK_EXAMPLE_SIZE", "1x64x96")
     monkeypatch.setenv("YTK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     base, gaia = tmp_path / "base", tmp_path / "gaia"
 
-    # Step 1: baseline
-    _prepare(ytk, base)
+    # Step 1: baseline. The prepare itself is the shared session fixture's (`ytk embedded prepare` through
+    # the CLI, same size), copied here: every export costs ~20 s on CI's two cores.
+    shutil.copytree(evit_plain[0], base)
     assert (base / "fx_nodes.json").is_file() and (base / "prepare.json").is_file()
     r = ytk("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", base / "model.onnx", "--npz",
             base / "model.npz", "-o", base / "base.tgz", *MOCK)
@@ -51,8 +43,9 @@ def test_spec_flow_on_the_mock_target(ytk, tmp_path, monkeypatch):
     assert base_bundle.manifest.simulated and base_bundle.manifest.label == "base"
     assert any(" + " in lay.name for lay in base_bundle.profile.layers), "TensorRT-style fused layer names"
 
-    # Step 3: carve the six regions
-    _prepare(ytk, gaia, SPEC_SIX)
+    # Step 3: carve the six regions (the shared fixture ran prepare with exactly the spec's six selectors)
+    shutil.copytree(evit_carved[0], gaia)
+    assert "carve: 25 custom-op node(s)" in evit_carved[1].stdout
     plugins = PluginsFile.read(gaia / "plugins.json")
     assert sorted(p.name for p in plugins.plugins) == sorted(NAMES)
     cands = {c.name: c for c in CandidatesFile.read(gaia / "candidates.json").candidates}

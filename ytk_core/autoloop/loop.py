@@ -306,7 +306,7 @@ class Autoloop:
     def _compile_round(self, r: RoundRecord) -> None:
         d = self.w / f"round{r.index}"
         try:
-            rec = self._compile(d / "engine.tgz", self._round_plugins(r), r.index)
+            rec = self._compile(d / f"round{r.index}.tgz", self._round_plugins(r), r.index)
         except StageError as e:
             for c in self._active(r):
                 self._drop(c, f"engine compile with it failed: {str(e).splitlines()[0]}")
@@ -330,7 +330,8 @@ class Autoloop:
                 r.note = "every new plugin failed numerics"
                 self._advance(r, "done")
                 return
-            rec = self._compile(self.w / f"round{r.index}" / "engine-checked.tgz", self._round_plugins(r), r.index)
+            rec = self._compile(self.w / f"round{r.index}" / f"round{r.index}-checked.tgz", self._round_plugins(r),
+                                r.index)
             if not rec.numerics_passed:
                 for c in self._active(r):
                     self._drop(c, "numerics: the plugins pass one at a time but not together")
@@ -357,7 +358,7 @@ class Autoloop:
         for c in losers:
             self._drop(c, f"lost: its layers took {c.plugin_ms:.3f} ms where the region took {c.region_ms:.3f} ms")
         if losers and self._active(r):
-            rec = self._compile(self.w / f"round{r.index}" / "engine-winners.tgz", self._round_plugins(r), r.index)
+            rec = self._compile(self.w / f"round{r.index}" / f"round{r.index}-winners.tgz", self._round_plugins(r), r.index)
             if not rec.numerics_passed:
                 for c in self._active(r):
                     self._drop(c, f"numerics after dropping losers: {rec.numerics_note}")

@@ -52,3 +52,31 @@ def capture(ep: Any, user_args: tuple[Any, ...], wanted: set[str]) -> dict[str, 
     if missing:
         raise UsageError(f"internal carve error: values of {sorted(missing)[:3]} were not produced")
     return kept
+
+
+def capture_onnx(proto: Any, feeds: dict[str, Any], wanted: list[str]) -> dict[str, Any]:
+    """Values of the ONNX tensors in ``wanted`` for ``feeds``, from one onnxruntime run.
+
+    Several times faster than re-running the exported program in Python on a CPU; the values agree
+    with torch to float32 rounding, which the per-site self-check of the carve tolerates.
+    """
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    graph_inputs = {i.name for i in m.graph.input}
+    have = {o.name for o in m.graph.output}
+    types = {v.name: v.type.tensor_type.elem_type for v in list(m.graph.value_info) + list(m.graph.output)}
+    extra = [w for w in wanted if w not in graph_inputs and w not in have]
+    for w in extra:
+        m.graph.output.append(helper.make_tensor_value_info(w, types.get(w) or onnx.TensorProto.FLOAT, None))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [w for w in wanted if w not in graph_inputs]
+    vals = dict(zip(names, sess.run(names, {k: np.asarray(v) for k, v in feeds.items()})))
+    vals.update({w: np.asarray(feeds[w]) for w in wanted if w in graph_inputs})
+    return vals

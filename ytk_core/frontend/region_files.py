@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ytk_hookspecs.models import CandidateFiles
-from ytk_hookspecs.models.base import write_bytes_atomic, write_text_atomic
+from ytk_hookspecs.models.base import write_text_atomic
 
 from .selectors import Selector
 
@@ -31,17 +31,22 @@ def _export(gm: Any, example: list[Any], arg_names: list[str], dynamic: dict[str
     return torch.export.export(gm, tuple(example), strict=False), None
 
 
-def _save_pt2(program: Any, path: Path) -> None:
-    import torch
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp.pt2", dir=path.parent)
+def _atomic(path: Path, write: Any, suffix: str = ".tmp") -> None:
+    """``write(tmp_path)`` then rename: big captures stream to disk instead of through memory."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
-        torch.export.save(program, tmp)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _save_pt2(program: Any, path: Path) -> None:
+    import torch
+
+    _atomic(path, lambda tmp: torch.export.save(program, tmp), suffix=".tmp.pt2")
 
 
 def reference_source(sel: Selector, gm: Any, arg_names: list[str], shapes: list[list[list[int]]]) -> str:
@@ -57,7 +62,9 @@ def reference_source(sel: Selector, gm: Any, arg_names: list[str], shapes: list[
 
 def write_region_files(sel: Selector, gm: Any, site_inputs: list[list[Any]], site_outputs: list[list[Any]],
                        arg_names: list[str], dynamic: dict[str, list[int]], prep: Path,
-                       cdir: Path) -> tuple[CandidateFiles, list[str]]:
+                       cdir: Path, writer: Executor | None = None) -> tuple[CandidateFiles, list[str], list[Future]]:
+    """Export and write one plugin's files. The large captures (io.npz, inputs.pt: GBs at full size)
+    go through ``writer`` when given, so disk writes overlap the next region's export."""
     import torch
 
     notes: list[str] = []
@@ -73,15 +80,23 @@ def write_region_files(sel: Selector, gm: Any, site_inputs: list[list[Any]], sit
             arrays[f"site{k}.in{i}"] = t.detach().cpu().numpy()
         for j, t in enumerate(outs):
             arrays[f"site{k}.out{j}"] = t.detach().cpu().numpy()
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
     io_npz = Path(str(base) + ".io.npz")
-    write_bytes_atomic(io_npz, buf.getvalue())
-    pt_buf = io.BytesIO()
-    torch.save({"arg_names": arg_names, "sites": [[t.detach().cpu() for t in ins] for ins in site_inputs]}, pt_buf)
+
+    def _npz(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
     inputs_pt = Path(str(base) + ".inputs.pt")
-    write_bytes_atomic(inputs_pt, pt_buf.getvalue())
+    payload = {"arg_names": arg_names, "sites": [[t.detach().cpu() for t in ins] for ins in site_inputs]}
+    jobs = [(io_npz, _npz), (inputs_pt, lambda tmp: torch.save(payload, tmp))]
+    futures: list[Future] = []
+    for path, fn in jobs:
+        if writer is None:
+            _atomic(path, fn)
+        else:
+            futures.append(writer.submit(_atomic, path, fn))
     ref = Path(str(base) + ".reference.py")
     write_text_atomic(ref, reference_source(sel, gm, arg_names, [[list(t.shape) for t in ins] for ins in site_inputs]))
     rel = lambda p: str(p.relative_to(prep))  # noqa: E731
-    return CandidateFiles(pt2=rel(pt2), io_npz=rel(io_npz), inputs_pt=rel(inputs_pt), reference_py=rel(ref)), notes
+    return (CandidateFiles(pt2=rel(pt2), io_npz=rel(io_npz), inputs_pt=rel(inputs_pt), reference_py=rel(ref)), notes,
+            futures)
