@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "backends" / "templates"))
 
-from templates_fixtures import dw_fixture, litemla_fixture  # noqa: E402
+from templates_fixtures import dw_fixture, litemla_fixture, pw_fixture  # noqa: E402
 
 # name, k, stride, activation, channels (None = dynamic), [(N, C, H, W) per site]
 DW_REGIONS = [
@@ -33,6 +33,20 @@ LITEMLA_REGIONS = [
     ("LiteMLAC768", [(4, 768, 34, 60)] * 4),
 ]
 
+# 1x1 convs: name, activation, channels per group in/out (0: dense), [(N, C, H, W, CO) per site]
+PW_REGIONS = [
+    ("Conv1x1s1C16to64", "hardswish", 0, 0, [(4, 16, 544, 960, 64)]),
+    ("Conv1x1s1C32to128", "hardswish", 0, 0, [(4, 32, 272, 480, 128)] * 2),
+    ("Conv1x1s1HardSwishDyn", "hardswish", 0, 0,
+     [(4, 64, 136, 240, 256)] * 3 + [(4, 128, 68, 120, 512)] * 4 + [(4, 256, 34, 60, 1024)] * 4),
+    ("Conv1x1s1Dyn", "none", 0, 0,
+     [(4, 16, 544, 960, 16), (4, 64, 272, 480, 32), (4, 128, 272, 480, 32), (4, 128, 136, 240, 64)]
+     + [(4, 256, 136, 240, 64)] * 2 + [(4, 256, 68, 120, 128)] * 4 + [(4, 128, 68, 120, 384)] * 3
+     + [(4, 512, 68, 120, 128)] * 3 + [(4, 512, 34, 60, 256)] * 5 + [(4, 256, 34, 60, 768)] * 4
+     + [(4, 1024, 34, 60, 256)] * 4),
+    ("GConv1x1s1Dyn", "none", 16, 16, [(4, 384, 68, 120, 384)] * 3 + [(4, 768, 34, 60, 768)] * 4),
+]
+
 
 def make_region(root: Path, name: str):  # type: ignore[no-untyped-def]
     """(pt2, candidate) of one worked-example region, written under ``root``."""
@@ -42,8 +56,11 @@ def make_region(root: Path, name: str):  # type: ignore[no-untyped-def]
     for n, shapes in LITEMLA_REGIONS:
         if n == name:
             return litemla_fixture(root, n, shapes)
+    for n, act, gin, gout, shapes in PW_REGIONS:
+        if n == name:
+            return pw_fixture(root, n, act, shapes, group_in=gin, group_out=gout)
     raise KeyError(name)
 
 
 def all_names() -> list[str]:
-    return [r[0] for r in DW_REGIONS] + [r[0] for r in LITEMLA_REGIONS]
+    return [r[0] for r in DW_REGIONS] + [r[0] for r in LITEMLA_REGIONS] + [r[0] for r in PW_REGIONS]

@@ -168,6 +168,13 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
             if _is_depthwise(n, groups):
                 # Depthwise: groups == channels. Tie it to the input so one program serves every C.
                 groups_arg = g.call_function(torch.ops.aten.sym_size.int, (env[x], 1))
+            elif int(groups) > 1:
+                # Grouped: the group size is what the sites share (e.g. 16 -> 16 per group at 384 and
+                # 768 channels), so groups = C // (input channels per group), from the input.
+                wval = getattr(_conv_parts(n)[1], "meta", {}).get("val")
+                if wval is not None:
+                    c_in = g.call_function(torch.ops.aten.sym_size.int, (env[x], 1))
+                    groups_arg = g.call_function(operator.floordiv, (c_in, int(wval.shape[1])))
             env[n] = g.call_function(torch.ops.aten.conv2d.default,
                                      (env[x], w, b, list(stride), list(padding), list(dilation), groups_arg))
         elif n in folded_bn:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .regions import ACT_LIPSCHITZ, DwConvRegion, LiteMLARegion, Region, SiteShape
+from .regions import ACT_LIPSCHITZ, Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape, is_weight
 
 ERROR_BUDGET = ("per element |out - ref| <= 2^-10*|ref| + 2^-15*L*S + 2^-24, ref = the region's .pt2 in fp32 "
                 "(TF32 off) on the same fp16-quantised inputs, S = sum of |terms| accumulated into that element "
@@ -74,6 +74,16 @@ def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int, device
         if region.has_bias:
             ins.append(randn(shapes[2]))
         return ins
+    if isinstance(region, Conv1x1Region):
+        x = randn(shapes[0])
+        if dist == "large":
+            x = x * 300.0
+        elif dist == "offset":
+            x = x * 0.5 + 3.0
+        ins = [x.half().float(), randn(shapes[1]) / float(shapes[1][1]) ** 0.5]
+        if region.has_bias:
+            ins.append(randn(shapes[2]))
+        return ins
     assert isinstance(region, LiteMLARegion)
     ins = []
     for shp in shapes:
@@ -112,6 +122,10 @@ def reference_and_tolerance(region: Region, module: Any, inputs: list[Any], devi
                 b = dev_in[2].abs() if region.has_bias else None
                 s = F.conv2d(dev_in[0].abs(), dev_in[1].abs(), b, region.stride, region.pad, 1, dev_in[0].shape[1])
                 lip = ACT_LIPSCHITZ[region.act]
+            elif isinstance(region, Conv1x1Region):
+                b = dev_in[2].abs() if region.has_bias else None
+                s = F.conv2d(dev_in[0].abs(), dev_in[1].abs(), b, 1, 0, 1, dev_in[0].shape[1] // dev_in[1].shape[1])
+                lip = ACT_LIPSCHITZ[region.act]
             else:
                 abs_in = [_abs_v(t, region.dim) for t in dev_in]
                 s = _first(module(*abs_in)).float()
@@ -140,8 +154,7 @@ def to_kernel_layout(region: Region, inputs: list[Any], device: Any) -> list[Any
 
     out = []
     for i, t in enumerate(inputs):
-        weight = isinstance(region, DwConvRegion) and i > 0
-        if weight:
+        if is_weight(region, i):
             out.append(t.to(device=device, dtype=torch.float32).contiguous())
         else:
             out.append(t.to(device=device, dtype=torch.float16).contiguous(memory_format=torch.channels_last))
@@ -179,7 +192,7 @@ def build_cases(region: Region, module: Any, shapes: list[SiteShape], device: An
         plans: list[tuple[str, int, list[Any]]] = [(d, s, logical_inputs(region, site, d, s, device))
                                                    for d, s in DISTRIBUTIONS]
         if si in captured:
-            act = [t.half().float() if not (isinstance(region, DwConvRegion) and i > 0) else t
+            act = [t.half().float() if not is_weight(region, i) else t
                    for i, t in enumerate(captured[si])]
             plans.append(("captured", -1, act))
         for dist, seed, ins in plans:
@@ -196,7 +209,7 @@ def timing_inputs(region: Region, site: SiteShape, index: int, device: Any) -> l
     g.manual_seed(7919 * index + 5)
     out = []
     for i, shp in enumerate(site.inputs):
-        if isinstance(region, DwConvRegion) and i > 0:
+        if is_weight(region, i):
             out.append(torch.randn(shp, generator=g, device=device, dtype=torch.float32))
         else:
             t = torch.randn(shp, generator=g, device=device, dtype=torch.float16)

@@ -11,7 +11,7 @@ import re
 
 from ytk_hookspecs.models import Candidate, PluginMeta, TensorContract
 
-from .regions import DwConvRegion, LiteMLARegion, Region, SiteShape
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape, is_weight
 
 
 def launcher_symbols(plugin_name: str) -> tuple[str, str]:
@@ -52,6 +52,8 @@ def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", versi
                           deployment_target=deployment_target, inputs=inputs, outputs=outputs,
                           accumulation="float32", extents=extents, launcher=launcher, workspace=None,
                           constraints=constraints)
+    if isinstance(region, Conv1x1Region):
+        return _conv1x1_meta(region, plugin_name, namespace, version, candidate, deployment_target)
     assert isinstance(region, LiteMLARegion)
     d = region.dim
     if region.joined:
@@ -74,8 +76,33 @@ def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", versi
                       launcher=launcher, workspace=workspace, constraints=constraints)
 
 
+def _conv1x1_meta(region: Conv1x1Region, plugin_name: str, namespace: str, version: str,
+                  candidate: Candidate | None, deployment_target: str) -> PluginMeta:
+    launcher, _ = launcher_symbols(plugin_name)
+    n_in = 3 if region.has_bias else 2
+    (x, w, *rest), y = _names(candidate, n_in, ["x", "weight", "bias"][:n_in], "y")
+    per_group = str(region.group_in) if region.grouped else "C"
+    inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"]),
+              TensorContract(name=w, dtype="float32", format="kLINEAR", role="weight",
+                             shape=["CO", per_group, "1", "1"])]
+    if region.has_bias:
+        inputs.append(TensorContract(name=rest[0], dtype="float32", format="kLINEAR", role="bias", shape=["CO"]))
+    constraints = ["C % 8 == 0", "CO % 8 == 0"]
+    if region.grouped:
+        constraints += [f"C % {region.group_in} == 0", f"CO * {region.group_in} == C * {region.group_out}"]
+    if region.cin:
+        constraints += [f"C == {region.cin}", f"CO == {region.cout}"]
+    outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "CO", "H", "W"])]
+    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
+                      deployment_target=deployment_target, inputs=inputs, outputs=outputs, accumulation="float32",
+                      extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]", "CO": "in1[0]"},
+                      launcher=launcher, workspace=None, constraints=constraints)
+
+
 def output_shape(region: Region, site: SiteShape) -> tuple[int, ...]:
     x = site.inputs[0]
+    if isinstance(region, Conv1x1Region):
+        return (x[0], site.inputs[1][0], x[2], x[3])
     if isinstance(region, DwConvRegion):
         ho, wo = region.out_hw(x[2], x[3])
         return (x[0], x[1], ho, wo)
@@ -96,6 +123,5 @@ def bytes_moved(region: Region, site: SiteShape) -> int:
 
     total = numel(output_shape(region, site)) * 2
     for i, shp in enumerate(site.inputs):
-        weight = isinstance(region, DwConvRegion) and i > 0
-        total += numel(shp) * (4 if weight else 2)
+        total += numel(shp) * (4 if is_weight(region, i) else 2)
     return total

@@ -203,6 +203,15 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
         report.write(rpath)
         reasons = "; ".join(f"{s.variant.name}: {s.score.rejected}" for s in scored[:3])
         return _failed(job_id, f"no variant of {name} passed the harness ({reasons})", rpath)
+    torch_total, win_total = sum(report.torch_ms_per_site), sum(winner.score.time_ms_per_site)
+    if win_total > torch_total and request.config.get("allow_slower", "0") != "1":
+        report.notes.append(f"no gain: the best variant {winner.variant.name} takes {win_total:.4f} ms over the sites, "
+                            f"the region's own torch ops {torch_total:.4f} ms on {gpu.name}")
+        report.write(rpath)
+        return _failed(job_id, f"no variant of {name} beats the region's torch ops on {gpu.name} (best "
+                               f"{winner.variant.name}: {win_total * 1e3:.1f} us vs {torch_total * 1e3:.1f} us over "
+                               f"{len(site_index)} site(s)); not worth plugging (--config allow_slower=1 keeps it)",
+                       rpath)
     header, source = winner_source(winner.variant, meta)
     frac = min(1.0, winner.score.fraction_of_floor or 1e-9)
     final_meta = meta.model_copy(update={"perf": KernelPerf(

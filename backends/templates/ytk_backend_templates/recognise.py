@@ -17,7 +17,7 @@ from typing import Any
 from ytk_hookspecs.errors import UnsupportedRegion
 from ytk_hookspecs.models import Candidate
 
-from .regions import DwConvRegion, LiteMLARegion, Region, SiteShape
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape
 
 _CONV = {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"}
 _IDENTITY = {"aten.clone.default", "aten.alias.default", "aten.contiguous.default", "aten.detach.default",
@@ -143,49 +143,9 @@ def _activation(op: OpNode) -> str | None:
     return None
 
 
-def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
-    convs = [o for o in g.ops if o.target in _CONV]
-    if len(convs) != 1:
-        raise UnsupportedRegion(f"expected one convolution, found {len(convs)}")
-    conv = convs[0]
-    a = _conv_args(conv)
-    if a["weight"] not in g.inputs:
-        raise UnsupportedRegion("the convolution's weight is baked into the region, not a lifted input "
-                                "(carve with the default @lift=fold_conv_bn)")
-    if a["input"] not in g.inputs:
-        raise UnsupportedRegion("the convolution's input is computed inside the region")
-    has_bias = a["bias"] is not None
-    if has_bias and a["bias"] not in g.inputs:
-        raise UnsupportedRegion("the convolution's bias is baked into the region, not a lifted input")
-    shapes = dict(zip(g.inputs, g.input_shapes))
-    wshape, xshape = shapes[a["weight"]], shapes[a["input"]]
-    if len(wshape) != 4 or len(xshape) != 4:
-        raise UnsupportedRegion(f"not a 2-D convolution (weight {list(wshape)}, input {list(xshape)})")
-    c = xshape[1]
-    groups = a["groups"]
-    if isinstance(groups, str):  # a dynamic-shape export passes x.shape[1] as a sym_size node
-        q = g.by_name().get(groups)
-        if q is None or q.target != "aten.sym_size.int" or q.args[:2] != [a["input"], 1]:
-            raise UnsupportedRegion(f"the convolution's groups come from {groups}, not from the input's channels")
-        groups = c
-    groups = int(groups or 1)
-    if bool(a.get("transposed")):
-        raise UnsupportedRegion("transposed convolution")
-    if not (groups == c and wshape[0] == c and wshape[1] == 1):
-        raise UnsupportedRegion(f"not depthwise: groups={groups}, input channels {c}, weight {list(wshape)}")
-    kh, kw = wshape[2], wshape[3]
-    sh, sw = _pair(a["stride"], 1)
-    ph, pw = _pair(a["padding"], 0)
-    dh, dw = _pair(a["dilation"], 1)
-    if kh != kw or kh not in (3, 5, 7):
-        raise UnsupportedRegion(f"kernel {kh}x{kw}: templates cover square 3x3, 5x5 and 7x7")
-    if sh != sw or sh not in (1, 2):
-        raise UnsupportedRegion(f"stride {sh}x{sw}: templates cover stride 1 and 2")
-    if (ph, pw) != (kh // 2, kh // 2):
-        raise UnsupportedRegion(f"padding {ph}x{pw}: templates cover 'same' padding k//2 = {kh // 2}")
-    if (dh, dw) != (1, 1):
-        raise UnsupportedRegion(f"dilation {dh}x{dw}: templates cover dilation 1")
-    # The ops after the conv must form one chain ending at the output: identities and at most one activation.
+def _conv_chain(g: RegionGraph, conv: OpNode) -> str:
+    """The activation fused after ``conv``: the ops after it must form one chain ending at the
+    region's output, of identities and at most one activation; nothing else may be in the region."""
     by = g.by_name()
     act, cur = "none", conv
     while cur.users:
@@ -204,14 +164,113 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
         act, cur = a2, nxt
     if g.outputs != [cur.name]:
         raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the convolution chain's result")
-    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY | _SHAPE_OPS
+    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY | _SHAPE_OPS | {"_operator.floordiv"}
              and _activation(o) is None]
     if extra:
         raise UnsupportedRegion(f"unsupported ops in the region: {sorted(set(extra))}")
+    return act
+
+
+def _conv_operands(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], tuple[int, ...], tuple[int, ...], bool]:
+    """The conv's arguments, weight and input shapes, and whether it has a bias; weights must be lifted."""
+    a = _conv_args(conv)
+    if a["weight"] not in g.inputs:
+        raise UnsupportedRegion("the convolution's weight is baked into the region, not a lifted input "
+                                "(carve with the default @lift=fold_conv_bn)")
+    if a["input"] not in g.inputs:
+        raise UnsupportedRegion("the convolution's input is computed inside the region")
+    has_bias = a["bias"] is not None
+    if has_bias and a["bias"] not in g.inputs:
+        raise UnsupportedRegion("the convolution's bias is baked into the region, not a lifted input")
+    shapes = dict(zip(g.inputs, g.input_shapes))
+    wshape, xshape = shapes[a["weight"]], shapes[a["input"]]
+    if len(wshape) != 4 or len(xshape) != 4:
+        raise UnsupportedRegion(f"not a 2-D convolution (weight {list(wshape)}, input {list(xshape)})")
+    if bool(a.get("transposed")):
+        raise UnsupportedRegion("transposed convolution")
+    return a, wshape, xshape, has_bias
+
+
+def _groups(g: RegionGraph, a: dict[str, Any], c: int) -> int:
+    """The conv's group count at the export shape; a dynamic export derives it from the input's
+    channels (``x.shape[1]`` for depthwise, ``x.shape[1] // k`` for grouped convs)."""
+    groups = a["groups"]
+    if isinstance(groups, str):
+        by = g.by_name()
+        q = by.get(groups)
+        div = 1
+        if q is not None and q.target == "_operator.floordiv" and isinstance(q.args[1], int):
+            div, q = int(q.args[1]), by.get(q.args[0]) if isinstance(q.args[0], str) else None
+        if q is None or q.target != "aten.sym_size.int" or q.args[:2] != [a["input"], 1]:
+            raise UnsupportedRegion(f"the convolution's groups come from {groups}, not from the input's channels")
+        return c // div
+    return int(groups or 1)
+
+
+def _is_pointwise(g: RegionGraph) -> bool:
+    convs = [o for o in g.ops if o.target in _CONV]
+    if len(convs) != 1:
+        return False
+    w = _conv_args(convs[0])["weight"]
+    shapes = dict(zip(g.inputs, g.input_shapes))
+    return w in shapes and len(shapes[w]) == 4 and tuple(shapes[w][2:]) == (1, 1)
+
+
+def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
+    convs = [o for o in g.ops if o.target in _CONV]
+    if len(convs) != 1:
+        raise UnsupportedRegion(f"expected one convolution, found {len(convs)}")
+    conv = convs[0]
+    a, wshape, xshape, has_bias = _conv_operands(g, conv)
+    c = xshape[1]
+    groups = _groups(g, a, c)
+    if not (groups == c and wshape[0] == c and wshape[1] == 1):
+        raise UnsupportedRegion(f"not depthwise: groups={groups}, input channels {c}, weight {list(wshape)}")
+    kh, kw = wshape[2], wshape[3]
+    sh, sw = _pair(a["stride"], 1)
+    ph, pw = _pair(a["padding"], 0)
+    dh, dw = _pair(a["dilation"], 1)
+    if kh != kw or kh not in (3, 5, 7):
+        raise UnsupportedRegion(f"kernel {kh}x{kw}: templates cover square 3x3, 5x5 and 7x7")
+    if sh != sw or sh not in (1, 2):
+        raise UnsupportedRegion(f"stride {sh}x{sw}: templates cover stride 1 and 2")
+    if (ph, pw) != (kh // 2, kh // 2):
+        raise UnsupportedRegion(f"padding {ph}x{pw}: templates cover 'same' padding k//2 = {kh // 2}")
+    if (dh, dw) != (1, 1):
+        raise UnsupportedRegion(f"dilation {dh}x{dw}: templates cover dilation 1")
+    act = _conv_chain(g, conv)
     expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
     if g.inputs != expected_inputs:
         raise UnsupportedRegion(f"input order {g.inputs}: the depthwise template takes (x, weight, bias)")
     return DwConvRegion(k=kh, stride=sh, act=act, channels=c, has_bias=has_bias)
+
+
+# -- pointwise convolution -------------------------------------------------------------------------
+def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region:
+    convs = [o for o in g.ops if o.target in _CONV]
+    if len(convs) != 1:
+        raise UnsupportedRegion(f"expected one convolution, found {len(convs)}")
+    conv = convs[0]
+    a, wshape, xshape, has_bias = _conv_operands(g, conv)
+    c, co = xshape[1], wshape[0]
+    groups = _groups(g, a, c)
+    if tuple(wshape[2:]) != (1, 1):
+        raise UnsupportedRegion(f"kernel {wshape[2]}x{wshape[3]}: not a pointwise convolution")
+    if _pair(a["stride"], 1) != (1, 1) or _pair(a["padding"], 0) != (0, 0) or _pair(a["dilation"], 1) != (1, 1):
+        raise UnsupportedRegion(f"1x1 convolution with stride {a['stride']}, padding {a['padding']}, dilation "
+                                f"{a['dilation']}: templates cover stride 1, no padding, dilation 1")
+    if groups < 1 or c % groups or co % groups or wshape[1] * groups != c:
+        raise UnsupportedRegion(f"groups={groups} do not divide input channels {c} / outputs {co}")
+    if c % 8 or co % 8:
+        raise UnsupportedRegion(f"channels {c} -> {co}: templates need multiples of 8 (16-byte fp16 vectors)")
+    gin, gout = (c // groups, co // groups) if groups > 1 else (0, 0)
+    if groups > 1 and (gin % 8 or gout % 8):
+        raise UnsupportedRegion(f"{gin} -> {gout} channels per group: templates need multiples of 8")
+    act = _conv_chain(g, conv)
+    expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
+    if g.inputs != expected_inputs:
+        raise UnsupportedRegion(f"input order {g.inputs}: the 1x1 template takes (x, weight, bias)")
+    return Conv1x1Region(act=act, cin=c, cout=co, group_in=gin, group_out=gout, has_bias=has_bias)
 
 
 # -- LiteMLA ---------------------------------------------------------------------------------------
@@ -263,16 +322,28 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
         raise UnsupportedRegion(f"the region uses parameters baked into it ({', '.join(g.baked[:3])}) instead of "
                                 "taking them as lifted inputs; carve it with weights lifted (@lift=fold_conv_bn)")
     if any(o.target in _CONV for o in g.ops):
-        region: Region = _recognise_dwconv(g)
+        region: Region = (_recognise_conv1x1(g) if _is_pointwise(g) else _recognise_dwconv(g))
     elif any(o.target in _MATMUL for o in g.ops):
         region = _recognise_litemla(g)
     else:
         raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())}")
     if candidate is not None:
         _check_candidate(region, g, candidate)
-        channels = {shape.inputs[0][1] for shape in site_shapes(g, candidate)}
+        shapes = site_shapes(g, candidate)
+        channels = {shape.inputs[0][1] for shape in shapes}
         axes = candidate.constant_axes[0] if candidate.constant_axes else []
-        if len(channels) > 1 or (len(axes) > 1 and not axes[1]):
+        if isinstance(region, Conv1x1Region):
+            channels |= {-shape.inputs[1][0] for shape in shapes}  # output channels vary too
+            per_group = {shape.inputs[1][1] for shape in shapes}
+            if region.grouped and per_group != {region.group_in}:
+                raise UnsupportedRegion(f"the sites have {sorted(per_group)} input channels per group; one "
+                                        "plugin needs one group size")
+            if not region.grouped and any(shape.inputs[1][1] != shape.inputs[0][1] for shape in shapes):
+                raise UnsupportedRegion("a site's weight does not take all of its input channels")
+            if region.grouped and any(shape.inputs[1][0] * region.group_in != shape.inputs[0][1] * region.group_out
+                                      for shape in shapes):
+                raise UnsupportedRegion("the sites do not share one output/input channel ratio per group")
+        if len(channels) > (2 if isinstance(region, Conv1x1Region) else 1) or (len(axes) > 1 and not axes[1]):
             region = _with_dynamic_channels(region)
     return region
 
@@ -280,6 +351,9 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
 def _with_dynamic_channels(r: Region) -> Region:
     if isinstance(r, DwConvRegion):
         return DwConvRegion(k=r.k, stride=r.stride, act=r.act, channels=None, has_bias=r.has_bias)
+    if isinstance(r, Conv1x1Region):
+        return Conv1x1Region(act=r.act, cin=None, cout=None, group_in=r.group_in, group_out=r.group_out,
+                             has_bias=r.has_bias)
     return LiteMLARegion(dim=r.dim, eps=r.eps, joined=r.joined, channels=None)
 
 
@@ -289,10 +363,10 @@ def _check_candidate(region: Region, g: RegionGraph, cand: Candidate) -> None:
         if len(s.inputs) != n_in:
             raise UnsupportedRegion(f"site {s.index} of {cand.name} has {len(s.inputs)} inputs; the region graph takes {n_in}")
     roles = list(cand.input_roles)
-    if isinstance(region, DwConvRegion):
+    if isinstance(region, (DwConvRegion, Conv1x1Region)):
         want = ["activation", "weight"] + (["bias"] if region.has_bias else [])
         if roles and roles != want:
-            raise UnsupportedRegion(f"input roles {roles}; the depthwise template takes {want}")
+            raise UnsupportedRegion(f"input roles {roles}; the convolution templates take {want}")
     elif roles and any(r != "activation" for r in roles):
         raise UnsupportedRegion(f"input roles {roles}; the LiteMLA template takes activations only")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ytk_hookspecs.errors import UnsupportedRegion
 
-from .regions import DwConvRegion, LiteMLARegion, Region
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
 
 _ACT = {
     "none": lambda F, x: x,
@@ -36,6 +36,11 @@ def torch_region(region: Region) -> Any:
             y = F.conv2d(x, w, b, region.stride, region.pad, 1, x.shape[1])
             return _ACT[region.act](F, y)
         return dw
+    if isinstance(region, Conv1x1Region):
+        def pw(x: Any, w: Any, b: Any = None) -> Any:
+            y = F.conv2d(x, w, b, 1, 0, 1, x.shape[1] // w.shape[1])
+            return _ACT[region.act](F, y)
+        return pw
     assert isinstance(region, LiteMLARegion)
     d = region.dim
 

@@ -58,7 +58,39 @@ class LiteMLARegion:
         return f"LiteMLA ReLU linear attention, head dim {self.dim}, eps {self.eps:g}, {form}"
 
 
-Region = DwConvRegion | LiteMLARegion
+@dataclass(frozen=True)
+class Conv1x1Region:
+    """Pointwise (1x1, stride 1) convolution (+ bias) + activation, dense or grouped.
+
+    Dense: ``group_in == group_out == 0`` (one group of all channels). Grouped: each group maps
+    ``group_in`` input channels to ``group_out`` outputs (EfficientViT's multi-scale aggregation
+    is 16 -> 16 per group); the group count is then ``C // group_in`` at run time.
+    """
+
+    act: str
+    cin: int | None       # None: a runtime extent (dynamic-remainder plugin)
+    cout: int | None
+    group_in: int = 0
+    group_out: int = 0
+    has_bias: bool = True
+    kind: str = field(default="conv1x1", init=False)
+
+    @property
+    def grouped(self) -> bool:
+        return self.group_in > 0
+
+    def describe(self) -> str:
+        ch = f"C{self.cin}->{self.cout}" if self.cin else "C dynamic"
+        form = f"grouped {self.group_in}->{self.group_out} per group" if self.grouped else "dense"
+        return f"conv 1x1 stride 1 {form} {ch} + {'bias + ' if self.has_bias else ''}{self.act}"
+
+
+Region = DwConvRegion | LiteMLARegion | Conv1x1Region
+
+
+def is_weight(region: "Region", index: int) -> bool:
+    """Whether input ``index`` of the region is a lifted fp32 weight/bias (not an fp16 activation)."""
+    return not isinstance(region, LiteMLARegion) and index > 0
 
 
 @dataclass(frozen=True)

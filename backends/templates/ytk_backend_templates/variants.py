@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from ytk_hookspecs.models import PluginMeta
 
-from . import emit_dwconv, emit_litemla
+from . import emit_conv1x1, emit_dwconv, emit_litemla
 from .emit_common import Variant
-from .regions import DwConvRegion, LiteMLARegion, Region
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
 
 
 def region_variants(region: Region, limit: int | None = None) -> list[Variant]:
     """All variants of ``region`` (optionally the first ``limit``), each in its own namespace."""
     out: list[Variant] = []
-    if isinstance(region, DwConvRegion):
-        space = emit_dwconv.variant_space(region)
-    else:
-        space = emit_litemla.variant_space(region)
+    space: list = (emit_dwconv.variant_space(region) if isinstance(region, DwConvRegion)
+                   else emit_conv1x1.variant_space(region) if isinstance(region, Conv1x1Region)
+                   else emit_litemla.variant_space(region))
     for i, p in enumerate(space[:limit] if limit else space):
         ns = f"ytk_v{i:03d}"
         if isinstance(region, DwConvRegion):
             out.append(emit_dwconv.emit(region, p, ns, f"{ns}_launch"))
+        elif isinstance(region, Conv1x1Region):
+            out.append(emit_conv1x1.emit(region, p, ns, f"{ns}_launch"))
         else:
             assert isinstance(region, LiteMLARegion)
             out.append(emit_litemla.emit(region, p, ns, f"{ns}_launch", f"{ns}_workspace"))

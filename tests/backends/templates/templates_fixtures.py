@@ -37,6 +37,18 @@ class DwConv(torch.nn.Module):
         return ACTS[self.act](y)
 
 
+class PwConv(torch.nn.Module):
+    """A folded ConvNormAct 1x1 as the carve lifts it; grouped as a dynamic carve writes it."""
+
+    def __init__(self, act: str, group_in: int = 0, bias: bool = True) -> None:
+        super().__init__()
+        self.act, self.group_in, self.bias = act, group_in, bias
+
+    def forward(self, x, w, b=None):  # type: ignore[no-untyped-def]
+        groups = x.shape[1] // self.group_in if self.group_in else 1
+        return ACTS[self.act](F.conv2d(x, w, b if self.bias else None, 1, 0, 1, groups))
+
+
 class LiteMLARegion(torch.nn.Module):
     """EfficientViT LiteMLA's attention math on (qkv, agg) or on the pre-joined tensor."""
 
@@ -106,6 +118,25 @@ def dw_fixture(root: Path, name: str, k: int, stride: int, act: str, shapes: lis
     return pt2, candidate(name, pt2, root, ins, outs, roles, inv)
 
 
+def pw_fixture(root: Path, name: str, act: str, shapes: list[tuple[int, int, int, int, int]], group_in: int = 0,
+               group_out: int = 0, bias: bool = True) -> tuple[Path, Candidate]:
+    """A 1x1 conv region with one site per entry of ``shapes`` (N, C, H, W, CO)."""
+    (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
+    mod = PwConv(act, group_in, bias)
+    c, co = shapes[0][1], shapes[0][4]
+    per = group_in or c
+    ex = (torch.randn(1, c, 6, 5), torch.randn(co, per, 1, 1)) + ((torch.randn(co),) if bias else ())
+    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
+    ins, outs = [], []
+    for (n, c, h, w, co) in shapes:
+        ins.append([(n, c, h, w), (co, group_in or c, 1, 1)] + ([(co,)] if bias else []))
+        outs.append((n, co, h, w))
+    ep = torch.export.load(str(pt2))
+    inv = dict(Counter(str(nd.target) for nd in ep.graph.nodes if nd.op == "call_function"))
+    roles = ["activation", "weight"] + (["bias"] if bias else [])
+    return pt2, candidate(name, pt2, root, ins, outs, roles, inv)
+
+
 def litemla_fixture(root: Path, name: str, shapes: list[tuple[int, int, int, int]], joined: bool = True,
                     dim: int = 16) -> tuple[Path, Candidate]:
     """A LiteMLA region; ``shapes`` are each input's (N, C, H, W) per site."""
@@ -133,6 +164,13 @@ GPU_DW_REGIONS = [
     ("DwAct3x3s1silu", 3, 1, "silu", 64, True, [(1, 64, 7, 9)], 2),
     ("DwAct3x3s1gelu", 3, 1, "gelu", 64, True, [(1, 64, 7, 9)], 2),
     ("DwAct5x5s2relu", 5, 2, "relu", 64, False, [(1, 64, 15, 13)], 2),
+]
+# 1x1 regions: (plugin name, activation, per-group in/out (0: dense), bias, shapes (N, C, H, W, CO), max variants)
+GPU_PW_REGIONS = [
+    ("Conv1x1s1C16to64", "hardswish", 0, 0, True, [(1, 16, 13, 37, 64), (2, 16, 9, 8, 64)], 0),
+    ("Conv1x1s1Dyn", "none", 0, 0, True, [(1, 32, 9, 11, 16), (1, 128, 5, 7, 64), (1, 64, 3, 3, 256)], 0),
+    ("GConv1x1s1Dyn", "none", 16, 16, True, [(1, 384, 7, 9, 384), (1, 768, 3, 5, 768)], 0),
+    ("PwAct1x1relu6", "relu6", 0, 0, False, [(1, 24, 7, 5, 40)], 2),
 ]
 GPU_LITEMLA_REGIONS = [
     ("LiteMLAC384", True, [(1, 384, 7, 9), (2, 384, 3, 5)], 0),

@@ -19,7 +19,7 @@ from ytk_backend_nvcc.toolchain import find_nvcc
 from ytk_backend_templates.build import winner_source
 from ytk_backend_templates.contract import plugin_meta
 from ytk_backend_templates.emit_common import PRELUDE
-from ytk_backend_templates.regions import DwConvRegion, LiteMLARegion
+from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion
 from ytk_backend_templates.variants import region_variants
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource
@@ -36,6 +36,9 @@ FAMILIES = {
     "dw7x7s2_gelu": DwConvRegion(7, 2, "gelu", 64, has_bias=False),
     "litemla_joined": LiteMLARegion(16, 1e-15, True, 384),
     "litemla_prejoined": LiteMLARegion(16, 1e-15, False, None),
+    "pw_c32to128_hardswish": Conv1x1Region("hardswish", 32, 128),
+    "pw_dynamic": Conv1x1Region("none", None, None),
+    "pw_grouped_dynamic": Conv1x1Region("none", None, None, 16, 16),
 }
 
 
@@ -66,7 +69,7 @@ def test_every_variant_compiles_for_sm90_and_sm87(tmp_path: Path) -> None:
     assert kernels >= 2 * n_variants  # one or two kernels per variant, for each SM
 
 
-@pytest.mark.parametrize("family", ["dw3x3s1_dynamic", "litemla_joined"])
+@pytest.mark.parametrize("family", ["dw3x3s1_dynamic", "litemla_joined", "pw_grouped_dynamic"])
 def test_a_winner_bundle_builds_into_a_plugin(tmp_path: Path, family: str) -> None:
     from ytk_backend_nvcc.plugin import ytk_build_plugin
 

@@ -10,7 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from templates_fixtures import GPU_DW_REGIONS, GPU_LITEMLA_REGIONS, dw_fixture, litemla_fixture  # noqa: E402
+from templates_fixtures import (GPU_DW_REGIONS, GPU_LITEMLA_REGIONS, GPU_PW_REGIONS, dw_fixture,  # noqa: E402
+                                litemla_fixture, pw_fixture)
 from ytk_hookspecs import StageContext  # noqa: E402
 from ytk_hookspecs.kernel_source import KernelSource  # noqa: E402
 from ytk_hookspecs.models import BuildRequest, KernelGenRequest, KernelReport  # noqa: E402
@@ -29,7 +30,7 @@ def _generate(tmp_path: Path, pt2: Path, cand, max_variants: int, check_build: b
 
     out = tmp_path / "sources" / f"{cand.name}.module_source.py"
     # The bundle's own nvcc build is checked where a test builds the plugin (one per region kind).
-    cfg = {"deployment_target": "tensorrt", "check_build": "1" if check_build else "0"}
+    cfg = {"deployment_target": "tensorrt", "check_build": "1" if check_build else "0", "allow_slower": "1"}
     if max_variants:
         cfg["max_variants"] = str(max_variants)
     req = KernelGenRequest(reference=pt2, gpu=_gpu_name(), config=cfg, output=out, candidate=cand,
@@ -102,6 +103,34 @@ def test_depthwise_region_end_to_end(tmp_path: Path, spec) -> None:  # type: ign
                "silu": F.silu(ref), "gelu": F.gelu(ref)}[act]
         ins = [x.contiguous(memory_format=torch.channels_last), wt] + ([b] if bias else [])
         return ins, ref
+
+    _, _, y, ref = _run_plugin(tmp_path, out, cand, inputs)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y.float(), ref, rtol=2e-3, atol=2e-3 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("spec", GPU_PW_REGIONS, ids=[r[0] for r in GPU_PW_REGIONS])
+def test_pointwise_region_end_to_end(tmp_path: Path, spec) -> None:  # type: ignore[no-untyped-def]
+    import torch
+    import torch.nn.functional as F
+
+    name, act, gin, gout, bias, shapes, maxv = spec
+    pt2, cand = pw_fixture(tmp_path, name, act, shapes, group_in=gin, group_out=gout, bias=bias)
+    first = name == GPU_PW_REGIONS[0][0]
+    res, out = _generate(tmp_path, pt2, cand, maxv, check_build=first)
+    report = _check_result(tmp_path, res, out, cand)
+    assert report.floor_ms_per_site and report.torch_ms_per_site
+    if not first:
+        return
+
+    n, c, h, w, co = shapes[0]
+
+    def inputs():  # type: ignore[no-untyped-def]
+        x = torch.randn(n, c, h, w, device="cuda").half()
+        wt = torch.randn(co, c, 1, 1, device="cuda") / 4
+        b = torch.randn(co, device="cuda")
+        ref = F.hardswish(F.conv2d(x.float(), wt, b))
+        return [x.contiguous(memory_format=torch.channels_last), wt, b], ref
 
     _, _, y, ref = _run_plugin(tmp_path, out, cand, inputs)
     assert torch.isfinite(y).all()

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from templates_fixtures import ACTS, dw_fixture, export_region, litemla_fixture  # noqa: E402
+from templates_fixtures import ACTS, dw_fixture, export_region, litemla_fixture, pw_fixture  # noqa: E402
 from ytk_backend_templates.contract import bytes_moved, plugin_meta  # noqa: E402
 from ytk_backend_templates.recognise import load_graph, recognise, site_shape_indices, site_shapes  # noqa: E402
 from ytk_backend_templates.reference import torch_region, verify_against_pt2  # noqa: E402
-from ytk_backend_templates.regions import DwConvRegion, LiteMLARegion  # noqa: E402
+from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion  # noqa: E402
 from ytk_hookspecs.errors import UnsupportedRegion  # noqa: E402
 from ytk_core.contracts import check_meta, check_meta_against_candidate  # noqa: E402
 
@@ -55,6 +55,60 @@ def test_dynamic_remainder_makes_channels_a_runtime_extent(tmp_path: Path) -> No
     assert rep.ok, rep.errors
     assert [t.format for t in meta.inputs] == ["kHWC8", "kLINEAR", "kLINEAR"]
     assert [t.dtype for t in meta.inputs] == ["float16", "float32", "float32"]
+
+
+def test_pointwise_dense_constant_and_dynamic(tmp_path: Path) -> None:
+    pt2, cand = pw_fixture(tmp_path / "a", "Conv1x1s1C16to64", "hardswish", [(1, 16, 8, 8, 64), (2, 16, 4, 4, 64)])
+    r = recognise(load_graph(pt2), cand)
+    assert r == Conv1x1Region(act="hardswish", cin=16, cout=64)
+    meta = plugin_meta(r, cand.name, candidate=cand)
+    rep = check_meta(meta)
+    rep.extend(check_meta_against_candidate(meta, cand, "fp16"))
+    assert rep.ok, rep.errors
+    assert "C == 16" in meta.constraints and "CO == 64" in meta.constraints
+    assert bytes_moved(r, site_shapes(load_graph(pt2), cand)[0]) == (16 + 64) * 64 * 2 + 64 * 16 * 4 + 64 * 4
+
+    pt2, cand = pw_fixture(tmp_path / "b", "Conv1x1s1Dyn", "none", [(1, 32, 8, 8, 16), (1, 64, 4, 4, 256)])
+    r = recognise(load_graph(pt2), cand)
+    assert r == Conv1x1Region(act="none", cin=None, cout=None)
+    meta = plugin_meta(r, cand.name, candidate=cand)
+    rep = check_meta_against_candidate(meta, cand, "fp16")
+    assert rep.ok, rep.errors
+    assert meta.inputs[1].shape == ["CO", "C", "1", "1"]
+
+
+def test_pointwise_grouped_with_channels_from_the_input(tmp_path: Path) -> None:
+    pt2, cand = pw_fixture(tmp_path, "GConv1x1s1Dyn", "none", [(1, 384, 6, 5, 384), (1, 768, 3, 4, 768)],
+                           group_in=16, group_out=16)
+    g = load_graph(pt2)
+    r = recognise(g, cand)
+    assert r == Conv1x1Region(act="none", cin=None, cout=None, group_in=16, group_out=16)
+    meta = plugin_meta(r, cand.name, candidate=cand)
+    rep = check_meta(meta)
+    rep.extend(check_meta_against_candidate(meta, cand, "fp16"))
+    assert rep.ok, rep.errors
+    assert "C % 16 == 0" in meta.constraints
+    verify_against_pt2(r, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
+
+
+class _Strided1x1(torch.nn.Module):
+    def forward(self, x, w, b):  # type: ignore[no-untyped-def]
+        return F.conv2d(x, w, b, 2, 0)
+
+
+class _GroupOf4(torch.nn.Module):
+    def forward(self, x, w, b):  # type: ignore[no-untyped-def]
+        return F.conv2d(x, w, b, 1, 0, 1, 8)
+
+
+@pytest.mark.parametrize("module,args,reason", [
+    (_Strided1x1(), (torch.randn(1, 16, 8, 8), torch.randn(32, 16, 1, 1), torch.randn(32)), "stride"),
+    (_GroupOf4(), (torch.randn(1, 32, 8, 8), torch.randn(32, 4, 1, 1), torch.randn(32)), "per group"),
+])
+def test_pointwise_regions_outside_the_template_are_refused(tmp_path: Path, module, args, reason: str) -> None:  # type: ignore[no-untyped-def]
+    pt2 = export_region(module, args, tmp_path / "r.pt2")
+    with pytest.raises(UnsupportedRegion, match=reason):
+        recognise(load_graph(pt2))
 
 
 @pytest.mark.parametrize("joined", [True, False])
