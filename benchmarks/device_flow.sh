@@ -31,15 +31,24 @@ if [[ $what == *" flow "* ]]; then
   grep -v '^│\|^┃\|^┏\|^┡\|^└' "$OUT/flow.log" | tail -40
 fi
 if [[ $what == *" table "* ]]; then
-  timeout ${TABLE_TIMEOUT:-150} python3 benchmarks/flow_table.py --base "$W/base/base.tgz" --plugged "$W/gaia/gaia.tgz" \
-    --model contrib/models/efficientvit_b1/model.py --npz "$W/base/model.npz" --reference "$W/base/model.reference.npz" \
+  # TABLE_FROM=autoloop: the autoloop's baseline and final engines instead of the seven steps'
+  if [ "${TABLE_FROM:-flow}" = autoloop ]; then
+    A=$PWD/runs/autoloop
+    BASE=$A/round0/base.tgz NPZ=$A/round0/model.npz REF=$A/round0/model.reference.npz
+    PLUGGED=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["best"]["bundle"])' "$A/autoloop.json")
+    PLUGGED=$A/$PLUGGED
+  else
+    BASE=$W/base/base.tgz NPZ=$W/base/model.npz REF=$W/base/model.reference.npz PLUGGED=$W/gaia/gaia.tgz
+  fi
+  timeout ${TABLE_TIMEOUT:-150} python3 benchmarks/flow_table.py --base "$BASE" --plugged "$PLUGGED" \
+    --model contrib/models/efficientvit_b1/model.py --npz "$NPZ" --reference "$REF" \
     --json "$OUT/flow_table.json" > "$OUT/flow_table.txt" 2>&1
   echo "flow_table rc=$?"
   tail -15 "$OUT/flow_table.txt"
 fi
 if [[ $what == *" autoloop "* ]]; then
   timeout ${AUTOLOOP_TIMEOUT:-420} ytk autoloop contrib/models/efficientvit_b1/model.py -a "$ARCH" -p fp16 --workdir runs/autoloop \
-    --max-rounds "${ROUNDS:-2}" --json > "$OUT/autoloop.json" 2> "$OUT/autoloop.stderr"
+    --max-rounds "${ROUNDS:-2}" --min-gain-ms "${MIN_GAIN:-0.1}" --json > "$OUT/autoloop.json" 2> "$OUT/autoloop.stderr"
   echo "autoloop rc=$?"
   cp runs/autoloop/report/* "$OUT/" 2>/dev/null
   cat runs/autoloop/report/autoloop_report.md 2>/dev/null | head -80 || tail -30 "$OUT/autoloop.stderr"

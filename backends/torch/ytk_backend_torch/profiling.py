@@ -111,6 +111,9 @@ class GraphRunner:
     """The whole forward captured once as a CUDA graph; ``replay()`` reruns it on the same buffers."""
 
     def __init__(self, program: Program, inputs: Sequence[torch.Tensor]) -> None:
+        # The graph reads the program's constants and plugin libraries by address: keep them alive
+        # as long as the graph can be replayed (a runner outliving its program replays freed memory).
+        self.program = program
         self.inputs = [x.clone() for x in inputs]
         main = torch.cuda.current_stream(program.device)
         side = torch.cuda.Stream(program.device)
