@@ -34,7 +34,7 @@ if [[ $what == *" table "* ]]; then
   # TABLE_FROM=autoloop: the autoloop's baseline and final engines instead of the seven steps'
   if [ "${TABLE_FROM:-flow}" = autoloop ]; then
     A=$PWD/runs/autoloop
-    BASE=$A/round0/base.tgz NPZ=$A/round0/model.npz REF=$A/round0/model.reference.npz
+    BASE=$A/round0/base.tgz NPZ=$A/round0/prepare/model.npz REF=$A/round0/prepare/model.reference.npz
     PLUGGED=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["best"]["bundle"])' "$A/autoloop.json")
     PLUGGED=$A/$PLUGGED
   else
