@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ytk_hookspecs.pt2 import load_exported
 from ytk_hookspecs.models import PLUGIN_DOMAIN, PluginsFile
 
 from .errors import UsageError
@@ -103,14 +104,13 @@ class CarvedRunner:
         return self._sessions[idx]
 
     def _program(self, op_type: str) -> Any:
-        import torch
 
         if op_type not in self._programs:
             path = self.refs.get(op_type, self.prep / "plugin_candidates" / f"{op_type}.pt2")
             if not path.is_file():
                 raise UsageError(f"custom-op node type {op_type} has no region reference ({path} missing); the "
                                  "carved ONNX can only be evaluated inside the prepare directory that carved it")
-            self._programs[op_type] = torch.export.load(str(path)).module()
+            self._programs[op_type] = load_exported(path).module()
         return self._programs[op_type]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

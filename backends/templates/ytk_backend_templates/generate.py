@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ytk_hookspecs.pt2 import load_exported
 from ytk_hookspecs.errors import StageError, UnsupportedRegion
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelPerf,
@@ -166,7 +167,7 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
 
     device = torch.device("cuda", gpu.index)
     try:
-        verify_against_pt2(region, torch.export.load(str(graph_pt2)).module().to(device),
+        verify_against_pt2(region, load_exported(graph_pt2).module().to(device),
                            load_graph(graph_pt2).input_shapes, device)
     except UnsupportedRegion as e:
         return _failed(job_id, f"templates do not recognise region {name}: {e}")

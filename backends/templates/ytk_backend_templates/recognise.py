@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ytk_hookspecs.pt2 import load_exported
 from ytk_hookspecs.errors import UnsupportedRegion
 from ytk_hookspecs.models import Candidate
 
@@ -66,7 +67,7 @@ def load_graph(pt2: Path) -> RegionGraph:
     import torch
 
     try:
-        ep = torch.export.load(str(pt2))
+        ep = load_exported(pt2)
     except Exception as e:  # torch raises many types for a bad archive
         raise UnsupportedRegion(f"{pt2}: cannot read the region as a torch.export program: {e}") from None
     user = list(ep.graph_signature.user_inputs)
