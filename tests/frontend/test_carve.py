@@ -175,3 +175,22 @@ def test_vit_carve(tmp_path):
     _assert_reproduces_reference(tmp_path)
 
 
+
+
+def test_grouped_conv_dynamic_remainder_serves_every_group_count(plain_copy):
+    """EfficientViT's aggregation 1x1 is grouped 16 -> 16 at 384 and 768 channels: one program
+    must take its group count from the input (C // 16), and the templates must recognise it."""
+    from ytk_backend_templates.recognise import load_graph, recognise
+    from ytk_backend_templates.regions import Conv1x1Region
+
+    _carve(plain_copy, ["yasp::GConv1x1s1Dyn=Conv2d@where=*.aggreg.0.1"])
+    cand = CandidatesFile.read(plain_copy / "candidates.json").candidates[0]
+    assert {s.inputs[0].shape[1] for s in cand.sites} == {384, 768}
+    prog = torch.export.load(str(plain_copy / cand.files.pt2)).module()
+    io_npz = np.load(plain_copy / cand.files.io_npz)
+    for s in cand.sites:
+        ins = [torch.from_numpy(io_npz[f"site{s.index}.in{i}"]) for i in range(len(s.inputs))]
+        np.testing.assert_allclose(prog(*ins).numpy(), io_npz[f"site{s.index}.out0"], rtol=1e-4, atol=1e-5)
+    region = recognise(load_graph(plain_copy / cand.files.pt2), cand)
+    assert region == Conv1x1Region(act="none", cin=None, cout=None, group_in=16, group_out=16, has_bias=True)
+    _assert_reproduces_reference(plain_copy)

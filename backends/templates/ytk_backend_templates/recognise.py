@@ -33,6 +33,8 @@ _CLAMPS = {"aten.hardtanh.default", "aten.hardtanh_.default", "aten.clamp.defaul
 _MATMUL = {"aten.matmul.default", "aten.bmm.default", "aten.mm.default", "aten.einsum.default"}
 #: Shape queries of a graph exported with dynamic shapes: they compute no tensor data.
 _SHAPE_OPS = {"aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int"}
+#: How an exported graph spells Python's ``//`` on symbolic sizes (e.g. groups = C // 16).
+_FLOORDIV = {"<built-in function floordiv>", "_operator.floordiv"}
 
 
 @dataclass
@@ -165,7 +167,7 @@ def _conv_chain(g: RegionGraph, conv: OpNode) -> str:
         act, cur = a2, nxt
     if g.outputs != [cur.name]:
         raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the convolution chain's result")
-    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY | _SHAPE_OPS | {"_operator.floordiv"}
+    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY | _SHAPE_OPS | _FLOORDIV
              and _activation(o) is None]
     if extra:
         raise UnsupportedRegion(f"unsupported ops in the region: {sorted(set(extra))}")
@@ -200,7 +202,7 @@ def _groups(g: RegionGraph, a: dict[str, Any], c: int) -> int:
         by = g.by_name()
         q = by.get(groups)
         div = 1
-        if q is not None and q.target == "_operator.floordiv" and isinstance(q.args[1], int):
+        if q is not None and q.target in _FLOORDIV and isinstance(q.args[1], int):
             div, q = int(q.args[1]), by.get(q.args[0]) if isinstance(q.args[0], str) else None
         if q is None or q.target != "aten.sym_size.int" or q.args[:2] != [a["input"], 1]:
             raise UnsupportedRegion(f"the convolution's groups come from {groups}, not from the input's channels")

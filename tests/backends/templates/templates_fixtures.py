@@ -119,14 +119,22 @@ def dw_fixture(root: Path, name: str, k: int, stride: int, act: str, shapes: lis
 
 
 def pw_fixture(root: Path, name: str, act: str, shapes: list[tuple[int, int, int, int, int]], group_in: int = 0,
-               group_out: int = 0, bias: bool = True) -> tuple[Path, Candidate]:
-    """A 1x1 conv region with one site per entry of ``shapes`` (N, C, H, W, CO)."""
+               group_out: int = 0, bias: bool = True, dynamic: bool = False) -> tuple[Path, Candidate]:
+    """A 1x1 conv region with one site per entry of ``shapes`` (N, C, H, W, CO); ``dynamic``
+    exports with symbolic channels as the carve does for a dynamic remainder (grouped: 16*g)."""
     (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
     mod = PwConv(act, group_in, bias)
     c, co = shapes[0][1], shapes[0][4]
     per = group_in or c
     ex = (torch.randn(1, c, 6, 5), torch.randn(co, per, 1, 1)) + ((torch.randn(co),) if bias else ())
-    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
+    if dynamic:
+        g = torch.export.Dim("g", min=1, max=512)
+        dyn = ({1: group_in * g}, {0: group_out * g}) + (({0: group_out * g},) if bias else ())
+        ep = torch.export.export(mod, ex, dynamic_shapes=dyn)
+        pt2 = root / "plugin_candidates" / f"{name}.pt2"
+        torch.export.save(ep, str(pt2))
+    else:
+        pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
     ins, outs = [], []
     for (n, c, h, w, co) in shapes:
         ins.append([(n, c, h, w), (co, group_in or c, 1, 1)] + ([(co,)] if bias else []))

@@ -77,9 +77,11 @@ def test_pointwise_dense_constant_and_dynamic(tmp_path: Path) -> None:
     assert meta.inputs[1].shape == ["CO", "C", "1", "1"]
 
 
-def test_pointwise_grouped_with_channels_from_the_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_pointwise_grouped_with_channels_from_the_input(tmp_path: Path, dynamic: bool) -> None:
+    # dynamic: groups = x.shape[1] // 16 in the graph (sym_size, then floordiv), as the carve exports it
     pt2, cand = pw_fixture(tmp_path, "GConv1x1s1Dyn", "none", [(1, 384, 6, 5, 384), (1, 768, 3, 4, 768)],
-                           group_in=16, group_out=16)
+                           group_in=16, group_out=16, dynamic=dynamic)
     g = load_graph(pt2)
     r = recognise(g, cand)
     assert r == Conv1x1Region(act="none", cin=None, cout=None, group_in=16, group_out=16)
