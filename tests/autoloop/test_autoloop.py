@@ -167,3 +167,34 @@ def test_bad_duration():
 def test_json_state_is_versioned(finished):
     data = json.loads((finished[0] / STATE_FILE).read_text())
     assert data["schema_version"] == 1 and os.path.isabs(data["model"])
+
+
+def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monkeypatch):
+    """The first plugin seen in a compiled engine is made to fail verify: the loop must find it by
+    checking plugins one at a time, drop it with the numerics error, and keep the others."""
+    import ytk_core.stages.verify as verify_mod
+    from ytk_core.autoloop.run import run_autoloop
+    from ytk_core.bundle import EngineBundle
+
+    real = verify_mod.run_verify  # the loop imports it per call; the final report keeps the real one
+    poisoned: dict[str, str] = {}
+
+    def verify(ref, bundles, **kw):  # type: ignore[no-untyped-def]
+        names = {p.name for p in EngineBundle.open(Path(bundles[0])).manifest.plugins}
+        if names and not poisoned:
+            poisoned["name"] = sorted(names)[0]
+        if poisoned.get("name") in names:
+            bad = types.SimpleNamespace(output="y", detail="max rel err 0.5 > 0.01 (injected)")
+            return types.SimpleNamespace(passed=False, failures=lambda: [bad])
+        return real(ref, bundles, **kw)
+
+    monkeypatch.setattr(verify_mod, "run_verify", verify)
+    rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": "mock", "builder": "mock"},
+                       1, 0.001, 2, None)
+    st = rep.state
+    name = poisoned["name"]
+    dropped = {c.name: c.reason for c in st.rounds[0].candidates if c.status == "dropped"}
+    assert name in dropped and dropped[name].startswith("numerics:") and "injected" in dropped[name]
+    assert name not in {p.name for p in st.best.plugins}
+    final = EngineBundle.open(tmp_path / "w" / st.best.bundle).manifest
+    assert name not in {p.name for p in final.plugins}
