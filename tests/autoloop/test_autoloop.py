@@ -198,3 +198,62 @@ def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monk
     assert name not in {p.name for p in st.best.plugins}
     final = EngineBundle.open(tmp_path / "w" / st.best.bundle).manifest
     assert name not in {p.name for p in final.plugins}
+
+
+def _kernelgen_backend(name: str, submit):  # type: ignore[no-untyped-def]
+    """A test kernelgen backend module registering ``name`` with the given submit hook."""
+    from ytk_hookspecs import hookimpl
+    from ytk_hookspecs.models import Availability, BackendInfo
+
+    mod = types.ModuleType(name)
+
+    @hookimpl
+    def ytk_register_backend(register):
+        register(BackendInfo(name=name, roles=["kernelgen"], description="test generator around the mock",
+                             simulated=True), lambda: Availability(available=True, reason="test backend"))
+
+    mod.ytk_register_backend, mod.ytk_kernelgen_submit = ytk_register_backend, hookimpl(submit)
+    return mod
+
+
+def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
+    """A generator whose first kernels reach 45% of the floor and whose re-optimizations reach the
+    mock's usual figure: round 1 keeps the slow kernels, a later round re-optimizes them (their
+    "ms/site to beat" leaves headroom) and swaps the faster ones in, under the same plugin names."""
+    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_core.autoloop.run import run_autoloop
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+
+    seen: list[dict[str, str]] = []
+
+    def submit(request, ctx):  # type: ignore[no-untyped-def]
+        cfg = dict(request.config)
+        seen.append(cfg)
+        if cfg.get("reoptimize") != "1":
+            cfg["mock_bandwidth_fraction"] = "0.45"
+        return mock_plugin.ytk_kernelgen_submit(request.model_copy(update={"config": cfg}), ctx)
+
+    reset_runtime()
+    runtime()._mgr = BackendManager(extra_plugins={"stepgen": _kernelgen_backend("stepgen", submit)})
+    try:
+        rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": "stepgen",
+                                                                  "builder": "mock"}, 3, 0.001, 2, None)
+    finally:
+        reset_runtime()
+    st = rep.state
+    first = {c.name for c in st.rounds[0].candidates if c.status == "kept"}
+    reopt = [c for rr in st.rounds[1:] for c in rr.candidates if c.replaces]
+    assert first and reopt, [(rr.index, [(c.name, c.status, c.reason) for c in rr.candidates]) for rr in st.rounds]
+    assert {c.replaces for c in reopt} <= first and all(c.name == c.replaces for c in reopt)
+    assert all(c.ms_to_beat and c.ms_to_beat > 0 for c in reopt)
+    assert any(cfg.get("reoptimize") == "1" and float(cfg["ms_to_beat"]) > 0 for cfg in seen)
+    swapped = [c for c in reopt if c.status == "kept"]
+    assert swapped, [(c.name, c.status, c.reason) for c in reopt]
+    names = [p.name for p in st.best.plugins]
+    assert len(names) == len(set(names))  # the re-optimized kernel replaced the old one, same name
+    for c in swapped:
+        assert next(p for p in st.best.plugins if p.name == c.name).replaces == c.name
+    assert st.best.ms < next(rr.result_ms for rr in st.rounds if rr.index == 1)
+    # each plugin is re-optimized at most once
+    assert len({c.replaces for c in reopt}) == len(reopt)

@@ -7,6 +7,7 @@ as soon as it finishes, so a killed run resumes where it stopped.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -24,6 +25,11 @@ from .control import Clock, checkpoint
 from .state import AutoloopState, BestEngine, CompileRecord, PluginRecord, RoundRecord
 from .target import gpu_label
 
+
+#: Re-optimize a kept plugin when its kernel declares less than this fraction of its memory floor.
+REOPT_BELOW = 0.5
+#: Re-optimizations per plugin over a whole loop (each costs a kernel generation job).
+REOPT_ATTEMPTS = 1
 
 class Autoloop:
     def __init__(self, state: AutoloopState, workdir: Path, clock: Clock, max_jobs: int) -> None:
@@ -123,7 +129,8 @@ class Autoloop:
         kept = {p.name for p in best.plugins}
         fresh = [p for p in report.candidates if p.selector and p.name not in kept and p.selector not in dropped_before]
         worth = [p for p in fresh if p.ms >= self.limits["min_gain_ms"]]
-        if not worth:
+        reopt = self._reoptimizable(report.plugged)
+        if not worth and not reopt:
             if fresh:
                 top = max(p.ms for p in fresh)
                 r.note = (f"best remaining candidate is worth {top:.3f} ms, under --min-gain-ms "
@@ -134,9 +141,37 @@ class Autoloop:
             self._stop(r.note)
             return
         r.candidates = [PluginRecord(name=p.name, selector=p.selector, origin_round=r.index, region_ms=p.ms,
-                                     sites=len(p.sites)) for p in worth]
-        self.event(f"round {r.index}: proposing {', '.join(f'{p.name} ({p.ms:.2f} ms)' for p in worth)}")
+                                     sites=len(p.sites)) for p in worth] + reopt
+        parts = [f"{p.name} ({p.ms:.2f} ms)" for p in worth]
+        parts += [f"re-optimize {c.name} ({c.region_ms:.2f} ms, {c.ms_to_beat:.3f} ms/site to beat)" for c in reopt]
+        self.event(f"round {r.index}: proposing {', '.join(parts)}")
         self._advance(r, "prepare")
+
+    def _reoptimizable(self, proposals: list[Any]) -> list[PluginRecord]:
+        """Plugged regions whose "ms/site to beat" leaves headroom: the kept kernel declares it reaches
+        under REOPT_BELOW of its memory floor and closing that gap would be worth --min-gain-ms.
+        Each plugin gets at most REOPT_ATTEMPTS re-optimizations (they cost real jobs)."""
+        from ytk_hookspecs.kernel_source import KernelSource
+
+        best = self.s.best
+        assert best is not None
+        kept = {p.name: p for p in best.plugins}
+        tried = Counter(c.replaces for rr in self.s.rounds for c in rr.candidates if c.replaces)
+        out = []
+        for p in proposals:
+            k = kept.get(p.name)
+            if not p.already_plugged or k is None or tried[p.name] >= REOPT_ATTEMPTS or not k.source:
+                continue
+            try:
+                perf = KernelSource.read(self.path(k.source)).meta.perf
+            except Exception:  # a kept source that no longer reads is not worth a job
+                continue
+            frac = perf.achieved_bandwidth_fraction if perf else None
+            if frac is None or frac >= REOPT_BELOW or p.ms * (1.0 - frac) < self.limits["min_gain_ms"]:
+                continue
+            out.append(PluginRecord(name=p.name, selector=k.selector, origin_round=len(self.s.rounds), region_ms=p.ms,
+                                    sites=len(p.sites), replaces=p.name, ms_to_beat=p.ms_to_beat))
+        return out
 
     # -- prepare ----------------------------------------------------------------------------------
     def _prepare(self, d: Path, selectors: list[str]) -> Path:
@@ -161,6 +196,9 @@ class Autoloop:
         rel = r.prepares.get(key)
         if rel and (self.path(rel) / "prepare.json").is_file():
             return self.path(rel)
+        best = self.s.best
+        if best is not None and sorted(p.selector for p in best.plugins) == sorted(sels) and best.plugins:
+            return self.path(best.prepare_dir)  # only re-optimizations: the best engine's carve is this carve
         name = "prepare" if not r.prepares else f"prepare-{len(r.prepares)}"
         prep = self._prepare(self.w / f"round{r.index}" / name, sels)
         r.prepares[key] = self.rel(prep)
@@ -168,10 +206,9 @@ class Autoloop:
         return prep
 
     def _prepare_round(self, r: RoundRecord) -> None:
-        kept = self.s.best.plugins if self.s.best else []
         while True:
             try:
-                prep = self._prep_for(r, kept + self._active(r))
+                prep = self._prep_for(r, self._round_plugins(r))
                 break
             except UsageError as e:
                 culprit = next((c for c in self._active(r) if c.selector in str(e)), None)
@@ -183,7 +220,7 @@ class Autoloop:
                     self._advance(r, "done")
                     return
         r.prepare_dir = self.rel(prep)
-        r.selectors = [p.selector for p in kept + self._active(r)]
+        r.selectors = [p.selector for p in self._round_plugins(r)]
         self._advance(r, "kernelgen")
 
     # -- kernel generation (concurrent) -------------------------------------------------------------
@@ -202,8 +239,15 @@ class Autoloop:
             if cand is None or not cand.files.pt2:
                 return c, None, "the carve produced no kernel-generation input for it"
             try:
+                config = {"deployment_target": "tensorrt"}
+                if c.replaces:  # a generator may search harder, and should fail when it cannot beat this
+                    config.update(reoptimize="1", ms_to_beat=f"{c.ms_to_beat:.6f}")
+                    old = next((p for p in (self.s.best.plugins if self.s.best else []) if p.name == c.replaces), None)
+                    if old is not None and old.kernel_ms_per_site:
+                        # the kept kernel's own measured time per site (the engine's layer time includes more)
+                        config["kernel_ms_to_beat"] = f"{statistics.fmean(old.kernel_ms_per_site):.6f}"
                 out = run_kernelgen_compile(prep / cand.files.pt2, gpu, src_dir / f"{c.name}.module_source.py",
-                                            {"deployment_target": "tensorrt"}, kernelgen=self.s.backends["kernelgen"],
+                                            config, kernelgen=self.s.backends["kernelgen"],
                                             arch=self.s.arch, precision=self.s.precision,
                                             candidates=prep / "candidates.json")
                 return c, out, None
@@ -300,8 +344,12 @@ class Autoloop:
         return rec
 
     def _round_plugins(self, r: RoundRecord, only: list[PluginRecord] | None = None) -> list[PluginRecord]:
-        kept = [p for p in (self.s.best.plugins if self.s.best else [])]
-        return kept + (only if only is not None else [c for c in self._active(r)])
+        """The kept plugins plus this round's (or ``only`` those); a re-optimization stands in for the
+        plugin it would replace."""
+        new = only if only is not None else self._active(r)
+        replaced = {c.replaces for c in new if c.replaces}
+        kept = [p for p in (self.s.best.plugins if self.s.best else []) if p.name not in replaced]
+        return kept + list(new)
 
     def _compile_round(self, r: RoundRecord) -> None:
         d = self.w / f"round{r.index}"
@@ -353,10 +401,16 @@ class Autoloop:
         losers = []
         for c in self._active(r):
             c.plugin_ms = per.get(c.name)
-            if c.plugin_ms is not None and c.plugin_ms >= c.region_ms:
+            # a re-optimization must beat the plugged kernel by --min-gain-ms to be worth swapping in
+            bar = c.region_ms - (self.limits["min_gain_ms"] if c.replaces else 0.0)
+            if c.plugin_ms is not None and c.plugin_ms >= bar:
                 losers.append(c)
         for c in losers:
-            self._drop(c, f"lost: its layers took {c.plugin_ms:.3f} ms where the region took {c.region_ms:.3f} ms")
+            if c.replaces:
+                self._drop(c, f"re-optimization lost: its layers took {c.plugin_ms:.3f} ms, the plugged kernel's "
+                              f"{c.region_ms:.3f} ms (needs {self.limits['min_gain_ms']} ms less)")
+            else:
+                self._drop(c, f"lost: its layers took {c.plugin_ms:.3f} ms where the region took {c.region_ms:.3f} ms")
         if losers and self._active(r):
             rec = self._compile(self.w / f"round{r.index}" / f"round{r.index}-winners.tgz", self._round_plugins(r), r.index)
             if not rec.numerics_passed:
@@ -371,8 +425,17 @@ class Autoloop:
             for c in winners:
                 c.status = "kept"
             final = next(c for c in r.compiles if c.bundle == r.result_bundle)
+            before = {p.name: p for p in best.plugins}
+            for c in winners:
+                if c.replaces and c.replaces in before:
+                    # the report's "region ms before" stays the region's cost before any plugin
+                    c.reason = (f"re-optimized: its layers took {c.plugin_ms or 0:.3f} ms where the plugged kernel "
+                                f"took {c.region_ms:.3f} ms")
+                    c.region_ms = before[c.replaces].region_ms
+            replaced = {c.replaces for c in winners if c.replaces}
             self.s.best = BestEngine(round=r.index, bundle=r.result_bundle, ms=r.result_ms or best.ms,
-                                     prepare_dir=final.prepare_dir, plugins=best.plugins + winners)
+                                     prepare_dir=final.prepare_dir,
+                                     plugins=[p for p in best.plugins if p.name not in replaced] + winners)
             self.event(f"round {r.index}: {best.ms:.3f} -> {self.s.best.ms:.3f} ms (-{gain:.3f} ms) with "
                        f"{', '.join(c.name for c in winners)}")
         else:

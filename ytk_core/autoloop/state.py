@@ -48,6 +48,9 @@ class PluginRecord(_M):
     so_sha256: str | None = None
     plugin_ms: float | None = Field(None, description="its layers' time in the engine it was compiled into")
     reason: str = ""
+    replaces: str | None = Field(None, description="re-optimization: the kept plugin this one would replace "
+                                                   "(same name and selector, a new kernel)")
+    ms_to_beat: float | None = Field(None, description="re-optimization: the plugged kernel's measured ms per site")
 
 
 class CompileRecord(_M):

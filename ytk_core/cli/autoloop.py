@@ -48,7 +48,7 @@ def autoloop(
     for r in st.rounds:
         t.add_row(str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
                   f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
-                  ", ".join(c.name for c in r.candidates if c.status == "kept") or "-",
+                  ", ".join(c.name + (" (re-optimized)" if c.replaces else "") for c in r.candidates if c.status == "kept") or "-",
                   ", ".join(c.name for c in r.candidates if c.status == "dropped") or "-")
     stdout.print(t)
     if rep.baseline_ms and rep.final_ms:

@@ -287,7 +287,7 @@ _MMA = (
 )
 
 
-def variant_space(r: Conv1x1Region) -> list[dict[str, int | str]]:
+def variant_space(r: Conv1x1Region, wide: bool = False) -> list[dict[str, int | str]]:
     """Tuning points legal for ``r``. SIMT: an output block inside one group (grouped) or not wider
     than the outputs, at most 64 fp32 accumulators per thread, weights chunk within 48 KB.
     Tensor cores (dense only): output tiles not wider than the outputs, k chunks of 16..64."""
@@ -307,16 +307,17 @@ def variant_space(r: Conv1x1Region) -> list[dict[str, int | str]]:
             continue
         out.append(dict(impl="simt", threads=threads, ppt=ppt, cob=cob, ks=ks))
     if not r.grouped:
-        bk = 32 if not r.cin else min(64, -(-r.cin // 16) * 16)
-        for bm, bn, wm, wn in _MMA:
-            if r.cout and bn > max(16, r.cout):
-                continue
-            if not r.cout and bn > 64:
-                continue
-            halves = max(bm * (bk + 8) + 2 * bn * (bk + 8), bm * (bn + 8))
-            if halves * 2 > 48 * 1024:
-                continue
-            out.append(dict(impl="mma", bm=bm, bn=bn, bk=bk, wm=wm, wn=wn))
+        bks = [32, 64] if wide and not r.cin else [32 if not r.cin else min(64, -(-r.cin // 16) * 16)]
+        for bk in bks:
+            for bm, bn, wm, wn in _MMA:
+                if r.cout and bn > max(16, r.cout):
+                    continue
+                if not r.cout and bn > (128 if wide else 64):
+                    continue
+                halves = max(bm * (bk + 8) + 2 * bn * (bk + 8), bm * (bn + 8))
+                if halves * 2 > 48 * 1024:
+                    continue
+                out.append(dict(impl="mma", bm=bm, bn=bn, bk=bk, wm=wm, wn=wn))
     return out
 
 

@@ -293,7 +293,7 @@ _BASE_S2 = (
 )
 
 
-def variant_space(r: DwConvRegion) -> list[dict[str, int | str]]:
+def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | str]]:
     """The tuning points legal for ``r``: channel blocking that tiles C, smem within the static
     limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run."""
     out: list[dict[str, int | str]] = []
@@ -307,9 +307,9 @@ def variant_space(r: DwConvRegion) -> list[dict[str, int | str]]:
             continue
         if smem_bytes(r.k, r.stride, vec, cb, tw, th, stage) > smem_limit(stage):
             continue
-        if rpt * cpt * vec + ((cpt - 1) * r.stride + r.k) * vec > 112:
+        if not wide and rpt * cpt * vec + ((cpt - 1) * r.stride + r.k) * vec > 112:
             continue
-        if r.k >= 5 and rpt >= 8 and vec == 8:  # 8 rows of 8 channels plus 5x5 weights: spills
+        if not wide and r.k >= 5 and rpt >= 8 and vec == 8:  # 8 rows of 8 channels plus 5x5 weights: spills
             continue
         if threads == 512 and not register_cap(r, dict(vec=vec, rpt=rpt, cpt=cpt)):
             continue  # 512 threads cap registers at 128, below what this tile needs: it would spill

@@ -101,8 +101,12 @@ def plan_job(request: KernelGenRequest) -> JobPlan | KernelGenResult:
     meta = plugin_meta(region, name, candidate.namespace if candidate else "yasp",
                        candidate.version if candidate else "1", candidate, deployment_target=target)
     limit = int(request.config.get("max_variants", "0")) or None
+    wide = request.config.get("reoptimize", "0") == "1"
+    if wide and [v.name for v in region_variants(region, limit, wide=True)] == [v.name for v in region_variants(region, limit)]:
+        return _failed(job_id, f"re-optimization of {name}: the templates have no wider search for "
+                               f"{region.describe()} than the one that made the plugged kernel")
     return JobPlan(job_id, name, region, shapes, site_shape_indices(candidate, shapes), meta,
-                   region_variants(region, limit), candidate, Path(request.reference))
+                   region_variants(region, limit, wide=wide), candidate, Path(request.reference))
 
 
 def build_job(plan: JobPlan, arch: ArchSpec, jobdir: Path, cache: Path | None, progress: Any = None) -> Any:
@@ -213,6 +217,16 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
                                f"{winner.variant.name}: {win_total * 1e3:.1f} us vs {torch_total * 1e3:.1f} us over "
                                f"{len(site_index)} site(s)); not worth plugging (--config allow_slower=1 keeps it)",
                        rpath)
+    beat = request.config.get("kernel_ms_to_beat")
+    if beat and float(beat) > 0:
+        mean = win_total / max(1, len(site_index))
+        if mean >= 0.97 * float(beat):
+            report.notes.append(f"re-optimization: best {winner.variant.name} {mean * 1e3:.1f} us/site, the plugged "
+                                f"kernel {float(beat) * 1e3:.1f} us/site")
+            report.write(rpath)
+            return _failed(job_id, f"re-optimization of {name} found nothing faster than the plugged kernel "
+                                   f"(best {winner.variant.name}: {mean * 1e3:.1f} us/site vs {float(beat) * 1e3:.1f} "
+                                   f"us/site; 3% better needed) over {len(variants)} variants", rpath)
     header, source = winner_source(winner.variant, meta)
     frac = min(1.0, winner.score.fraction_of_floor or 1e-9)
     final_meta = meta.model_copy(update={"perf": KernelPerf(

@@ -173,3 +173,20 @@ def test_a_recognition_that_does_not_reproduce_the_pt2_is_refused(tmp_path: Path
     with pytest.raises(UnsupportedRegion, match="differs from the region's .pt2"):
         verify_against_pt2(wrong, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
     assert torch_region(recognise(g, cand)) is not None
+
+
+def test_reoptimization_widens_the_search_or_says_it_has_none(tmp_path: Path) -> None:
+    from ytk_backend_templates.generate import JobPlan, plan_job
+    from ytk_backend_templates.variants import region_variants
+    from ytk_hookspecs.models import KernelGenRequest
+
+    def plan(pt2, cand):  # type: ignore[no-untyped-def]
+        return plan_job(KernelGenRequest(reference=pt2, gpu="H200", output=tmp_path / f"{cand.name}.module_source.py",
+                                         config={"deployment_target": "tensorrt", "reoptimize": "1",
+                                                 "kernel_ms_to_beat": "0.05"},
+                                         candidate=cand, plugin_name=cand.name))
+
+    p = plan(*pw_fixture(tmp_path / "a", "Conv1x1s1Dyn", "none", [(1, 32, 8, 8, 16), (1, 64, 4, 4, 256)]))
+    assert isinstance(p, JobPlan) and len(p.variants) > len(region_variants(p.region))
+    res = plan(*dw_fixture(tmp_path / "b", "DwConv3x3s1Dyn", 3, 1, "hardswish", [(1, 16, 8, 8), (1, 32, 4, 4)]))
+    assert not isinstance(res, JobPlan) and res.status == "failed" and "no wider search" in res.message
