@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
@@ -56,18 +57,44 @@ def region_kind(cand: Candidate) -> str:
 
 
 def _expr_for_output(cand: Candidate, o: int, ax: int, act_idx: list[int]) -> str | None:
+    """A contract expression over the inputs' dims that gives output ``o``'s axis ``ax`` at every site.
+
+    Tried in order: the same axis of an activation, any axis of any input (e.g. a 1x1 conv's output
+    channels are its weight's dim 0), a strided window ``(x + b)//s + 1`` (strided convs and pools),
+    a ratio ``x*n//d`` (splits and joins), then a constant. Expressions are checked on every site."""
     vals = [s.outputs[o].shape[ax] for s in cand.sites]
     if not all(isinstance(v, int) for v in vals):
         return None
-    # Prefer the same axis of an activation input, then any axis of one, then a constant.
-    order = [(i, ax) for i in act_idx] + [(i, a) for i in act_idx
-                                           for a in range(len(cand.sites[0].inputs[i].shape)) if a != ax]
-    for i, a in order:
-        if a < len(cand.sites[0].inputs[i].shape) and all(
-                len(s.inputs[i].shape) > a and s.inputs[i].shape[a] == v for s, v in zip(cand.sites, vals)):
+    n_in = len(cand.sites[0].inputs)
+    others = [i for i in range(n_in) if i not in act_idx]
+    rank = [len(t.shape) for t in cand.sites[0].inputs]
+    dims = ([(i, ax) for i in act_idx] + [(i, a) for i in act_idx for a in range(rank[i]) if a != ax]
+            + [(i, a) for i in others for a in range(rank[i])])
+
+    def dim(s: Any, i: int, a: int) -> int | None:
+        shp = s.inputs[i].shape
+        return shp[a] if a < len(shp) and isinstance(shp[a], int) else None
+
+    def fits(fn: Any, i: int, a: int) -> bool:
+        for s, v in zip(cand.sites, vals):
+            x = dim(s, i, a)
+            if x is None or fn(x) != v:
+                return False
+        return True
+
+    for i, a in dims:
+        if fits(lambda x: x, i, a):
             return f"in{i}[{a}]"
     if len(set(vals)) == 1:
         return str(vals[0])
+    for i, a in dims:
+        for st in (2, 3, 4):
+            for b in range(-8, 9):
+                if fits(lambda x, b=b, st=st: (x + b) // st + 1, i, a):
+                    return f"(in{i}[{a}] {'+' if b >= 0 else '-'} {abs(b)})//{st} + 1"
+        for num, den in ((1, 2), (1, 3), (2, 3), (2, 1), (3, 1), (4, 1), (1, 4), (3, 2)):
+            if fits(lambda x, num=num, den=den: x * num // den, i, a):
+                return f"in{i}[{a}]*{num}//{den}"
     return None
 
 

@@ -54,12 +54,32 @@ def test_dynamic_channels_use_input_dims(cand):
     assert meta.inputs[0].shape[2] == "6"
 
 
+def test_strided_and_weight_derived_extents_are_expressed(cand):
+    # a stride-2 3x3 conv with padding 1 over odd and even sizes: (H - 1)//2 + 1
+    strided = cand.model_copy(update={"sites": [_site(0, 16, 7, 10, 4, 5), _site(1, 32, 12, 21, 6, 11)]})
+    meta = kernelgen.make_meta(strided, "fp16", 87, 0.75)
+    for site in strided.sites:
+        shapes = [list(t.shape) for t in site.inputs]
+        ext = shape_expr.evaluate_extents(meta.extents, shapes)
+        assert [shape_expr.evaluate(e, shapes, ext) for e in meta.outputs[0].shape] == list(site.outputs[0].shape)
+    assert "//2 + 1" in meta.outputs[0].shape[2]
+    # a 1x1 conv: output channels are the weight's dim 0, not any activation dim
+    pw = [SiteInfo(index=i, module_path=f"m.{i}", onnx_node=f"n{i}",
+                   inputs=[TensorInfo(name="x", shape=[1, c, 5, 6], dtype="float32"),
+                           TensorInfo(name="w", shape=[co, c, 1, 1], dtype="float32"),
+                           TensorInfo(name="b", shape=[co], dtype="float32")],
+                   outputs=[TensorInfo(name="y", shape=[1, co, 5, 6], dtype="float32")],
+                   replaced_onnx_nodes=[], fx_nodes=[]) for i, (c, co) in enumerate([(16, 64), (32, 24)])]
+    meta = kernelgen.make_meta(cand.model_copy(update={"sites": pw}), "fp16", 87, 0.75)
+    assert meta.outputs[0].shape[1] == "in1[0]"
+
+
 def test_unexpressible_extent_fails_honestly(cand, tmp_path):
-    strided = cand.model_copy(update={"sites": [_site(0, 16, 6, 10, 3, 5), _site(1, 16, 12, 20, 6, 10)]})
+    odd = cand.model_copy(update={"sites": [_site(0, 16, 6, 10, 7, 5), _site(1, 16, 12, 20, 2, 10)]})
     with pytest.raises(ValueError, match="no input dim or constant expresses"):
-        kernelgen.make_meta(strided, "fp16", 87, 0.75)
+        kernelgen.make_meta(odd, "fp16", 87, 0.75)
     req = KernelGenRequest(reference=Path("x.pt2"), gpu="Orin", config={"deployment_target": "tensorrt"},
-                           output=tmp_path / "s.module_source.py", candidate=strided)
+                           output=tmp_path / "s.module_source.py", candidate=odd)
     res = kernelgen.submit(req, StageContext(workdir=tmp_path))
     assert res.status == "failed" and "cannot express" in res.message and not req.output.exists()
     res = kernelgen.submit(req.model_copy(update={"candidate": None}), StageContext(workdir=tmp_path))
