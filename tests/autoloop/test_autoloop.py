@@ -102,27 +102,17 @@ def test_every_candidate_loses_keeps_the_baseline(tmp_path, monkeypatch):
     from ytk_core.autoloop.run import run_autoloop
     from ytk_core.plugins import BackendManager
     from ytk_core.runtime import reset_runtime, runtime
-    from ytk_hookspecs import hookimpl
     from ytk_hookspecs.kernel_source import KernelSource
-    from ytk_hookspecs.models import Availability, BackendInfo
 
-    slow = types.ModuleType("slowgen")
-
-    @hookimpl
-    def ytk_register_backend(register):
-        register(BackendInfo(name="slowgen", roles=["kernelgen"], description="mock kernels declared 1000x slow",
-                             simulated=True), lambda: Availability(available=True, reason="test backend"))
-
-    @hookimpl
-    def ytk_kernelgen_submit(request, ctx):
+    def submit(request, ctx):  # type: ignore[no-untyped-def]
         res = mock_plugin.ytk_kernelgen_submit(request, ctx)
         src = KernelSource.read(res.source)
-        perf = src.meta.perf.model_copy(update={"achieved_bandwidth_fraction": 0.0005})
+        perf = src.meta.perf.model_copy(update={"achieved_bandwidth_fraction": 0.0005})  # declared 1000x slow
         KernelSource(header=src.header, source=src.source, meta=src.meta.model_copy(update={"perf": perf}),
                      generator="slowgen").write(res.source)
         return res
 
-    slow.ytk_register_backend, slow.ytk_kernelgen_submit = ytk_register_backend, ytk_kernelgen_submit
+    slow = _kernelgen_backend("slowgen", submit)
     reset_runtime()
     runtime()._mgr = BackendManager(extra_plugins={"slowgen": slow})
     try:

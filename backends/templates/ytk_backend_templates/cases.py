@@ -64,23 +64,15 @@ def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int, device
         return torch.randn(shape, generator=g, device=device)
 
     shapes = site.inputs
-    if isinstance(region, DwConvRegion):
+    if isinstance(region, (DwConvRegion, Conv1x1Region)):
         x = randn(shapes[0])
         if dist == "large":
             x = x * 300.0
         elif dist == "offset":
             x = x * 0.5 + 3.0
-        ins = [x.half().float(), randn(shapes[1]) / region.k]
-        if region.has_bias:
-            ins.append(randn(shapes[2]))
-        return ins
-    if isinstance(region, Conv1x1Region):
-        x = randn(shapes[0])
-        if dist == "large":
-            x = x * 300.0
-        elif dist == "offset":
-            x = x * 0.5 + 3.0
-        ins = [x.half().float(), randn(shapes[1]) / float(shapes[1][1]) ** 0.5]
+        # weights scaled by 1/sqrt(fan-in) (k for a k x k depthwise tap set), so outputs stay O(|x|)
+        fan = region.k if isinstance(region, DwConvRegion) else float(shapes[1][1]) ** 0.5
+        ins = [x.half().float(), randn(shapes[1]) / fan]
         if region.has_bias:
             ins.append(randn(shapes[2]))
         return ins

@@ -85,6 +85,16 @@ ACTIVATION_CODE = {
 }
 
 
+#: The extern "C" launcher of a kernel without workspace: forwards to its namespace's ``launch``.
+PLAIN_LAUNCHER = r"""
+extern "C" int @SYM@(const void* const* inputs, void* const* outputs, const int64_t* extents,
+                     void* workspace, cudaStream_t stream) {
+  (void)workspace;
+  return @NS@::launch(inputs, outputs, extents, stream);
+}
+"""
+
+
 @dataclass(frozen=True)
 class Variant:
     """One emitted kernel variant: its name, tuning parameters and CUDA text (in a namespace)."""

@@ -16,7 +16,7 @@ fp16 output.
 
 from __future__ import annotations
 
-from .emit_common import ACTIVATION_CODE, Variant
+from .emit_common import ACTIVATION_CODE, PLAIN_LAUNCHER, Variant
 from .regions import Conv1x1Region
 
 _KERNEL = r"""
@@ -101,14 +101,7 @@ pw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float
 
 // extents: N, C, H, W, CO (logical NCHW); inputs x, w[, b]; output y.
 int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
-  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], CO = e[4];
-  if ((CONST_C && C != CONST_C) || (CONST_CO && CO != CONST_CO) || C <= 0 || CO <= 0 || C % 8 || CO % 8)
-    return (int)cudaErrorInvalidValue;
-  if (GIN && (C % GIN || CO * GIN != C * GOUT)) return (int)cudaErrorInvalidValue;
-  const int64_t P = N * H * W;
-  if (P == 0) return 0;
-  if (P * (C > CO ? C : CO) > INT64_C(1) << 40 || C > INT32_MAX || CO > INT32_MAX) return (int)cudaErrorInvalidValue;
-  const int64_t tiles = (P + TILE_P - 1) / TILE_P, oblocks = (CO + COB - 1) / COB;
+@CHECKS@  const int64_t tiles = (P + TILE_P - 1) / TILE_P, oblocks = (CO + COB - 1) / COB;
   if (tiles * oblocks > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
   pw_kernel<<<(unsigned)(tiles * oblocks), NTHREADS, 0, stream>>>(
       static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
@@ -122,6 +115,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 _MMA_KERNEL = r"""
 namespace @NS@ {
 constexpr int CONST_C = @CONST_C@, CONST_CO = @CONST_CO@;  // 0: runtime extents
+constexpr int GIN = 0, GOUT = 0;                            // dense only
 constexpr bool HAS_BIAS = @HAS_BIAS@;
 constexpr int BM = @BM@, BN = @BN@, BK = @BK@, WM = @WM@, WN = @WN@;
 constexpr int NTHREADS = WM * WN * 32;
@@ -247,13 +241,7 @@ pw_mma(const __half* __restrict__ x, const float* __restrict__ w, const float* _
 
 // extents: N, C, H, W, CO (logical NCHW); inputs x, w[, b]; output y.
 int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
-  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], CO = e[4];
-  if ((CONST_C && C != CONST_C) || (CONST_CO && CO != CONST_CO) || C <= 0 || CO <= 0 || C % 8 || CO % 8)
-    return (int)cudaErrorInvalidValue;
-  const int64_t P = N * H * W;
-  if (P == 0) return 0;
-  if (P * (C > CO ? C : CO) > INT64_C(1) << 40 || C > INT32_MAX || CO > INT32_MAX) return (int)cudaErrorInvalidValue;
-  const int64_t tiles = (P + BM - 1) / BM, oblocks = (CO + BN - 1) / BN;
+@CHECKS@  const int64_t tiles = (P + BM - 1) / BM, oblocks = (CO + BN - 1) / BN;
   if (tiles * oblocks > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
   pw_mma<<<(unsigned)(tiles * oblocks), NTHREADS, 0, stream>>>(
       static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
@@ -264,12 +252,16 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 }  // namespace @NS@
 """
 
-_LAUNCHER = r"""
-extern "C" int @SYM@(const void* const* inputs, void* const* outputs, const int64_t* extents,
-                     void* workspace, cudaStream_t stream) {
-  (void)workspace;
-  return @NS@::launch(inputs, outputs, extents, stream);
-}
+_LAUNCHER = PLAIN_LAUNCHER
+
+# The launchers' contract checks (extents N, C, H, W, CO), shared by both kernels; dense has GIN = 0.
+_CHECKS = r"""  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], CO = e[4];
+  if ((CONST_C && C != CONST_C) || (CONST_CO && CO != CONST_CO) || C <= 0 || CO <= 0 || C % 8 || CO % 8)
+    return (int)cudaErrorInvalidValue;
+  if (GIN && (C % (GIN ? GIN : 1) || CO * GIN != C * GOUT)) return (int)cudaErrorInvalidValue;
+  const int64_t P = N * H * W;
+  if (P == 0) return 0;
+  if (P * (C > CO ? C : CO) > INT64_C(1) << 40 || C > INT32_MAX || CO > INT32_MAX) return (int)cudaErrorInvalidValue;
 """
 
 # (threads, pixels per thread, output channels per block): a spread over register blocking
@@ -342,6 +334,7 @@ def emit(r: Conv1x1Region, p: dict[str, int | str], ns: str, launcher: str) -> V
         subs.update(THREADS=p["threads"], PPT=p["ppt"], COB=p["cob"], KS=p["ks"],
                     KUNROLL="" if kin and kin <= 128 else "4")
         text = _KERNEL + _LAUNCHER
+    text = text.replace("@CHECKS@", _CHECKS)
     for k, v in subs.items():
         text = text.replace(f"@{k}@", str(v))
     return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)

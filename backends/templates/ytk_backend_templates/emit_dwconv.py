@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .emit_common import ACTIVATION_CODE, Variant
+from .emit_common import ACTIVATION_CODE, PLAIN_LAUNCHER, Variant
 from .regions import DwConvRegion
 
 SMEM_LIMIT = 48 * 1024  # static shared memory; larger tiles would need an opt-in attribute
@@ -250,13 +250,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 }  // namespace @NS@
 """
 
-_LAUNCHER = r"""
-extern "C" int @SYM@(const void* const* inputs, void* const* outputs, const int64_t* extents,
-                     void* workspace, cudaStream_t stream) {
-  (void)workspace;
-  return @NS@::launch(inputs, outputs, extents, stream);
-}
-"""
+_LAUNCHER = PLAIN_LAUNCHER
 
 _STAGES = {"direct": 0, "smem": 1, "pipe": 2}
 

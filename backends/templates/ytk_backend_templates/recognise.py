@@ -210,6 +210,13 @@ def _groups(g: RegionGraph, a: dict[str, Any], c: int) -> int:
     return int(groups or 1)
 
 
+def _the_conv(g: RegionGraph) -> OpNode:
+    convs = [o for o in g.ops if o.target in _CONV]
+    if len(convs) != 1:
+        raise UnsupportedRegion(f"expected one convolution, found {len(convs)}")
+    return convs[0]
+
+
 def _is_pointwise(g: RegionGraph) -> bool:
     convs = [o for o in g.ops if o.target in _CONV]
     if len(convs) != 1:
@@ -220,10 +227,7 @@ def _is_pointwise(g: RegionGraph) -> bool:
 
 
 def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
-    convs = [o for o in g.ops if o.target in _CONV]
-    if len(convs) != 1:
-        raise UnsupportedRegion(f"expected one convolution, found {len(convs)}")
-    conv = convs[0]
+    conv = _the_conv(g)
     a, wshape, xshape, has_bias = _conv_operands(g, conv)
     c = xshape[1]
     groups = _groups(g, a, c)
@@ -250,10 +254,7 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
 
 # -- pointwise convolution -------------------------------------------------------------------------
 def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region:
-    convs = [o for o in g.ops if o.target in _CONV]
-    if len(convs) != 1:
-        raise UnsupportedRegion(f"expected one convolution, found {len(convs)}")
-    conv = convs[0]
+    conv = _the_conv(g)
     a, wshape, xshape, has_bias = _conv_operands(g, conv)
     c, co = xshape[1], wshape[0]
     groups = _groups(g, a, c)
