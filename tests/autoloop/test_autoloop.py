@@ -99,9 +99,6 @@ def test_kill_and_resume_at_several_points(tmp_path):
 def test_every_candidate_loses_keeps_the_baseline(tmp_path, monkeypatch):
     """A generator whose kernels are slow: the loop must drop them all, stop at once and keep the baseline."""
     import ytk_backend_mock.plugin as mock_plugin
-    from ytk_core.autoloop.run import run_autoloop
-    from ytk_core.plugins import BackendManager
-    from ytk_core.runtime import reset_runtime, runtime
     from ytk_hookspecs.kernel_source import KernelSource
 
     def submit(request, ctx):  # type: ignore[no-untyped-def]
@@ -112,14 +109,7 @@ def test_every_candidate_loses_keeps_the_baseline(tmp_path, monkeypatch):
                      generator="slowgen").write(res.source)
         return res
 
-    slow = _kernelgen_backend("slowgen", submit)
-    reset_runtime()
-    runtime()._mgr = BackendManager(extra_plugins={"slowgen": slow})
-    try:
-        rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": "slowgen",
-                                                                  "builder": "mock"}, 3, 0.001, 2, None)
-    finally:
-        reset_runtime()
+    rep = _autoloop_with_generator(tmp_path, "slowgen", submit)
     st = rep.state
     assert st.finished and len(st.rounds) == 1
     assert st.best.bundle == st.baseline.bundle and rep.final_ms == rep.baseline_ms
@@ -190,6 +180,21 @@ def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monk
     assert name not in {p.name for p in final.plugins}
 
 
+def _autoloop_with_generator(tmp_path: Path, name: str, submit):  # type: ignore[no-untyped-def]
+    """run_autoloop on the mock engine and builder with a test generator ``name`` (3 rounds, 0.001 ms)."""
+    from ytk_core.autoloop.run import run_autoloop
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+
+    reset_runtime()
+    runtime()._mgr = BackendManager(extra_plugins={name: _kernelgen_backend(name, submit)})
+    try:
+        return run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": name,
+                                                                   "builder": "mock"}, 3, 0.001, 2, None)
+    finally:
+        reset_runtime()
+
+
 def _kernelgen_backend(name: str, submit):  # type: ignore[no-untyped-def]
     """A test kernelgen backend module registering ``name`` with the given submit hook."""
     from ytk_hookspecs import hookimpl
@@ -211,9 +216,6 @@ def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
     mock's usual figure: round 1 keeps the slow kernels, a later round re-optimizes them (their
     "ms/site to beat" leaves headroom) and swaps the faster ones in, under the same plugin names."""
     import ytk_backend_mock.plugin as mock_plugin
-    from ytk_core.autoloop.run import run_autoloop
-    from ytk_core.plugins import BackendManager
-    from ytk_core.runtime import reset_runtime, runtime
 
     seen: list[dict[str, str]] = []
 
@@ -224,13 +226,7 @@ def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
             cfg["mock_bandwidth_fraction"] = "0.45"
         return mock_plugin.ytk_kernelgen_submit(request.model_copy(update={"config": cfg}), ctx)
 
-    reset_runtime()
-    runtime()._mgr = BackendManager(extra_plugins={"stepgen": _kernelgen_backend("stepgen", submit)})
-    try:
-        rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": "stepgen",
-                                                                  "builder": "mock"}, 3, 0.001, 2, None)
-    finally:
-        reset_runtime()
+    rep = _autoloop_with_generator(tmp_path, "stepgen", submit)
     st = rep.state
     first = {c.name for c in st.rounds[0].candidates if c.status == "kept"}
     reopt = [c for rr in st.rounds[1:] for c in rr.candidates if c.replaces]
