@@ -24,6 +24,7 @@ from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGen
 from ytk_hookspecs.models.base import ArtifactError
 
 from .build import build_variants, cache_dir, compile_cached, winner_source
+from .dispatch import dispatch_variant
 from .contract import plugin_meta
 from .emit_common import Variant
 from .regions import Region, SiteShape
@@ -188,6 +189,16 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
     with ctx.progress(f"{name}: scoring {len(variants)} variants on {gpu.name}", total=len(variants)) as task:
         scored = score_variants(variants, built, region, shapes, cases, device, copy_gbs, gpu.l2_bytes, site_index,
                                 progress=task, log=ctx.log)
+    disp = dispatch_variant(scored, shapes, meta) if len(shapes) > 1 else None
+    if disp is not None:
+        # per-shape winners differ: build the dispatching plugin and judge it like any candidate
+        with ctx.progress(f"{name}: building and scoring a per-shape dispatch ({disp.name})", total=2) as task:
+            built_d = build_variants([disp], meta, arch, jobdir / "build-dispatch", cache=cache_dir(Path(ctx.workdir)))
+            task.advance()
+            scored += score_variants([disp], built_d, region, shapes, cases, device, copy_gbs, gpu.l2_bytes,
+                                     site_index, log=ctx.log)
+            task.advance()
+        variants = [*variants, disp]
     with ctx.progress(f"{name}: timing the torch ops of the region", total=1) as task:
         torch_shape_ms = torch_times(module, region, shapes, device, gpu.l2_bytes)
         task.advance()

@@ -85,3 +85,36 @@ def test_a_winner_bundle_builds_into_a_plugin(tmp_path: Path, family: str) -> No
     desc = read_plugin_description(so)
     assert desc.launcher == meta.launcher and desc.sm == 87
     assert desc.num_inputs == len(meta.inputs)
+
+
+def test_per_shape_dispatch_is_emitted_only_when_it_pays_and_compiles(tmp_path: Path) -> None:
+    from ytk_backend_templates.dispatch import dispatch_variant
+    from ytk_backend_templates.regions import SiteShape
+    from ytk_backend_templates.scoring import Scored
+    from ytk_hookspecs.models import CandidateScore
+
+    region = Conv1x1Region("none", None, None)
+    meta = plugin_meta(region, "Conv1x1s1Dyn")
+    shapes = [SiteShape(((4, 16, 64, 96), (16, 16, 1, 1), (16,)), 1),
+              SiteShape(((4, 1024, 8, 12), (256, 1024, 1, 1), (256,)), 4)]
+    a, b, c = region_variants(region)[:3]
+
+    def scored(v, ms):  # type: ignore[no-untyped-def]
+        return Scored(v, CandidateScore(variant=v.name), total_ms=ms[0] + 4 * ms[1], shape_ms=list(ms))
+
+    # a is best in total, b is best on the big shape: dispatch a on shape 0, b on shape 1
+    d = dispatch_variant([scored(a, (0.10, 0.05)), scored(b, (0.30, 0.02)), scored(c, (0.5, 0.5))], shapes, meta)
+    assert d is not None and d.params["default"] == a.name
+    assert d.params["dispatch"] == f"shape0={a.name};shape1={b.name}"
+    assert "e[1] == 1024 && e[2] == 8 && e[3] == 12 && e[4] == 256" in d.body
+    assert d.body.count('extern "C"') == 1 and c.name not in d.name
+    header, source = winner_source(d, meta)
+    assert meta.launcher in source and d.launcher not in source
+    cu = tmp_path / "dispatch.cu"
+    cu.write_text(source)
+    p = subprocess.run([find_nvcc(), "-cubin", "-O3", "-arch=sm_90", "-o", str(tmp_path / "d.cubin"), str(cu)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    # one variant best everywhere, or a saving under 3%: no dispatch
+    assert dispatch_variant([scored(a, (0.1, 0.02)), scored(b, (0.3, 0.05))], shapes, meta) is None
+    assert dispatch_variant([scored(a, (0.10, 0.05)), scored(b, (0.30, 0.049))], shapes, meta) is None
