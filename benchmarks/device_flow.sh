@@ -3,6 +3,7 @@
 #   bash benchmarks/device_flow.sh flow      the spec's seven steps at full size (runs/flow)
 #   bash benchmarks/device_flow.sh table     the one-run table of runs/flow's engines vs torch and torch.compile
 #   bash benchmarks/device_flow.sh autoloop  ytk autoloop on the worked example (runs/autoloop)
+#   bash benchmarks/device_flow.sh gputests  every GPU test: backends (torch, nvcc, templates) and conformance
 # Several words run in order ("table autoloop"). runs/ is ignored by git, so a machine that is still
 # warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch, kernelgen=templates, builder=nvcc. Logs and small artifacts go to $OUT.
@@ -45,6 +46,12 @@ if [[ $what == *" table "* ]]; then
     --json "$OUT/flow_table.json" > "$OUT/flow_table.txt" 2>&1
   echo "flow_table rc=$?"
   tail -15 "$OUT/flow_table.txt"
+fi
+if [[ $what == *" gputests "* ]]; then
+  timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends tests/conformance \
+    > "$OUT/gputests.log" 2>&1
+  echo "gputests rc=$?"
+  tail -25 "$OUT/gputests.log"
 fi
 if [[ $what == *" autoloop "* ]]; then
   timeout ${AUTOLOOP_TIMEOUT:-420} ytk autoloop contrib/models/efficientvit_b1/model.py -a "$ARCH" -p fp16 --workdir runs/autoloop \
