@@ -106,6 +106,13 @@ def ytk_kernelgen_submit(request: "KernelGenRequest", ctx: "StageContext") -> "K
     :func:`ytk_kernelgen_fetch` resolves later. A region the backend cannot handle is
     ``status="failed"`` with the reason in ``message``, never a made-up kernel.
 
+    ``request.config`` holds the user's ``--config key=value`` pairs (``deployment_target`` is
+    always there). When ``ytk autoloop`` re-optimizes a kernel that is already plugged it adds
+    ``reoptimize=1``, ``ms_to_beat`` (the region's engine time per site now) and, when known,
+    ``kernel_ms_to_beat`` (the plugged kernel's own measured time per site): search harder, and fail
+    the job when nothing beats them. The hook may run in several threads at once (the autoloop
+    generates concurrently): read the ``.pt2`` with :func:`ytk_hookspecs.pt2.load_exported`.
+
     Example::
 
         @hookimpl
