@@ -122,3 +122,17 @@ def test_builder_makes_a_self_describing_so(cand, tmp_path):
                                    engine_api="trt8-IPluginV2DynamicExt"), StageContext())
     with pytest.raises(StageError, match="not 'Other'"):
         builder.build(BuildRequest(source=src, plugin_name="Other", arch=ARCH, output=so), StageContext())
+
+
+def test_reoptimization_that_cannot_beat_the_plugged_kernel_fails(cand, tmp_path):
+    cfg = {"deployment_target": "tensorrt", "reoptimize": "1"}
+    ctx = StageContext(workdir=tmp_path / "w")
+    req = KernelGenRequest(reference=Path("x.pt2"), gpu="Orin", config=cfg, output=tmp_path / "r.module_source.py",
+                           candidate=cand)
+    per_site = kernelgen.make_meta(cand, "fp16", 87, 0.75).perf.time_ms_per_site
+    mean = sum(per_site) / len(per_site)
+    slow_bar = req.model_copy(update={"config": {**cfg, "kernel_ms_to_beat": f"{mean * 1.01:.6f}"}})
+    res = kernelgen.submit(slow_bar, ctx)
+    assert res.status == "failed" and "not faster than the plugged kernel" in res.message
+    fast_bar = req.model_copy(update={"config": {**cfg, "kernel_ms_to_beat": f"{mean * 2:.6f}"}})
+    assert kernelgen.submit(fast_bar, ctx).status == "done"
