@@ -99,18 +99,8 @@ pw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float
   }
 }
 
-// extents: N, C, H, W, CO (logical NCHW); inputs x, w[, b]; output y.
-int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
-@CHECKS@  const int64_t tiles = (P + TILE_P - 1) / TILE_P, oblocks = (CO + COB - 1) / COB;
-  if (tiles * oblocks > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
-  pw_kernel<<<(unsigned)(tiles * oblocks), NTHREADS, 0, stream>>>(
-      static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
-      HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr, static_cast<__half*>(outputs[0]),
-      (int)C, (int)CO, (long long)P, (int)oblocks);
-  return (int)cudaGetLastError();
-}
-}  // namespace @NS@
-"""
+constexpr int TILE_ROWS = TILE_P, TILE_CO = COB;
+@LAUNCH@"""
 
 _MMA_KERNEL = r"""
 namespace @NS@ {
@@ -239,29 +229,31 @@ pw_mma(const __half* __restrict__ x, const float* __restrict__ w, const float* _
   }
 }
 
-// extents: N, C, H, W, CO (logical NCHW); inputs x, w[, b]; output y.
-int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
-@CHECKS@  const int64_t tiles = (P + BM - 1) / BM, oblocks = (CO + BN - 1) / BN;
-  if (tiles * oblocks > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
-  pw_mma<<<(unsigned)(tiles * oblocks), NTHREADS, 0, stream>>>(
-      static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
-      HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr, static_cast<__half*>(outputs[0]),
-      (int)C, (int)CO, (long long)P, (int)oblocks);
-  return (int)cudaGetLastError();
-}
-}  // namespace @NS@
-"""
+constexpr int TILE_ROWS = BM, TILE_CO = BN;
+@LAUNCH@"""
 
 _LAUNCHER = PLAIN_LAUNCHER
 
-# The launchers' contract checks (extents N, C, H, W, CO), shared by both kernels; dense has GIN = 0.
-_CHECKS = r"""  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], CO = e[4];
+# The launcher shared by both kernels (@KFN@): the contract checks on extents N, C, H, W, CO (dense
+# has GIN = 0), then one block per TILE_ROWS pixels x TILE_CO outputs, output block fastest.
+_LAUNCH = r"""// extents: N, C, H, W, CO (logical NCHW); inputs x, w[, b]; output y.
+int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
+  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], CO = e[4];
   if ((CONST_C && C != CONST_C) || (CONST_CO && CO != CONST_CO) || C <= 0 || CO <= 0 || C % 8 || CO % 8)
     return (int)cudaErrorInvalidValue;
   if (GIN && (C % (GIN ? GIN : 1) || CO * GIN != C * GOUT)) return (int)cudaErrorInvalidValue;
   const int64_t P = N * H * W;
   if (P == 0) return 0;
   if (P * (C > CO ? C : CO) > INT64_C(1) << 40 || C > INT32_MAX || CO > INT32_MAX) return (int)cudaErrorInvalidValue;
+  const int64_t tiles = (P + TILE_ROWS - 1) / TILE_ROWS, oblocks = (CO + TILE_CO - 1) / TILE_CO;
+  if (tiles * oblocks > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
+  @KFN@<<<(unsigned)(tiles * oblocks), NTHREADS, 0, stream>>>(
+      static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
+      HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr, static_cast<__half*>(outputs[0]),
+      (int)C, (int)CO, (long long)P, (int)oblocks);
+  return (int)cudaGetLastError();
+}
+}  // namespace @NS@
 """
 
 # (threads, pixels per thread, output channels per block): a spread over register blocking
@@ -334,7 +326,7 @@ def emit(r: Conv1x1Region, p: dict[str, int | str], ns: str, launcher: str) -> V
         subs.update(THREADS=p["threads"], PPT=p["ppt"], COB=p["cob"], KS=p["ks"],
                     KUNROLL="" if kin and kin <= 128 else "4")
         text = _KERNEL + _LAUNCHER
-    text = text.replace("@CHECKS@", _CHECKS)
+    text = text.replace("@LAUNCH@", _LAUNCH).replace("@KFN@", "pw_mma" if p["impl"] == "mma" else "pw_kernel")
     for k, v in subs.items():
         text = text.replace(f"@{k}@", str(v))
     return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)
