@@ -60,4 +60,4 @@ once compile_plugged $YTK embedded compile -a "$ARCH" -p fp16 --onnx gaia/model.
 # Step 7: measure
 step $YTK embedded verify base/model.reference.npz base/base.tgz gaia/gaia.tgz
 # Then ask again
-step $YTK embedded propose --profile gaia/gaia.tgz --onnx gaia/model.onnx --fx-nodes gaia/fx_nodes.json --model "$MODEL"
+step $YTK embedded propose --profile gaia/gaia.tgz --onnx gaia/model.onnx --fx-nodes gaia/fx_nodes.json --model "$MODEL" ${PROPOSE_ARGS:-}
