@@ -23,6 +23,9 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from engine_torch import graphed, time_cuda  # noqa: E402  (the same CUDA-event timing and graph capture)
 
 
 def _load_model(path: Path):  # type: ignore[no-untyped-def]
@@ -43,32 +46,6 @@ def _engine_runner(bundle: Path, npz: Path, tmp: Path):  # type: ignore[no-untyp
     inputs = prog.prepare_inputs(read_inputs(npz, prog.plan))
     runner = GraphRunner(prog, inputs)
     return runner.replay, runner, b.manifest
-
-
-def _graphed(fn):  # type: ignore[no-untyped-def]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    return lambda: (g.replay(), out)[1]
-
-
-def _time(fn, warmup: int, iterations: int) -> list[float]:  # type: ignore[no-untyped-def]
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iterations)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) for a, b in ev]
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -101,7 +78,7 @@ def main() -> int:
         x = args[0].cuda().half().contiguous(memory_format=torch.channels_last)
         m16 = model.cuda().half().to(memory_format=torch.channels_last)
         with torch.no_grad():
-            fns["torch eager fp16 CL (CUDA graph)"] = _graphed(lambda: m16(x))
+            fns["torch eager fp16 CL (CUDA graph)"] = graphed(lambda inp: m16(inp), x)
             if not a.no_compile:
                 cm = torch.compile(m16)
                 for _ in range(3):
@@ -109,7 +86,7 @@ def main() -> int:
                 fns["torch.compile fp16 CL (inductor default)"] = lambda: cm(x)
             for _ in range(a.rounds):
                 for name, fn in fns.items():
-                    rows.setdefault(name, []).extend(_time(fn, a.warmup, a.iterations))
+                    rows.setdefault(name, []).extend(time_cuda(fn, a.warmup, a.iterations))
         ref = dict(np.load(a.reference))
         numerics = {}
         for label, runner in (("base", base_runner), ("plugged", plug_runner)):
