@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ytk_hookspecs.pt2 import load_exported
 from ytk_hookspecs.models import PLUGIN_DOMAIN, PluginsFile
+from ytk_hookspecs.pt2 import load_exported
 
 from .errors import UsageError
 
@@ -72,8 +72,9 @@ class CarvedRunner:
 
     def _session(self, idx: int, seg: _Segment, available: set[str]) -> tuple[Any, list[str], list[str]]:
         import onnx
-        import onnxruntime as ort
         from onnx import helper
+
+        from .ort import cpu_session
 
         if idx in self._sessions:
             return self._sessions[idx]
@@ -96,15 +97,12 @@ class CarvedRunner:
         g = helper.make_graph(list(seg.nodes), f"segment{idx}", [info(x) for x in ins], [info(o) for o in outs], inits)
         m = helper.make_model(g, opset_imports=[o for o in self.model.opset_import if o.domain != PLUGIN_DOMAIN],
                               ir_version=self.model.ir_version)
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = cpu_session(m.SerializeToString())
         self._sessions[idx] = (sess, ins, outs)
         _ = onnx  # keep the import explicit for readers
         return self._sessions[idx]
 
     def _program(self, op_type: str) -> Any:
-
         if op_type not in self._programs:
             path = self.refs.get(op_type, self.prep / "plugin_candidates" / f"{op_type}.pt2")
             if not path.is_file():

@@ -7,9 +7,9 @@ as soon as it finishes, so a killed run resumes where it stopped.
 from __future__ import annotations
 
 import shutil
-from collections import Counter
 import statistics
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from .target import gpu_label
 REOPT_BELOW = 0.5
 #: Re-optimizations per plugin over a whole loop (each costs a kernel generation job).
 REOPT_ATTEMPTS = 1
+
 
 class Autoloop:
     def __init__(self, state: AutoloopState, workdir: Path, clock: Clock, max_jobs: int) -> None:

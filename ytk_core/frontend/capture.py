@@ -62,8 +62,9 @@ def capture_onnx(proto: Any, feeds: dict[str, Any], wanted: list[str]) -> dict[s
     """
     import numpy as np
     import onnx
-    import onnxruntime as ort
     from onnx import helper
+
+    from ..ort import cpu_session
 
     m = onnx.ModelProto()
     m.CopyFrom(proto)
@@ -73,9 +74,7 @@ def capture_onnx(proto: Any, feeds: dict[str, Any], wanted: list[str]) -> dict[s
     extra = [w for w in wanted if w not in graph_inputs and w not in have]
     for w in extra:
         m.graph.output.append(helper.make_tensor_value_info(w, types.get(w) or onnx.TensorProto.FLOAT, None))
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(m.SerializeToString())
     names = [w for w in wanted if w not in graph_inputs]
     vals = dict(zip(names, sess.run(names, {k: np.asarray(v) for k, v in feeds.items()})))
     vals.update({w: np.asarray(feeds[w]) for w in wanted if w in graph_inputs})

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.models import (Candidate, CandidatesFile, CarveRequest, CarveResult, FxNodesFile,
                                   PluginEntry, PluginsFile, SiteInfo, TensorInfo)

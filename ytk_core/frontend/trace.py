@@ -70,11 +70,9 @@ def check_writable(*paths: Path) -> None:
 
 def check_export(proto: Any, in_names: list[str], out_names: list[str], args: Any, ref: list[Any]) -> None:
     """Exporters have bugs (one dropped LiteMLA's eps): the ONNX must reproduce torch before anyone builds on it."""
-    import onnxruntime as ort
+    from ..ort import cpu_session
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(proto.SerializeToString())
     got = sess.run(out_names, {n: a.detach().cpu().numpy() for n, a in zip(in_names, args)})
     bad = []
     for name, g, r in zip(out_names, got, ref):

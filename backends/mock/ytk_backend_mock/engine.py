@@ -162,11 +162,9 @@ def compute_outputs(onnx_path: Path, npz: Path) -> dict[str, np.ndarray]:
         except Exception as e:
             raise StageError(f"computing the outputs of {onnx_path} failed: {type(e).__name__}: {e}") from None
     # No custom-op node: onnxruntime alone computes it (and torch need not be imported).
-    import onnxruntime as ort
+    from ytk_core.ort import cpu_session
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(str(onnx_path))
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
 
