@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ytk_hookspecs.pt2 import load_exported
 from ytk_hookspecs.errors import StageError, UnsupportedRegion
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelPerf,
                                   KernelReport, PluginMeta)
 from ytk_hookspecs.models.base import ArtifactError
+from ytk_hookspecs.pt2 import load_exported
 
 from .build import build_variants, cache_dir, compile_cached, winner_source
-from .dispatch import dispatch_variant
 from .contract import plugin_meta
+from .dispatch import dispatch_variant
 from .emit_common import Variant
 from .regions import Region, SiteShape
 from .variants import region_variants
@@ -103,11 +103,12 @@ def plan_job(request: KernelGenRequest) -> JobPlan | KernelGenResult:
                        candidate.version if candidate else "1", candidate, deployment_target=target)
     limit = int(request.config.get("max_variants", "0")) or None
     wide = request.config.get("reoptimize", "0") == "1"
-    if wide and [v.name for v in region_variants(region, limit, wide=True)] == [v.name for v in region_variants(region, limit)]:
+    variants = region_variants(region, limit, wide=wide)
+    if wide and len(variants) == len(region_variants(region, limit)):  # the wide space only adds points
         return _failed(job_id, f"re-optimization of {name}: the templates have no wider search for "
                                f"{region.describe()} than the one that made the plugged kernel")
-    return JobPlan(job_id, name, region, shapes, site_shape_indices(candidate, shapes), meta,
-                   region_variants(region, limit, wide=wide), candidate, Path(request.reference))
+    return JobPlan(job_id, name, region, shapes, site_shape_indices(candidate, shapes), meta, variants, candidate,
+                   Path(request.reference))
 
 
 def build_job(plan: JobPlan, arch: ArchSpec, jobdir: Path, cache: Path | None, progress: Any = None) -> Any:
