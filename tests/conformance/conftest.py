@@ -36,6 +36,21 @@ def target_for(name: str) -> str:
     pytest.skip(f"backend {name} cannot run here: {reasons[0]}")
 
 
+def gpu_for(arch: str) -> str:
+    """The ``-g`` GPU for ``arch``: Orin for the Orin target, else the GPU this host has (a scoring
+    generator such as templates refuses kernels for a GPU it cannot run on)."""
+    if ArchSpec.parse(arch).sm == 87:
+        return "Orin"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return "H200"
+
+
 def is_simulated(name: str) -> bool:
     b = _MGR.get(name)
     return bool(b and b.info.simulated)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.conftest import backends_for, is_simulated, target_for
+from tests.conformance.conftest import backends_for, gpu_for, is_simulated, target_for
 from tests.stages.carved_fixture import PLUGIN
 from ytk_core.contracts import check_meta_against_candidate, check_source
 from ytk_hookspecs.kernel_source import KernelSource
@@ -17,7 +17,7 @@ def test_kernelgen_result_honours_its_region(ytk, fixture_dir, name):
     arch = target_for(name)
     c = fixture_dir / "carved"
     out = c / "sources" / f"{PLUGIN}.module_source.py"
-    r = ytk("kernelgen", "compile", "-r", c / "plugin_candidates" / f"{PLUGIN}.pt2", "-g", "Orin", "-a", arch,
+    r = ytk("kernelgen", "compile", "-r", c / "plugin_candidates" / f"{PLUGIN}.pt2", "-g", gpu_for(arch), "-a", arch,
             "--config", "deployment_target=tensorrt", "-o", out, "--kernelgen", name, "--json")
     if r.code != 0:
         # Failing is allowed (a region a generator does not handle), faking a kernel is not.

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ytk_hookspecs import StageContext, hookimpl
-from ytk_hookspecs.models import Availability, BackendInfo, KernelGenRequest, KernelGenResult
+from ytk_hookspecs.models import ArchSpec, Availability, BackendInfo, KernelGenRequest, KernelGenResult
 
 from . import __version__
 
 NAME = "templates"
 
 
-def probe() -> Availability:
-    """Available with a CUDA GPU to score on and nvcc to build with."""
+def probe(arch: ArchSpec | None = None) -> Availability:
+    """Available with a CUDA GPU to score on and nvcc to build with, for targets of that GPU's sm."""
     from ytk_backend_nvcc.toolchain import find_nvcc
 
     from .gpu import local_gpu
@@ -23,6 +23,9 @@ def probe() -> Availability:
     gpu = local_gpu()
     if gpu is None:
         return Availability(available=False, reason="no CUDA device to score kernels on")
+    if arch is not None and arch.sm != gpu.sm:
+        return Availability(available=False, reason=f"the local {gpu.name} is sm_{gpu.sm}; kernels for the "
+                                                    f"sm_{arch.sm} target must be scored on a GPU of that kind")
     return Availability(available=True, reason=f"scores kernels on the local {gpu.name} (sm_{gpu.sm})",
                         details={"gpu": gpu.name, "sm": str(gpu.sm)})
 

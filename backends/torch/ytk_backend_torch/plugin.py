@@ -138,7 +138,7 @@ def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileRes
         outputs = program(inputs)
         out_path = write_outputs(Path(creq.workdir) / OUTPUTS, program.plan, outputs)
         with ctx.progress("torch engine: per-layer profile", total=layer_iters) as task:
-            stats = layer_times(program, inputs, request.warmup, layer_iters, task)
+            stats, event_cost = layer_times(program, inputs, request.warmup, layer_iters, task)
         with ctx.progress("torch engine: benchmark", total=request.iterations) as task:
             times, replay_out = benchmark(program, inputs, request.warmup, request.iterations, task)
     if replay_out is not None:
@@ -153,6 +153,7 @@ def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileRes
                         onnx_nodes=list(s.onnx_nodes), metadata=s.metadata or None)
               for s, t in zip(program.steps, stats)]
     ctx.log.info("torch engine profiled", layers=len(layers), median_ms=sorted(times)[len(times) // 2],
-                 layer_sum_ms=round(sum(t.median_ms for t in stats), 3))
+                 layer_sum_ms=round(sum(t.median_ms for t in stats), 3),
+                 event_overhead_ms=round(event_cost, 5))
     return ProfileResult(layers=layers, iterations_ms=times, outputs=out_path, raw_profile=raw,
                          device=device_name(device), simulated=False)

@@ -1,10 +1,11 @@
-"""Measuring a program: per-layer times (eager, CUDA events) and end-to-end latency (CUDA graph).
+"""Measuring a program: per-layer times (CUDA events) and end-to-end latency (CUDA graph).
 
-Per-layer: every step is bracketed by CUDA events. Events measure when the GPU reaches them, so
-if the GPU ran dry waiting for Python to launch the next step, that gap would be charged to a
-layer. Each timed iteration therefore starts behind a GPU-side spin (``torch.cuda._sleep``) longer
-than the whole forward takes to enqueue: by the time the GPU reaches the first event, every step
-is already queued and consecutive events measure GPU execution only.
+Per-layer: every step is bracketed by CUDA events, recorded inside a CUDA graph of the whole
+forward (external event nodes), so a layer is timed as the engine runs it: without the launch gaps
+of eager execution, which on a model of many small layers add up to more than the graphed latency
+itself. Where events cannot be captured (an old torch), the steps are timed eagerly: each timed
+iteration then starts behind a GPU-side spin (``torch.cuda._sleep``) longer than the whole forward
+takes to enqueue, so consecutive events measure GPU execution, not Python launching the next step.
 
 End-to-end: the whole forward (input reformat to output reformat) is captured once in a CUDA graph
 and each replay is timed with its own pair of events, as trtexec times an engine's enqueue.
@@ -61,8 +62,9 @@ def _sleep_cycles_per_ms() -> float:
 
 
 def layer_times(program: Program, inputs: Sequence[torch.Tensor], warmup: int, iterations: int,
-                task: Any = None) -> list[StepTime]:
-    """Median and mean ms of every step of ``program`` over ``iterations`` timed runs."""
+                task: Any = None) -> tuple[list[StepTime], float]:
+    """Median and mean ms of every step of ``program`` over ``iterations`` timed runs, and the per-step
+    event cost subtracted from them (0 where none is)."""
     n = len(program.steps)
     samples: list[list[float]] = [[] for _ in range(n)]
     if program.device.type != "cuda":
@@ -80,8 +82,11 @@ def layer_times(program: Program, inputs: Sequence[torch.Tensor], warmup: int, i
                 samples[k].append((stamps[k + 1] - stamps[k]) * 1e3)
             if task is not None:
                 task.advance()
-        return _summarise(samples)
+        return _summarise(samples), 0.0
 
+    graphed = _graphed_layer_times(program, inputs, warmup, iterations, task)
+    if graphed is not None:
+        return graphed
     for _ in range(max(1, warmup)):
         program(inputs)
     torch.cuda.synchronize(program.device)
@@ -104,13 +109,58 @@ def layer_times(program: Program, inputs: Sequence[torch.Tensor], warmup: int, i
             samples[k].append(events[k].elapsed_time(events[k + 1]))
         if task is not None:
             task.advance()
-    return _summarise(samples)
+    return _summarise(samples), 0.0
+
+
+def _graphed_layer_times(program: Program, inputs: Sequence[torch.Tensor], warmup: int, iterations: int,
+                         task: Any) -> tuple[list[StepTime], float] | None:
+    """Per-step times (and the event cost subtracted) from events captured in the forward's CUDA graph; None where torch cannot capture them.
+
+    An event node costs the GPU about a microsecond, charged to the step it closes; on a model of many
+    microsecond layers that would inflate the per-layer sum well past the latency. The graph therefore
+    starts with one empty pair of events, whose median interval (the cost of one event node) is
+    subtracted from every step (never below zero) and logged as ``event_overhead_ms``.
+    """
+    n = len(program.steps)
+    try:
+        events = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n + 3)]
+    except TypeError:  # torch without external events
+        return None
+    probe_a, probe_b, steps = events[0], events[1], events[2:]
+
+    def before() -> None:
+        probe_a.record()
+        probe_b.record()
+        steps[0].record()
+
+    def record(k: int) -> None:
+        steps[k + 1].record()
+
+    runner = GraphRunner(program, inputs, before=before, after_step=record)
+    for _ in range(warmup):
+        runner.replay()
+    samples: list[list[float]] = [[] for _ in range(n)]
+    overhead: list[float] = []
+    for _ in range(iterations):
+        runner.replay()
+        torch.cuda.synchronize(program.device)
+        overhead.append(probe_a.elapsed_time(probe_b))
+        for k in range(n):
+            samples[k].append(steps[k].elapsed_time(steps[k + 1]))
+        if task is not None:
+            task.advance()
+    cost = statistics.median(overhead)
+    return _summarise([[max(0.0, t - cost) for t in s] for s in samples]), cost
 
 
 class GraphRunner:
-    """The whole forward captured once as a CUDA graph; ``replay()`` reruns it on the same buffers."""
+    """The whole forward captured once as a CUDA graph; ``replay()`` reruns it on the same buffers.
 
-    def __init__(self, program: Program, inputs: Sequence[torch.Tensor]) -> None:
+    ``before`` and ``after_step`` (e.g. recording external CUDA events) are captured with the forward.
+    """
+
+    def __init__(self, program: Program, inputs: Sequence[torch.Tensor], before: Any = None,
+                 after_step: Any = None) -> None:
         # The graph reads the program's constants and plugin libraries by address: keep them alive
         # as long as the graph can be replayed (a runner outliving its program replays freed memory).
         self.program = program
@@ -127,7 +177,9 @@ class GraphRunner:
         self.graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(self.graph):
-                self.outputs = program(self.inputs)
+                if before is not None:
+                    before()
+                self.outputs = program(self.inputs, after_step=after_step)
         except StageError:
             raise
         except Exception as e:

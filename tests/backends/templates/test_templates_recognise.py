@@ -190,3 +190,20 @@ def test_reoptimization_widens_the_search_or_says_it_has_none(tmp_path: Path) ->
     assert isinstance(p, JobPlan) and len(p.variants) > len(region_variants(p.region))
     res = plan(*dw_fixture(tmp_path / "b", "DwConv3x3s1Dyn", 3, 1, "hardswish", [(1, 16, 8, 8), (1, 32, 4, 4)]))
     assert not isinstance(res, JobPlan) and res.status == "failed" and "no wider search" in res.message
+
+
+def test_probe_refuses_a_target_of_another_sm(monkeypatch):
+    """Kernels are scored on the local GPU: an sm87 (Orin) target on an sm90 GPU is not servable here,
+    so automatic selection must not pick templates for it (kernelgen would refuse it later anyway)."""
+    import ytk_backend_nvcc.toolchain as toolchain
+    from ytk_backend_templates import gpu as gpu_mod
+    from ytk_backend_templates.plugin import probe
+    from ytk_hookspecs.models import ArchSpec
+
+    monkeypatch.setattr(toolchain, "find_nvcc", lambda: "/usr/local/bin/nvcc")
+    monkeypatch.setattr(gpu_mod, "local_gpu", lambda: gpu_mod.LocalGpu(name="NVIDIA H200", sm=90, l2_bytes=60 << 20,
+                                                                        sm_count=132))
+    orin = probe(ArchSpec.parse("arm64-sm87-dos6010-cu114-trt86"))
+    assert not orin.available and "sm_87" in orin.reason and "H200" in orin.reason
+    assert probe(ArchSpec.parse("x86_64-sm90-linux-cu130-trt10")).available
+    assert probe().available
