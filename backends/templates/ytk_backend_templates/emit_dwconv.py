@@ -3,8 +3,9 @@
 A block owns an output tile of TH x TW pixels and CB channels. With ``stage=smem`` it first copies
 the input tile with its halo into shared memory once (cp.async, zero-filled outside the image),
 so every input byte crosses DRAM about once; ``stage=pipe`` does the same in persistent blocks that
-fetch the next tile while computing this one (double buffering, so memory and arithmetic overlap
-within a block instead of alternating); with ``stage=direct`` taps are read straight from global
+fetch the next ``ns - 1`` tiles while computing this one (a ring of ``ns`` tile buffers, so memory and
+arithmetic overlap within a block instead of alternating, and enough bytes are in flight to cover
+DRAM latency); with ``stage=direct`` taps are read straight from global
 memory and L1 absorbs the overlap. Each thread then computes RPT rows x CPT columns of
 outputs for VEC channels (one 16- or 8-byte vector), keeping a sliding row of inputs in registers
 and accumulating in fp32. Weights are transposed into shared memory as [tap][channel] so a thread
@@ -27,6 +28,7 @@ constexpr int VEC = @VEC@, CB = @CB@, TW = @TW@, TH = @TH@, RPT = @RPT@, CPT = @
 constexpr int CONST_C = @CONST_C@;
 constexpr bool HAS_BIAS = @HAS_BIAS@;
 constexpr int STAGE = @STAGE@;           // 0: taps from global (L1), 1: tile in smem, 2: pipelined smem tiles
+constexpr int NSTAGE = @NSTAGE@;         // pipelined: tile buffers in the ring (items in flight + 1)
 constexpr int CVB = CB / VEC;
 constexpr int NTHREADS = CVB * (TW / CPT) * (TH / RPT);
 constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
@@ -163,38 +165,52 @@ dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float
 // Persistent blocks; item i = (channel block fastest, then tile, then image), block b takes items
 // b, b + grid, ... so the blocks running together cover all channels of neighbouring tiles (DRAM
 // pages opened once), and with grid a multiple of the channel blocks a block keeps its weights.
-// The next item's tile is fetched with cp.async while this one is computed.
+// The next NSTAGE - 1 items' tiles are in flight (cp.async, one commit group each) while this one is
+// computed; item k lives in buffer k % NSTAGE.
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 dw_pipe(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-        __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x, int tiles_img, int cblocks,
-        int items) {
+        __half* __restrict__ y, int C, int H, int W, int HO, int WO, ytk_tpl::FastDiv tiles_x,
+        ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
   extern __shared__ __align__(16) unsigned char dsmem[];
   __half* tiles = reinterpret_cast<__half*>(dsmem);
-  float* sw = reinterpret_cast<float*>(dsmem + 2 * TILE_HALVES * sizeof(__half));
+  float* sw = reinterpret_cast<float*>(dsmem + NSTAGE * TILE_HALVES * sizeof(__half));
   float* sb = sw + K * K * CB;
   const int step = gridDim.x;
   if ((int)blockIdx.x >= items) return;
+  // item -> (channel block, image, tile row, tile column)
+  auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
+    const int rest = cblocks.div(item);
+    cblk = item - rest * (int)cblocks.d;
+    n = tiles_img.div(rest);
+    const int t = rest - n * (int)tiles_img.d;
+    ty = tiles_x.div(t);
+    tx = t - ty * (int)tiles_x.d;
+  };
   auto issue = [&](int item, __half* buf) {
-    const int cblk = item % cblocks, rest = item / cblocks;
-    const int n = rest / tiles_img, t = rest - n * tiles_img;
-    const int ty = t / tiles_x, tx = t - ty * tiles_x;
+    int cblk, n, ty, tx;
+    split(item, cblk, n, ty, tx);
     stage_tile(buf, x, x + (size_t)n * H * W * C, cblk * CB, C, H, W, ty * TH * S - P, tx * TW * S - P);
   };
-  issue(blockIdx.x, tiles);
-  ytk_tpl::cp_async_commit();
+#pragma unroll
+  for (int j = 0; j < NSTAGE - 1; ++j) {
+    const int pre = (int)blockIdx.x + j * step;
+    if (pre < items) issue(pre, tiles + j * TILE_HALVES);
+    ytk_tpl::cp_async_commit();  // empty groups keep the count uniform
+  }
   int loaded = -1, k = 0;
   for (int it = blockIdx.x; it < items; it += step, ++k) {
-    const int cur = k & 1;
-    if (it + step < items) issue(it + step, tiles + (cur ^ 1) * TILE_HALVES);
+    const int cur = k % NSTAGE;
+    const int ahead = it + (NSTAGE - 1) * step;
+    // buffer (k - 1) % NSTAGE: computed in the previous iteration, freed by its trailing barrier
+    if (ahead < items) issue(ahead, tiles + ((k + NSTAGE - 1) % NSTAGE) * TILE_HALVES);
     ytk_tpl::cp_async_commit();
-    const int cblk = it % cblocks, rest = it / cblocks;
-    const int n = rest / tiles_img, t = rest - n * tiles_img;
-    const int ty = t / tiles_x, tx = t - ty * tiles_x;
+    int cblk, n, ty, tx;
+    split(it, cblk, n, ty, tx);
     if (cblk != loaded) {  // uniform over the block; the barrier at the loop's end made sw free
       stage_weights(sw, sb, w, b, cblk * CB, C);
       loaded = cblk;
     }
-    ytk_tpl::cp_async_wait_prior<1>();
+    ytk_tpl::cp_async_wait_prior<NSTAGE - 1>();
     __syncthreads();
     compute_store(tiles + cur * TILE_HALVES, sw, sb, x + (size_t)n * H * W * C, y + (size_t)n * HO * WO * C,
                   C, H, W, HO, WO, ty * TH, tx * TW, cblk * CB);
@@ -202,7 +218,7 @@ dw_pipe(const __half* __restrict__ x, const float* __restrict__ w, const float* 
   }
 }
 
-constexpr size_t PIPE_SMEM = 2 * TILE_HALVES * sizeof(__half) + (K * K * CB + CB) * sizeof(float);
+constexpr size_t PIPE_SMEM = NSTAGE * TILE_HALVES * sizeof(__half) + (K * K * CB + CB) * sizeof(float);
 //@@PIPE}
 
 // extents: N, C, H, W, HO, WO (logical NCHW); inputs x, w[, b]; output y.
@@ -235,7 +251,8 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
     int64_t grid = items < slots ? items : slots;
     if (grid > cblocks) grid -= grid % cblocks;  // a block then keeps one channel block (and its weights)
     dw_pipe<<<(unsigned)grid, NTHREADS, PIPE_SMEM, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO,
-        (int)tiles_x, (int)(tiles_x * tiles_y), (int)cblocks, (int)items);
+        ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
+        (int)items);
     return (int)cudaGetLastError();
   }
   //@@PIPE}
@@ -255,14 +272,15 @@ _LAUNCHER = PLAIN_LAUNCHER
 _STAGES = {"direct": 0, "smem": 1, "pipe": 2}
 
 
-def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str) -> int:
+def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str, ns: int = 2) -> int:
     tile = ((th - 1) * s + k) * ((tw - 1) * s + k) * cb * 2
     weights = k * k * cb * 4 + cb * 4
-    return {"direct": 16, "smem": tile, "pipe": 2 * tile}[stage] + weights
+    return {"direct": 16, "smem": tile, "pipe": ns * tile}[stage] + weights
 
 
 def smem_limit(stage: str) -> int:
-    """Static smem is capped at 48 KB; the pipelined kernel opts in to more (two tiles)."""
+    """Static smem is capped at 48 KB; the pipelined kernel opts in to more (its ring of tiles), up to
+    what two blocks of an sm_90 SM can share."""
     return 112 * 1024 if stage == "pipe" else SMEM_LIMIT
 
 
@@ -275,8 +293,11 @@ _BASE_S1 = (
     ("smem", 8, 32, 8, 32, 4, 2), ("smem", 8, 16, 16, 32, 4, 1), ("smem", 8, 32, 8, 32, 4, 1),
     ("smem", 8, 64, 8, 16, 4, 1), ("smem", 8, 16, 8, 32, 2, 1), ("smem", 4, 16, 8, 32, 4, 1),
     ("smem", 8, 32, 16, 32, 4, 2), ("direct", 8, 32, 4, 32, 4, 1),
-    # appended (existing variants keep their build-cache keys): narrower vectors, wider tiles
+    # appended: narrower vectors, wider tiles
     ("pipe", 4, 32, 16, 32, 8, 1), ("pipe", 4, 16, 8, 32, 4, 2), ("pipe", 8, 64, 8, 32, 4, 2),
+    # deeper rings (an 8th field: tiles in flight + 1) for the DRAM latency a two-tile ring leaves uncovered
+    ("pipe", 8, 16, 16, 32, 4, 1, 3), ("pipe", 8, 16, 16, 32, 4, 1, 4), ("pipe", 8, 32, 8, 32, 4, 1, 4),
+    ("pipe", 8, 32, 8, 32, 4, 2, 3), ("pipe", 8, 16, 8, 32, 2, 1, 4),
 )
 _BASE_S2 = (
     ("pipe", 8, 64, 8, 8, 4, 1), ("pipe", 8, 64, 4, 16, 4, 1), ("pipe", 8, 32, 8, 16, 4, 1),
@@ -284,6 +305,7 @@ _BASE_S2 = (
     ("smem", 8, 64, 8, 8, 4, 1), ("smem", 8, 64, 4, 16, 4, 1), ("smem", 8, 32, 8, 16, 4, 1),
     ("smem", 8, 16, 8, 32, 4, 1), ("smem", 8, 32, 8, 16, 2, 1), ("direct", 8, 32, 8, 16, 4, 1),
     ("direct", 8, 16, 8, 32, 2, 1),
+    ("pipe", 8, 64, 8, 8, 4, 1, 3), ("pipe", 8, 32, 8, 16, 4, 1, 4),
 )
 
 
@@ -291,7 +313,8 @@ def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | s
     """The tuning points legal for ``r``: channel blocking that tiles C, smem within the static
     limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run."""
     out: list[dict[str, int | str]] = []
-    for stage, vec, cb, th, tw, rpt, cpt in (_BASE_S1 if r.stride == 1 else _BASE_S2):
+    for stage, vec, cb, th, tw, rpt, cpt, *more in (_BASE_S1 if r.stride == 1 else _BASE_S2):
+        ns = more[0] if more else 2
         threads = (cb // vec) * (tw // cpt) * (th // rpt)
         if threads not in (128, 256, 512):
             continue
@@ -299,7 +322,7 @@ def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | s
             continue
         if not r.channels and cb > 32:
             continue
-        if smem_bytes(r.k, r.stride, vec, cb, tw, th, stage) > smem_limit(stage):
+        if smem_bytes(r.k, r.stride, vec, cb, tw, th, stage, ns) > smem_limit(stage):
             continue
         if not wide and rpt * cpt * vec + ((cpt - 1) * r.stride + r.k) * vec > 112:
             continue
@@ -307,7 +330,10 @@ def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | s
             continue
         if threads == 512 and not register_cap(r, dict(vec=vec, rpt=rpt, cpt=cpt)):
             continue  # 512 threads cap registers at 128, below what this tile needs: it would spill
-        out.append(dict(stage=stage, vec=vec, cb=cb, tw=tw, th=th, rpt=rpt, cpt=cpt))
+        p: dict[str, int | str] = dict(stage=stage, vec=vec, cb=cb, tw=tw, th=th, rpt=rpt, cpt=cpt)
+        if ns != 2:
+            p["ns"] = ns
+        out.append(p)
     return out
 
 
@@ -326,7 +352,8 @@ def _weight_load(r: DwConvRegion) -> str:
 
 
 def variant_name(p: dict[str, int | str]) -> str:
-    return f"{p['stage']}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
+    ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
+    return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
 def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Variant:
@@ -334,7 +361,7 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
     subs = {
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
-        "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])],
+        "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])], "NSTAGE": p.get("ns", 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
         "IR_UNROLL": " 1" if r.k >= 7 else "", "CAP": "true" if register_cap(r, p) else "false",
     }

@@ -118,3 +118,28 @@ def test_per_shape_dispatch_is_emitted_only_when_it_pays_and_compiles(tmp_path: 
     # one variant best everywhere, or a saving under 3%: no dispatch
     assert dispatch_variant([scored(a, (0.1, 0.02)), scored(b, (0.3, 0.05))], shapes, meta) is None
     assert dispatch_variant([scored(a, (0.10, 0.05)), scored(b, (0.30, 0.049))], shapes, meta) is None
+
+
+def test_fast_division_is_exact(tmp_path: Path) -> None:
+    """The prelude's FastDiv (the pipelined kernels' item -> tile split) equals integer division for
+    every divisor a launch can pass and dividends over the whole int range; built and run on the host."""
+    src = tmp_path / "fastdiv.cu"
+    src.write_text(PRELUDE + r"""
+#include <cstdio>
+int main() {
+  const int xs[] = {0, 1, 2, 3, 7, 63, 64, 65, 1000, 65535, 65536, 123456789, 1 << 30, 2147483646, 2147483647};
+  long long checked = 0;
+  for (int d = 1; d <= 70000; d += (d < 4096 ? 1 : 97)) {
+    ytk_tpl::FastDiv f(d);
+    for (int x : xs) { if (f.div(x) != x / d) { printf("FAIL %d / %d = %d\n", x, d, f.div(x)); return 1; } ++checked; }
+    for (int x = 0; x < 3 * d + 5; ++x) { if (f.div(x) != x / d) { printf("FAIL %d / %d\n", x, d); return 1; } ++checked; }
+  }
+  printf("ok %lld\n", checked);
+  return 0;
+}
+""")
+    exe = tmp_path / "fastdiv"
+    p = subprocess.run([find_nvcc(), "-O2", "-o", str(exe), str(src)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout
