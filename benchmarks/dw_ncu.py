@@ -25,7 +25,9 @@ sys.path[:0] = [str(REPO / p) for p in ("hookspecs", ".", "backends/nvcc", "back
 
 import torch  # noqa: E402
 
+from ytk_backend_nvcc.toolchain import compile_shared  # noqa: E402
 from ytk_backend_templates import emit_dwconv  # noqa: E402
+from ytk_backend_templates.gpu import local_gpu  # noqa: E402
 from ytk_backend_templates.emit_common import PRELUDE  # noqa: E402
 from ytk_backend_templates.regions import DwConvRegion  # noqa: E402
 
@@ -40,17 +42,17 @@ def main() -> None:
     b = torch.randn(c, device="cuda")
     ho, wo = region.out_hw(h, w)
     y = torch.empty(n, ho, wo, c, device="cuda", dtype=torch.float16)
-    sm = "".join(str(v) for v in torch.cuda.get_device_capability())
+    gpu = local_gpu()
+    if gpu is None:
+        sys.exit("no CUDA GPU here")
     tmp = Path(tempfile.mkdtemp())
     for name in wanted:
         if name not in space:
             sys.exit(f"{name}: not a variant of {region.describe()}; variants: {', '.join(space)}")
         v = emit_dwconv.emit(region, space[name], "v0", "v0_launch")
-        cu = tmp / f"{name}.cu"
-        cu.write_text(PRELUDE + v.body)
         so = tmp / f"{name}.so"
-        subprocess.run(["nvcc", "-O3", "-std=c++17", f"-arch=sm_{sm}", "-shared", "-Xcompiler", "-fPIC", "-lineinfo",
-                        "-Xptxas", "-v", str(cu), "-o", str(so)], check=True)
+        # the nvcc backend's own driver (flags, arch, atomic output) for the local GPU, plus line info for ncu
+        print(compile_shared(PRELUDE + v.body, so, gpu.arch(), extra_flags=("-lineinfo",), ptxas_verbose=True).log)
         if os.environ.get("YTK_SASS"):
             sass = subprocess.run(["cuobjdump", "-sass", str(so)], capture_output=True, text=True, check=True).stdout
             ops = collections.Counter(m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", sass))

@@ -53,6 +53,14 @@ def gpu_matches(requested: str, actual: str) -> bool:
     return bool(want) and want <= _tokens(actual)
 
 
+def sm_mismatch(gpu: LocalGpu, spec: ArchSpec) -> str | None:
+    """Why ``gpu`` cannot score kernels for target ``spec`` (another sm), or None when it can."""
+    if spec.sm == gpu.sm:
+        return None
+    return (f"target {spec.spec} is sm_{spec.sm} but the local {gpu.name} is sm_{gpu.sm}: kernels are scored on "
+            "the GPU that runs them; generate on a GPU of the target's kind")
+
+
 def require_gpu(requested: str, arch: str | None) -> LocalGpu:
     """The local GPU, checked against ``-g`` and the target arch; a clear StageError otherwise."""
     gpu = local_gpu()
@@ -71,7 +79,7 @@ def require_gpu(requested: str, arch: str | None) -> LocalGpu:
             spec = ArchSpec.parse(arch)
         except ArchSpecError as e:
             raise StageError(str(e)) from None
-        if spec.sm != gpu.sm:
-            raise StageError(f"target {arch} is sm_{spec.sm} but the local {gpu.name} is sm_{gpu.sm}: kernels are "
-                             "scored on the GPU that runs them; generate on a GPU of the target's kind.")
+        why = sm_mismatch(gpu, spec)
+        if why:
+            raise StageError(why + ".")
     return gpu

@@ -16,16 +16,16 @@ def probe(arch: ArchSpec | None = None) -> Availability:
     """Available with a CUDA GPU to score on and nvcc to build with, for targets of that GPU's sm."""
     from ytk_backend_nvcc.toolchain import find_nvcc
 
-    from .gpu import local_gpu
+    from .gpu import local_gpu, sm_mismatch
 
     if find_nvcc() is None:
         return Availability(available=False, reason="nvcc not found (needed to build kernel variants)")
     gpu = local_gpu()
     if gpu is None:
         return Availability(available=False, reason="no CUDA device to score kernels on")
-    if arch is not None and arch.sm != gpu.sm:
-        return Availability(available=False, reason=f"the local {gpu.name} is sm_{gpu.sm}; kernels for the "
-                                                    f"sm_{arch.sm} target must be scored on a GPU of that kind")
+    why = sm_mismatch(gpu, arch) if arch is not None else None
+    if why:
+        return Availability(available=False, reason=why)
     return Availability(available=True, reason=f"scores kernels on the local {gpu.name} (sm_{gpu.sm})",
                         details={"gpu": gpu.name, "sm": str(gpu.sm)})
 

@@ -114,7 +114,8 @@ def layer_times(program: Program, inputs: Sequence[torch.Tensor], warmup: int, i
 
 def _graphed_layer_times(program: Program, inputs: Sequence[torch.Tensor], warmup: int, iterations: int,
                          task: Any) -> tuple[list[StepTime], float] | None:
-    """Per-step times (and the event cost subtracted) from events captured in the forward's CUDA graph; None where torch cannot capture them.
+    """Per-step times (and the event cost subtracted) from events captured in the forward's CUDA graph;
+    None where torch cannot capture events.
 
     An event node costs the GPU about a microsecond, charged to the step it closes; on a model of many
     microsecond layers that would inflate the per-layer sum well past the latency. The graph therefore
