@@ -27,6 +27,9 @@ __device__ __forceinline__ void unpack(const uint2& r, float* f) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) { const float2 t = __half22float2(h[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
 }
+__device__ __forceinline__ void unpack(const unsigned& r, float* f) {
+  const float2 t = __half22float2(*reinterpret_cast<const __half2*>(&r)); f[0] = t.x; f[1] = t.y;
+}
 __device__ __forceinline__ uint4 pack8(const float* f) {
   uint4 r; __half2* h = reinterpret_cast<__half2*>(&r);
 #pragma unroll
@@ -61,6 +64,28 @@ struct FastDiv {
 template <int V> struct HVec;
 template <> struct HVec<8> { using T = uint4; };
 template <> struct HVec<4> { using T = uint2; };
+template <> struct HVec<2> { using T = unsigned; };
+
+// VEC fp32 weights (16-byte aligned smem, VEC = 2, 4 or 8) into registers.
+template <int VEC>
+__device__ __forceinline__ void load_f32(const float* p, float* out) {
+  if (VEC == 2) {
+    const float2 t = *reinterpret_cast<const float2*>(p); out[0] = t.x; out[1] = t.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC / 4; ++i) {
+      const float4 t = reinterpret_cast<const float4*>(p)[i];
+      out[4 * i] = t.x; out[4 * i + 1] = t.y; out[4 * i + 2] = t.z; out[4 * i + 3] = t.w;
+    }
+  }
+}
+// VEC fp32 values -> VEC halves stored with one 4-, 8- or 16-byte store.
+template <int VEC>
+__device__ __forceinline__ void store_half(__half* dst, const float* f) {
+  if (VEC == 8) *reinterpret_cast<uint4*>(dst) = pack8(f);
+  else if (VEC == 4) *reinterpret_cast<uint2*>(dst) = pack4(f);
+  else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(f[0], f[1]);
+}
 
 // Asynchronous global->shared copy; when !valid nothing is read and the bytes are zero-filled
 // (that is how out-of-image taps become the convolution's zero padding).
@@ -81,6 +106,20 @@ __device__ __forceinline__ float4 lds128_pinned(const float* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
   return v;
+}
+// VEC fp32 values from shared memory with pinned loads (VEC = 2, 4 or 8; 8-byte aligned for 2, else 16).
+template <int VEC>
+__device__ __forceinline__ void lds_pinned(const float* p, float* out) {
+  if (VEC == 2) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(out[0]), "=f"(out[1]) : "r"(a));
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC / 4; ++i) {
+      const float4 t = lds128_pinned(p + 4 * i);
+      out[4 * i] = t.x; out[4 * i + 1] = t.y; out[4 * i + 2] = t.z; out[4 * i + 3] = t.w;
+    }
+  }
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }

@@ -131,9 +131,7 @@ __device__ __forceinline__ void compute_store(const __half* tile, const float* s
         float o[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
-        VT* dst = reinterpret_cast<VT*>(yn + ((size_t)oy * WO + ox) * C + c);
-        if (VEC == 8) *reinterpret_cast<uint4*>(dst) = ytk_tpl::pack8(o);
-        else *reinterpret_cast<uint2*>(dst) = ytk_tpl::pack4(o);
+        ytk_tpl::store_half<VEC>(yn + ((size_t)oy * WO + ox) * C + c, o);
       }
     }
   }
@@ -221,6 +219,127 @@ dw_pipe(const __half* __restrict__ x, const float* __restrict__ w, const float* 
 constexpr size_t PIPE_SMEM = NSTAGE * TILE_HALVES * sizeof(__half) + (K * K * CB + CB) * sizeof(float);
 //@@PIPE}
 
+//@@STRIP{
+// Each thread owns VEC channels x CPT adjacent output columns x a strip of TH output rows and walks
+// down it one input row at a time: the row's NIC vectors are loaded once (the next row's bytes are
+// already in flight), converted to fp32 once and added into the <= ceil(K/S) output rows they touch;
+// an output row is activated and stored as soon as its last input row is in, so only those rows'
+// accumulators are live. No tile copy and no per-tap index math: the horizontal halo is re-read
+// from L1 by the neighbouring column group, the vertical one from L2 by the strip below.
+// Weights live in registers (WREG) or are read per tap from shared memory.
+constexpr bool WREG = @WREG@;
+constexpr int PF = @PF@;  // input rows loaded ahead of the one being computed
+// The strip's rows for one thread. EDGE: some of its input columns lie outside the image (zero
+// padding) or some of its output columns past the end; else every load and store is unconditional.
+template <bool EDGE>
+__device__ __forceinline__ void strip_rows(const __half* src, __half* dst, const float (*wr)[VEC], const float* sw,
+                                           const float* bias, ptrdiff_t cs, ptrdiff_t rs, ptrdiff_t os, int H,
+                                           int W, int WO, int HO, int iy0, int ix0, int oy0, int ox0, int cv) {
+  bool colok[NIC], qok[CPT];
+#pragma unroll
+  for (int j = 0; j < NIC; ++j) colok[j] = !EDGE || (unsigned)(ix0 + j) < (unsigned)W;
+#pragma unroll
+  for (int q = 0; q < CPT; ++q) qok[q] = !EDGE || ox0 + q < WO;
+  float acc[TH][CPT][VEC];
+#pragma unroll
+  for (int r = 0; r < TH; ++r)
+#pragma unroll
+    for (int q = 0; q < CPT; ++q)
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
+  VT raw[PF + 1][NIC];
+  // input row ir -> raw[ir % (PF + 1)]; rows outside the image (the strip's first and last only) are zero
+  auto load = [&](int ir, const __half* row) {
+    if ((unsigned)(iy0 + ir) < (unsigned)H) {  // block-uniform: the block's threads share their rows
+#pragma unroll
+      for (int j = 0; j < NIC; ++j) {
+        if (colok[j]) raw[ir % (PF + 1)][j] = __ldg(reinterpret_cast<const VT*>(row + j * cs));
+        else raw[ir % (PF + 1)][j] = VT{};
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < NIC; ++j) raw[ir % (PF + 1)][j] = VT{};
+    }
+  };
+#pragma unroll
+  for (int ir = 0; ir < PF; ++ir) load(ir, src + ir * rs);
+#pragma unroll
+  for (int ir = 0; ir < NIR; ++ir) {
+    if (ir + PF < NIR) load(ir + PF, src + (ir + PF) * rs);  // PF rows ahead are in flight
+    float xin[NIC][VEC];
+#pragma unroll
+    for (int j = 0; j < NIC; ++j) ytk_tpl::unpack(raw[ir % (PF + 1)][j], xin[j]);
+#pragma unroll
+    for (int r = 0; r < TH; ++r) {
+      const int ky = ir - r * S;
+      if (ky < 0 || ky >= K) continue;
+#pragma unroll
+      for (int kx = 0; kx < K; ++kx) {
+        float wt[VEC];
+        if (WREG) {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) wt[v] = wr[WREG ? ky * K + kx : 0][v];
+        } else {
+          ytk_tpl::lds_pinned<VEC>(&sw[(ky * K + kx) * CB + cv * VEC], wt);  // not hoisted into registers
+        }
+#pragma unroll
+        for (int q = 0; q < CPT; ++q)
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) acc[r][q][v] = fmaf(wt[v], xin[q * S + kx][v], acc[r][q][v]);
+      }
+      if (ky == K - 1 && oy0 + r < HO) {  // row r is complete
+#pragma unroll
+        for (int q = 0; q < CPT; ++q) {
+          if (qok[q]) {
+            float o[VEC];
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
+            ytk_tpl::store_half<VEC>(dst + q * cs, o);
+          }
+        }
+        dst += os;
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+dw_strip(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+         __half* __restrict__ y, int C, int H, int W, int HO, int WO, int cblocks) {
+  __shared__ __align__(16) float sw[K * K * CB];
+  __shared__ __align__(16) float sb[CB];
+  const int cblk = blockIdx.x % cblocks, tx = blockIdx.x / cblocks;
+  const int oy0 = blockIdx.y * TH, n = blockIdx.z, c_base = cblk * CB;
+  stage_weights(sw, sb, w, b, c_base, C);
+  __syncthreads();
+  const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
+  const int c = c_base + cv * VEC, ox0 = tx * TW + cg * CPT;
+  if (c >= C || ox0 >= WO) return;
+  const int ix0 = ox0 * S - P, iy0 = oy0 * S - P;
+  // Element strides: a pixel (C, a compile-time immediate when C is constant), an input and an output row.
+  const ptrdiff_t cs = CONST_C ? CONST_C : C, rs = (ptrdiff_t)W * cs, os = (ptrdiff_t)WO * cs;
+  // The strip's first input row at column ix0 (may lie outside the image: nothing is read there) and
+  // first output row at column ox0.
+  const __half* src = x + (ptrdiff_t)n * H * rs + (ptrdiff_t)iy0 * rs + (ptrdiff_t)ix0 * cs + c;
+  __half* dst = y + (ptrdiff_t)n * HO * os + (ptrdiff_t)oy0 * os + (ptrdiff_t)ox0 * cs + c;
+  float wr[WREG ? K * K : 1][VEC];
+  if (WREG) {
+#pragma unroll
+    for (int t = 0; t < (WREG ? K * K : 1); ++t) ytk_tpl::load_f32<VEC>(&sw[t * CB + cv * VEC], wr[t]);
+  }
+  float bias[VEC];
+  ytk_tpl::load_f32<VEC>(&sb[cv * VEC], bias);
+  // Warps whose threads all lie inside the image (all but those at its left and right edges) run
+  // the unchecked copy of the loop.
+  const bool inside = ix0 >= 0 && ix0 + NIC <= W && ox0 + CPT <= WO;
+  if (__all_sync(__activemask(), inside)) {
+    strip_rows<false>(src, dst, wr, sw, bias, cs, rs, os, H, W, WO, HO, iy0, ix0, oy0, ox0, cv);
+  } else {
+    strip_rows<true>(src, dst, wr, sw, bias, cs, rs, os, H, W, WO, HO, iy0, ix0, oy0, ox0, cv);
+  }
+}
+//@@STRIP}
+
 // extents: N, C, H, W, HO, WO (logical NCHW); inputs x, w[, b]; output y.
 int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
   const int64_t N = e[0], C = e[1], H = e[2], W = e[3], HO = e[4], WO = e[5];
@@ -256,6 +375,12 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
     return (int)cudaGetLastError();
   }
   //@@PIPE}
+  //@@STRIP{
+  if (tiles_x * cblocks > INT32_MAX || tiles_y > 65535 || N > 65535) return (int)cudaErrorInvalidConfiguration;
+  dw_strip<<<dim3((unsigned)(tiles_x * cblocks), (unsigned)tiles_y, (unsigned)N), NTHREADS, 0, stream>>>(
+      x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)cblocks);
+  return (int)cudaGetLastError();
+  //@@STRIP}
   //@@PLAIN{
   if (tiles_x * tiles_y * cblocks > INT32_MAX || N > 65535) return (int)cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)(tiles_x * tiles_y * cblocks), 1, (unsigned)N);
@@ -269,7 +394,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 
 _LAUNCHER = PLAIN_LAUNCHER
 
-_STAGES = {"direct": 0, "smem": 1, "pipe": 2}
+_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3}
 
 
 def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str, ns: int = 2) -> int:
@@ -309,6 +434,26 @@ _BASE_S2 = (
 )
 
 
+# Strips (stage "strip"): (vec, cb, rows per strip, tw, cpt, weights in registers, rows prefetched,
+# register cap for 512 resident threads); th = rpt = rows.
+_STRIP_S1 = (
+    (4, 64, 8, 32, 4, 0, 1, 0), (4, 64, 8, 32, 4, 0, 2, 0), (4, 64, 8, 32, 4, 1, 1, 0), (4, 64, 8, 32, 4, 1, 2, 1),
+    (4, 64, 8, 32, 4, 0, 2, 1), (2, 64, 8, 32, 4, 1, 2, 0), (2, 64, 8, 64, 8, 1, 1, 0), (4, 64, 16, 32, 4, 0, 2, 0),
+    (4, 64, 4, 32, 4, 0, 1, 0), (4, 32, 8, 64, 4, 0, 2, 0), (8, 64, 8, 32, 2, 0, 1, 0), (2, 32, 8, 64, 4, 0, 2, 0),
+    (4, 128, 8, 16, 4, 0, 2, 0), (4, 64, 8, 16, 2, 0, 2, 0), (2, 64, 8, 32, 4, 0, 2, 0), (2, 64, 8, 64, 8, 0, 2, 0),
+)
+_STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 16, 2, 0, 1, 0),
+             (4, 64, 8, 16, 2, 0, 2, 0))
+
+
+def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: bool, pf: int) -> int:
+    """fp32 registers a strip thread keeps live: weights (if held), the accumulators of the output
+    rows one input row touches, the converted input row and the raw (fp16) rows in flight."""
+    nic = (cpt - 1) * r.stride + r.k
+    rows = -(-r.k // r.stride)
+    return (r.k * r.k * vec if wreg else vec) + rows * cpt * vec + nic * vec + (pf + 1) * nic * vec // 2
+
+
 def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | str]]:
     """The tuning points legal for ``r``: channel blocking that tiles C, smem within the static
     limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run."""
@@ -334,6 +479,21 @@ def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | s
         if ns != 2:
             p["ns"] = ns
         out.append(p)
+    for vec, cb, rows, tw, cpt, wreg, pf, cap in (_STRIP_S1 if r.stride == 1 else _STRIP_S2):
+        threads = (cb // vec) * (tw // cpt)
+        if threads not in (128, 256, 512):
+            continue
+        if r.channels and (cb > r.channels or r.channels % cb):
+            continue
+        if (r.k * r.k * cb + cb) * 4 > SMEM_LIMIT:
+            continue
+        if r.k > 5:  # a fully unrolled 7x7 strip holds 7 rows of accumulators: not tuned yet
+            continue
+        if strip_registers(r, vec, cpt, bool(wreg), pf) > (255 if wide else 200):
+            continue
+        if cap and strip_registers(r, vec, cpt, bool(wreg), pf) > 112:  # 128 registers would spill
+            continue
+        out.append(dict(stage="strip", vec=vec, cb=cb, tw=tw, th=rows, rpt=rows, cpt=cpt, wreg=wreg, pf=pf, cap=cap))
     return out
 
 
@@ -353,6 +513,8 @@ def _weight_load(r: DwConvRegion) -> str:
 
 def variant_name(p: dict[str, int | str]) -> str:
     ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
+    if p["stage"] == "strip":
+        ring += ("w" if int(p["wreg"]) else "") + f"p{p['pf']}" + ("m" if int(p["cap"]) else "")
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -363,12 +525,15 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])], "NSTAGE": p.get("ns", 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
-        "IR_UNROLL": " 1" if r.k >= 7 else "", "CAP": "true" if register_cap(r, p) else "false",
+        "IR_UNROLL": " 1" if r.k >= 7 else "", "CAP": "true" if (int(p["cap"]) if "cap" in p else register_cap(r, p)) else "false",
+        "WREG": "true" if int(p.get("wreg", 0)) else "false", "PF": p.get("pf", 1),
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
-    drop = "PLAIN" if p["stage"] == "pipe" else "PIPE"
-    text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", _KERNEL, flags=re.S) + _LAUNCHER
-    text = re.sub(r"[ ]*//@@(PLAIN|PIPE)[{}]\n", "", text)
+    keep = {"pipe": "PIPE", "strip": "STRIP"}.get(str(p["stage"]), "PLAIN")
+    text = _KERNEL
+    for drop in {"PLAIN", "PIPE", "STRIP"} - {keep}:
+        text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", text, flags=re.S)
+    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP)[{}]\n", "", text + _LAUNCHER)
     for k, v in subs.items():
         text = text.replace(f"@{k}@", str(v))
     return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)
