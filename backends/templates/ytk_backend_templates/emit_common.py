@@ -107,17 +107,20 @@ __device__ __forceinline__ float4 lds128_pinned(const float* p) {
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
   return v;
 }
-// VEC fp32 values from shared memory with pinned loads (VEC = 2, 4 or 8; 8-byte aligned for 2, else 16).
+// VEC fp32 values from shared memory (VEC = 2, 4 or 8; 8-byte aligned for 2, else 16), loaded where
+// they are used: volatile loads (and the clobber) keep nvcc and ptxas from hoisting them out of a loop
+// into registers.
 template <int VEC>
 __device__ __forceinline__ void lds_pinned(const float* p, float* out) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
   if (VEC == 2) {
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(out[0]), "=f"(out[1]) : "r"(a));
+    asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(out[0]), "=f"(out[1]) : "r"(a) : "memory");
   } else {
 #pragma unroll
     for (int i = 0; i < VEC / 4; ++i) {
-      const float4 t = lds128_pinned(p + 4 * i);
-      out[4 * i] = t.x; out[4 * i + 1] = t.y; out[4 * i + 2] = t.z; out[4 * i + 3] = t.w;
+      asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(out[4 * i]), "=f"(out[4 * i + 1]), "=f"(out[4 * i + 2]), "=f"(out[4 * i + 3])
+                   : "r"(a + 16 * i) : "memory");
     }
   }
 }

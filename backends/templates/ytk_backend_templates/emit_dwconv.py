@@ -37,8 +37,9 @@ constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per r
 constexpr int TILE_HALVES = IH * IW * CB;
 // With CAP, at least 512 resident threads per SM (<= 128 registers each) for latency hiding;
 // without, the compiler may keep every weight of the thread's channels in registers (no spills).
+// A strip variant may instead name its minimum resident blocks per SM (MB).
 constexpr bool CAP = @CAP@;
-constexpr int MIN_BLOCKS = (!CAP || NTHREADS >= 512) ? 1 : 512 / NTHREADS;
+constexpr int MIN_BLOCKS = @MB@ ? @MB@ : (!CAP || NTHREADS >= 512) ? 1 : 512 / NTHREADS;
 using VT = typename ytk_tpl::HVec<VEC>::T;
 
 __device__ __forceinline__ float act(float v) { @ACT@ }
@@ -226,8 +227,10 @@ constexpr size_t PIPE_SMEM = NSTAGE * TILE_HALVES * sizeof(__half) + (K * K * CB
 // an output row is activated and stored as soon as its last input row is in, so only those rows'
 // accumulators are live. No tile copy and no per-tap index math: the horizontal halo is re-read
 // from L1 by the neighbouring column group, the vertical one from L2 by the strip below.
-// Weights live in registers (WREG) or are read per tap from shared memory.
-constexpr bool WREG = @WREG@;
+// Weights: 0 read from shared memory where used (the compiler may keep them in registers when they
+// fit), 1 held in registers, 2 read from shared memory per tap (never hoisted: for 5x5, where all
+// of them would not fit next to five accumulator rows).
+constexpr int WREG = @WREG@;
 constexpr int PF = @PF@;  // input rows loaded ahead of the one being computed
 // The strip's rows for one thread. EDGE: some of its input columns lie outside the image (zero
 // padding) or some of its output columns past the end; else every load and store is unconditional.
@@ -235,11 +238,65 @@ template <bool EDGE>
 __device__ __forceinline__ void strip_rows(const __half* src, __half* dst, const float (*wr)[VEC], const float* sw,
                                            const float* bias, ptrdiff_t cs, ptrdiff_t rs, ptrdiff_t os, int H,
                                            int W, int WO, int HO, int iy0, int ix0, int oy0, int ox0, int cv) {
-  bool colok[NIC], qok[CPT];
+  // bit j: input column ix0 + j is inside the image (one register, tested per load, instead of NIC
+  // predicates the compiler would spill into registers anyway)
+  unsigned colok = 0;
 #pragma unroll
-  for (int j = 0; j < NIC; ++j) colok[j] = !EDGE || (unsigned)(ix0 + j) < (unsigned)W;
+  for (int j = 0; j < NIC; ++j) colok |= (unsigned)((unsigned)(ix0 + j) < (unsigned)W) << j;
+  // input row ir's NIC vectors; rows outside the image (the strip's first and last only) are zero
+  auto load = [&](int ir, VT* raw) {
+    const __half* row = src + ir * rs;
+    if ((unsigned)(iy0 + ir) < (unsigned)H) {  // block-uniform: the block's threads share their rows
 #pragma unroll
-  for (int q = 0; q < CPT; ++q) qok[q] = !EDGE || ox0 + q < WO;
+      for (int j = 0; j < NIC; ++j) {
+        if (!EDGE) {
+          raw[j] = __ldg(reinterpret_cast<const VT*>(row + j * cs));
+        } else {  // read a column inside the image, then zero what lies outside (no predicated loads)
+          const int jc = min(max(ix0 + j, 0), W - 1) - ix0;
+          const VT v = __ldg(reinterpret_cast<const VT*>(row + jc * cs));
+          raw[j] = ((colok >> j) & 1u) ? v : VT{};
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < NIC; ++j) raw[j] = VT{};
+    }
+  };
+  // acc += the taps of kernel row ky applied to the converted input row
+  auto taps = [&](float (*acc)[VEC], const float (*xin)[VEC], int ky) {
+    float wt[K][VEC];  // the kernel row's weights, all loads issued before the first FMA
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) {
+      if (WREG == 1) {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) wt[kx][v] = wr[WREG == 1 ? ky * K + kx : 0][v];
+      } else if (WREG == 2) {
+        ytk_tpl::lds_pinned<VEC>(&sw[(ky * K + kx) * CB + cv * VEC], wt[kx]);  // not hoisted into registers
+      } else {
+        ytk_tpl::load_f32<VEC>(&sw[(ky * K + kx) * CB + cv * VEC], wt[kx]);
+      }
+    }
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+      for (int q = 0; q < CPT; ++q)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[q][v] = fmaf(wt[kx][v], xin[q * S + kx][v], acc[q][v]);
+  };
+  auto store = [&](const float (*acc)[VEC], int r) {
+    if (oy0 + r >= HO) return;
+#pragma unroll
+    for (int q = 0; q < CPT; ++q) {
+      if (!EDGE || ox0 + q < WO) {
+        float o[VEC];
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) o[v] = act(acc[q][v]);
+        ytk_tpl::store_half<VEC>(dst + r * os + q * cs, o);
+      }
+    }
+  };
+  // Fully unrolled: each input row's taps and each row's store are placed at compile time, and the
+  // accumulators of a stored row are free again (at most ceil(K / S) rows are live).
   float acc[TH][CPT][VEC];
 #pragma unroll
   for (int r = 0; r < TH; ++r)
@@ -248,24 +305,11 @@ __device__ __forceinline__ void strip_rows(const __half* src, __half* dst, const
 #pragma unroll
       for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
   VT raw[PF + 1][NIC];
-  // input row ir -> raw[ir % (PF + 1)]; rows outside the image (the strip's first and last only) are zero
-  auto load = [&](int ir, const __half* row) {
-    if ((unsigned)(iy0 + ir) < (unsigned)H) {  // block-uniform: the block's threads share their rows
 #pragma unroll
-      for (int j = 0; j < NIC; ++j) {
-        if (colok[j]) raw[ir % (PF + 1)][j] = __ldg(reinterpret_cast<const VT*>(row + j * cs));
-        else raw[ir % (PF + 1)][j] = VT{};
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < NIC; ++j) raw[ir % (PF + 1)][j] = VT{};
-    }
-  };
-#pragma unroll
-  for (int ir = 0; ir < PF; ++ir) load(ir, src + ir * rs);
+  for (int ir = 0; ir < PF; ++ir) load(ir, raw[ir]);
 #pragma unroll
   for (int ir = 0; ir < NIR; ++ir) {
-    if (ir + PF < NIR) load(ir + PF, src + (ir + PF) * rs);  // PF rows ahead are in flight
+    if (ir + PF < NIR) load(ir + PF, raw[(ir + PF) % (PF + 1)]);
     float xin[NIC][VEC];
 #pragma unroll
     for (int j = 0; j < NIC; ++j) ytk_tpl::unpack(raw[ir % (PF + 1)][j], xin[j]);
@@ -273,32 +317,8 @@ __device__ __forceinline__ void strip_rows(const __half* src, __half* dst, const
     for (int r = 0; r < TH; ++r) {
       const int ky = ir - r * S;
       if (ky < 0 || ky >= K) continue;
-#pragma unroll
-      for (int kx = 0; kx < K; ++kx) {
-        float wt[VEC];
-        if (WREG) {
-#pragma unroll
-          for (int v = 0; v < VEC; ++v) wt[v] = wr[WREG ? ky * K + kx : 0][v];
-        } else {
-          ytk_tpl::lds_pinned<VEC>(&sw[(ky * K + kx) * CB + cv * VEC], wt);  // not hoisted into registers
-        }
-#pragma unroll
-        for (int q = 0; q < CPT; ++q)
-#pragma unroll
-          for (int v = 0; v < VEC; ++v) acc[r][q][v] = fmaf(wt[v], xin[q * S + kx][v], acc[r][q][v]);
-      }
-      if (ky == K - 1 && oy0 + r < HO) {  // row r is complete
-#pragma unroll
-        for (int q = 0; q < CPT; ++q) {
-          if (qok[q]) {
-            float o[VEC];
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
-            ytk_tpl::store_half<VEC>(dst + q * cs, o);
-          }
-        }
-        dst += os;
-      }
+      taps(acc[r], xin, ky);
+      if (ky == K - 1) store(acc[r], r);
     }
   }
 }
@@ -322,10 +342,10 @@ dw_strip(const __half* __restrict__ x, const float* __restrict__ w, const float*
   // first output row at column ox0.
   const __half* src = x + (ptrdiff_t)n * H * rs + (ptrdiff_t)iy0 * rs + (ptrdiff_t)ix0 * cs + c;
   __half* dst = y + (ptrdiff_t)n * HO * os + (ptrdiff_t)oy0 * os + (ptrdiff_t)ox0 * cs + c;
-  float wr[WREG ? K * K : 1][VEC];
-  if (WREG) {
+  float wr[WREG == 1 ? K * K : 1][VEC];
+  if (WREG == 1) {
 #pragma unroll
-    for (int t = 0; t < (WREG ? K * K : 1); ++t) ytk_tpl::load_f32<VEC>(&sw[t * CB + cv * VEC], wr[t]);
+    for (int t = 0; t < (WREG == 1 ? K * K : 1); ++t) ytk_tpl::load_f32<VEC>(&sw[t * CB + cv * VEC], wr[t]);
   }
   float bias[VEC];
   ytk_tpl::load_f32<VEC>(&sb[cv * VEC], bias);
@@ -435,23 +455,26 @@ _BASE_S2 = (
 
 
 # Strips (stage "strip"): (vec, cb, rows per strip, tw, cpt, weights in registers, rows prefetched,
-# register cap for 512 resident threads); th = rpt = rows.
+# minimum resident blocks per SM (0: let the compiler choose the registers)); th = rpt = rows.
 _STRIP_S1 = (
-    (4, 64, 8, 32, 4, 0, 1, 0), (4, 64, 8, 32, 4, 0, 2, 0), (4, 64, 8, 32, 4, 1, 1, 0), (4, 64, 8, 32, 4, 1, 2, 1),
-    (4, 64, 8, 32, 4, 0, 2, 1), (2, 64, 8, 32, 4, 1, 2, 0), (2, 64, 8, 64, 8, 1, 1, 0), (4, 64, 16, 32, 4, 0, 2, 0),
-    (4, 64, 4, 32, 4, 0, 1, 0), (4, 32, 8, 64, 4, 0, 2, 0), (8, 64, 8, 32, 2, 0, 1, 0), (2, 32, 8, 64, 4, 0, 2, 0),
-    (4, 128, 8, 16, 4, 0, 2, 0), (4, 64, 8, 16, 2, 0, 2, 0), (2, 64, 8, 32, 4, 0, 2, 0), (2, 64, 8, 64, 8, 0, 2, 0),
+    # 3x3 (measured best on the worked example's shapes first)
+    (4, 128, 8, 16, 4, 0, 2, 0), (4, 64, 8, 32, 4, 0, 2, 4), (4, 64, 8, 32, 4, 0, 2, 0), (4, 64, 8, 32, 4, 0, 1, 0),
+    (2, 64, 8, 64, 8, 1, 1, 0), (2, 64, 8, 32, 4, 1, 2, 0), (4, 64, 8, 16, 2, 0, 2, 0), (4, 64, 4, 32, 4, 0, 1, 0),
+    (4, 128, 4, 16, 4, 0, 2, 0), (4, 16, 8, 128, 4, 0, 2, 0), (2, 16, 8, 64, 4, 0, 2, 0),
+    # 5x5: half2 per thread keeps the 5 live accumulator rows small enough for 2 blocks of 256 per SM
+    (2, 64, 8, 32, 4, 2, 2, 2), (2, 64, 4, 32, 4, 2, 2, 2), (2, 64, 8, 32, 4, 2, 1, 2), (2, 32, 8, 64, 4, 2, 2, 2),
+    (4, 64, 8, 16, 2, 2, 2, 3),
 )
 _STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 16, 2, 0, 1, 0),
              (4, 64, 8, 16, 2, 0, 2, 0))
 
 
-def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: bool, pf: int) -> int:
+def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: int, pf: int) -> int:
     """fp32 registers a strip thread keeps live: weights (if held), the accumulators of the output
     rows one input row touches, the converted input row and the raw (fp16) rows in flight."""
     nic = (cpt - 1) * r.stride + r.k
     rows = -(-r.k // r.stride)
-    return (r.k * r.k * vec if wreg else vec) + rows * cpt * vec + nic * vec + (pf + 1) * nic * vec // 2
+    return (r.k * r.k * vec if wreg != 2 else vec) + rows * cpt * vec + nic * vec + (pf + 1) * nic * vec // 2
 
 
 def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | str]]:
@@ -479,21 +502,20 @@ def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | s
         if ns != 2:
             p["ns"] = ns
         out.append(p)
-    for vec, cb, rows, tw, cpt, wreg, pf, cap in (_STRIP_S1 if r.stride == 1 else _STRIP_S2):
+    for vec, cb, rows, tw, cpt, wreg, pf, mb in (_STRIP_S1 if r.stride == 1 else _STRIP_S2):
         threads = (cb // vec) * (tw // cpt)
         if threads not in (128, 256, 512):
             continue
         if r.channels and (cb > r.channels or r.channels % cb):
             continue
-        if (r.k * r.k * cb + cb) * 4 > SMEM_LIMIT:
+        if r.k > 5:  # 7x7 strips (7 accumulator rows) are not tuned yet
             continue
-        if r.k > 5:  # a fully unrolled 7x7 strip holds 7 rows of accumulators: not tuned yet
+        regs = strip_registers(r, vec, cpt, wreg, pf)
+        if regs > (255 if wide else 200):
             continue
-        if strip_registers(r, vec, cpt, bool(wreg), pf) > (255 if wide else 200):
+        if mb and regs + 8 > 65536 // (mb * threads):  # the cap would spill
             continue
-        if cap and strip_registers(r, vec, cpt, bool(wreg), pf) > 112:  # 128 registers would spill
-            continue
-        out.append(dict(stage="strip", vec=vec, cb=cb, tw=tw, th=rows, rpt=rows, cpt=cpt, wreg=wreg, pf=pf, cap=cap))
+        out.append(dict(stage="strip", vec=vec, cb=cb, tw=tw, th=rows, rpt=rows, cpt=cpt, wreg=wreg, pf=pf, mb=mb))
     return out
 
 
@@ -514,7 +536,7 @@ def _weight_load(r: DwConvRegion) -> str:
 def variant_name(p: dict[str, int | str]) -> str:
     ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
     if p["stage"] == "strip":
-        ring += ("w" if int(p["wreg"]) else "") + f"p{p['pf']}" + ("m" if int(p["cap"]) else "")
+        ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -525,8 +547,8 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])], "NSTAGE": p.get("ns", 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
-        "IR_UNROLL": " 1" if r.k >= 7 else "", "CAP": "true" if (int(p["cap"]) if "cap" in p else register_cap(r, p)) else "false",
-        "WREG": "true" if int(p.get("wreg", 0)) else "false", "PF": p.get("pf", 1),
+        "IR_UNROLL": " 1" if r.k >= 7 else "", "CAP": "true" if p["stage"] != "strip" and register_cap(r, p) else "false", "MB": p.get("mb", 0),
+        "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
     keep = {"pipe": "PIPE", "strip": "STRIP"}.get(str(p["stage"]), "PLAIN")
