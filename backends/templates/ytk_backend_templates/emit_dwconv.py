@@ -10,6 +10,11 @@ memory and L1 absorbs the overlap. Each thread then computes RPT rows x CPT colu
 outputs for VEC channels (one 16- or 8-byte vector), keeping a sliding row of inputs in registers
 and accumulating in fp32. Weights are transposed into shared memory as [tap][channel] so a thread
 reads its VEC weights of a tap with 16-byte loads.
+
+``stage=strip`` (k <= 5) copies no tile: a thread owns VEC channels x CPT columns x a strip of TH
+rows and walks down it, loading each input row once (PF rows ahead), converting it once and adding
+it into the rows it touches; fewer instructions per output than any tiled variant (no tile copy, no
+per-tap index math), which is what the issue-bound 3x3 needs.
 """
 
 from __future__ import annotations
