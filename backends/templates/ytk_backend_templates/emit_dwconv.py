@@ -482,16 +482,20 @@ def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: int, pf: int) -> 
     return (r.k * r.k * vec if wreg != 2 else vec) + rows * cpt * vec + nic * vec + (pf + 1) * nic * vec // 2
 
 
+def _block_fits(r: DwConvRegion, cb: int, threads: int) -> bool:
+    """A block of 128, 256 or 512 threads whose channel block tiles a constant C."""
+    return threads in (128, 256, 512) and not (r.channels and (cb > r.channels or r.channels % cb))
+
+
 def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | str]]:
     """The tuning points legal for ``r``: channel blocking that tiles C, smem within the static
-    limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run."""
+    limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run;
+    then the strips (k <= 5) whose live registers fit, under their minimum-blocks cap if any."""
     out: list[dict[str, int | str]] = []
     for stage, vec, cb, th, tw, rpt, cpt, *more in (_BASE_S1 if r.stride == 1 else _BASE_S2):
         ns = more[0] if more else 2
         threads = (cb // vec) * (tw // cpt) * (th // rpt)
-        if threads not in (128, 256, 512):
-            continue
-        if r.channels and (cb > r.channels or r.channels % cb):
+        if not _block_fits(r, cb, threads):
             continue
         if not r.channels and cb > 32:
             continue
@@ -509,11 +513,7 @@ def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | s
         out.append(p)
     for vec, cb, rows, tw, cpt, wreg, pf, mb in (_STRIP_S1 if r.stride == 1 else _STRIP_S2):
         threads = (cb // vec) * (tw // cpt)
-        if threads not in (128, 256, 512):
-            continue
-        if r.channels and (cb > r.channels or r.channels % cb):
-            continue
-        if r.k > 5:  # 7x7 strips (7 accumulator rows) are not tuned yet
+        if not _block_fits(r, cb, threads) or r.k > 5:  # 7x7 strips (7 accumulator rows) are not tuned yet
             continue
         regs = strip_registers(r, vec, cpt, wreg, pf)
         if regs > (255 if wide else 200):
@@ -552,8 +552,9 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])], "NSTAGE": p.get("ns", 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
-        "IR_UNROLL": " 1" if r.k >= 7 else "", "CAP": "true" if p["stage"] != "strip" and register_cap(r, p) else "false", "MB": p.get("mb", 0),
-        "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
+        "IR_UNROLL": " 1" if r.k >= 7 else "",
+        "CAP": "true" if p["stage"] != "strip" and register_cap(r, p) else "false",  # strips cap by MB
+        "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
     keep = {"pipe": "PIPE", "strip": "STRIP"}.get(str(p["stage"]), "PLAIN")
