@@ -4,7 +4,9 @@ For every region (EfficientViT-B1 at batch 4, 1088x1920, fp16): the generated ke
 winner of the autotuning, CUDA-graph replays over rotating inputs larger than the L2), the torch
 time of the region's own ops in fp16 channels_last (cuDNN conv + bias + activation; for LiteMLA
 the region's torch ops), the physical floor (bytes moved / device copy bandwidth measured in the
-same process) and the fraction of the floor reached. Every figure is measured here; nothing is
+same process), the fraction of the floor reached, and a device copy of the same bytes timed the
+same way (what a plain memory-bound kernel of that size reaches: small tensors fall short of the
+floor even there). Every figure is measured here; nothing is
 recorded or estimated.
 
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
@@ -131,6 +133,7 @@ def run(names: list[str], root: Path, out: Path, prep: Path | None = None) -> li
                        kernel_ms=win.time_ms_per_site if win else None,
                        spread_ms=win.spread_ms_per_site if win else None,
                        torch_ms=rep.torch_ms_per_site, floor_ms=rep.floor_ms_per_site,
+                       copy_ms=rep.copy_ms_per_site,
                        correct=sum(1 for c in rep.candidates if c.correct), variants=len(rep.candidates),
                        notes=rep.notes,
                        candidates=[c.model_dump(mode="json") for c in rep.candidates])
@@ -142,21 +145,23 @@ def run(names: list[str], root: Path, out: Path, prep: Path | None = None) -> li
 
 def table(rows: list[dict[str, object]]) -> str:
     head = ("| region | site shape (NCHW[, C out]) | sites | winner | kernel us | torch fp16 us | floor us | "
-            "% of floor | x torch |\n|---|---|---|---|---|---|---|---|---|")
+            "% of floor | x torch | copy us (% of floor) |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         if r.get("kernel_ms") is None:
-            lines.append(f"| {r['region']} | | | {r['status']}: {str(r['message'])[:80]} | | | | | |")
+            lines.append(f"| {r['region']} | | | {r['status']}: {str(r['message'])[:80]} | | | | | | |")
             continue
         seen: set[str] = set()
-        for shp, k, t, f in zip(r["shapes"], r["kernel_ms"], r["torch_ms"], r["floor_ms"]):  # type: ignore[call-overload]
+        copies = r.get("copy_ms") or [None] * len(r["shapes"])  # type: ignore[arg-type]
+        for shp, k, t, f, c in zip(r["shapes"], r["kernel_ms"], r["torch_ms"], r["floor_ms"], copies):  # type: ignore[call-overload]
             key = str(shp)
             if key in seen:
                 continue
             seen.add(key)
             n = sum(1 for s in r["shapes"] if str(s) == key)  # type: ignore[attr-defined]
             lines.append(f"| {r['region']} | {shp} | {n} | {r['winner']} | {k * 1e3:.1f} | {t * 1e3:.1f} | "
-                         f"{f * 1e3:.1f} | {100 * f / k:.0f}% | {t / k:.1f}x |")
+                         f"{f * 1e3:.1f} | {100 * f / k:.0f}% | {t / k:.1f}x | "
+                         + (f"{c * 1e3:.1f} ({100 * f / c:.0f}%) |" if c else "|"))
     return "\n".join(lines)
 
 

@@ -165,7 +165,7 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
     import torch
 
     from .cases import ERROR_BUDGET, build_cases
-    from .scoring import pick_winner, score_variants, torch_times
+    from .scoring import copy_times, pick_winner, score_variants, torch_times
     from .timing import copy_bandwidth_gbs
 
     from .reference import torch_region, verify_against_pt2
@@ -200,8 +200,10 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
                                      site_index, log=ctx.log)
             task.advance()
         variants = [*variants, disp]
-    with ctx.progress(f"{name}: timing the torch ops of the region", total=1) as task:
+    with ctx.progress(f"{name}: timing the torch ops of the region and a copy of its bytes", total=2) as task:
         torch_shape_ms = torch_times(module, region, shapes, device, gpu.l2_bytes)
+        task.advance()
+        copy_shape_ms = copy_times(region, shapes, device, gpu.l2_bytes)
         task.advance()
     del cases
     winner = pick_winner(scored)
@@ -211,6 +213,7 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
         winner=winner.variant.name if winner else None,
         torch_ms_per_site=[torch_shape_ms[i] for i in site_index],
         floor_ms_per_site=winner.score.floor_ms_per_site if winner else [],
+        copy_ms_per_site=[copy_shape_ms[i] for i in site_index],
         notes=[f"copy bandwidth measured in-process: {copy_gbs:.0f} GB/s (bytes read + written)",
                f"{len(variants)} variants, {sum(1 for s in scored if s.score.correct)} correct; "
                f"timed as CUDA-graph replays over rotating input sets >= 3x L2",

@@ -12,6 +12,7 @@ from ytk_hookspecs.models import CandidateScore
 from .build import BuildOutcome
 from .cases import Case, timing_inputs
 from .emit_common import Variant
+from .contract import bytes_moved
 from .harness import check_case, time_kernel, time_torch
 from .regions import Region, SiteShape
 
@@ -93,6 +94,13 @@ def pick_winner(scored: list[Scored]) -> Scored | None:
 def torch_times(module: Any, region: Region, shapes: list[SiteShape], device: Any, l2_bytes: int) -> list[float]:
     return [time_torch(module, region, s, lambda i, s=s: timing_inputs(region, s, i, device), device, l2_bytes)
             for s in shapes]
+
+
+def copy_times(region: Region, shapes: list[SiteShape], device: Any, l2_bytes: int) -> list[float]:
+    """Per shape: a device copy of the kernel's bytes (see :func:`.timing.time_copy`)."""
+    from .timing import time_copy
+
+    return [time_copy(bytes_moved(region, s), device, l2_bytes) for s in shapes]
 
 
 def _advance(progress: Any) -> None:

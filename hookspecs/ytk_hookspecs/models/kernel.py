@@ -15,7 +15,7 @@ runtime input dims. The return value is 0 or a ``cudaError_t``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -105,7 +105,12 @@ class CandidateScore(BaseModel):
 
 
 class KernelReport(Versioned):
-    """``report.json`` beside a generated source: every candidate tried, the winner, the hardware."""
+    """``report.json`` beside a generated source: every candidate tried, the winner, the hardware.
+
+    Schema 2 added ``copy_ms_per_site`` (reports of schema 1 still read, with it empty).
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     plugin_name: str
     backend: str
@@ -118,6 +123,9 @@ class KernelReport(Versioned):
     winner: str | None
     torch_ms_per_site: list[float] = Field(default_factory=list)
     floor_ms_per_site: list[float] = Field(default_factory=list)
+    # a device copy of the same bytes per site, timed like the kernels: the practical ceiling at that
+    # size (launch, ramp-up and tail included), which small tensors leave well above the floor
+    copy_ms_per_site: list[float] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
 
