@@ -1,4 +1,4 @@
-"""Sweep depthwise template variants on chosen shapes, with a same-size copy as the practical ceiling
+"""Sweep depthwise template variants on chosen shapes, with a same-size memory pass as the practical ceiling
 (a developer tool for issue work; the product's scoring is the templates harness).
 
     python benchmarks/dw_sweep.py build DIR CASES [--params JSON] [--arch SPEC]   # host: nvcc only
@@ -12,7 +12,7 @@ the way the harness does (CUDA-graph replays over rotating input/output sets lar
 median of 15), checks it coarsely against torch's fp32 conv + hardswish (max error within 2% of the
 output range: this catches broken variants, the generator's harness applies the real error budget),
 and prints per case: the device
-copy bandwidth floor, a torch copy of the same bytes (what a plain memory-bound kernel of this size
+copy bandwidth floor, an elementwise pass over the same bytes (what a plain memory-bound kernel of this size
 reaches), cuDNN, and each variant's time and fraction of the floor.
 """
 
@@ -112,13 +112,13 @@ def run(out: Path) -> None:
         ref = F.hardswish(F.conv2d(xs[0].permute(0, 3, 1, 2).float(), wt.view(c, 1, k, k), b, s, k // 2,
                                    groups=c)).permute(0, 2, 3, 1)
         floor_us = moved / (gbs * 1e9) * 1e6
-        copy_us = time_copy(moved, dev, l2) * 1e3  # the same bytes through a device copy
+        copy_us = time_copy(moved, dev, l2) * 1e3  # the same bytes through an elementwise pass
         xc = [x.permute(0, 3, 1, 2) for x in xs]  # channels_last views
         wc = wt.view(c, 1, k, k).half().contiguous(memory_format=torch.channels_last)
         bc = b.half()
         cudnn_us = time_launches(lambda i: F.hardswish(F.conv2d(xc[i], wc, bc, s, k // 2, groups=c)),
                                  sets).median_ms * 1e3
-        print(f"\n## k{k} s{s} C{c} N{n} {h}x{w}: floor {floor_us:.1f} us; copy of the same bytes {copy_us:.1f} us "
+        print(f"\n## k{k} s{s} C{c} N{n} {h}x{w}: floor {floor_us:.1f} us; memory pass over the same bytes {copy_us:.1f} us "
               f"({100 * floor_us / copy_us:.0f}% of floor); cuDNN+hardswish {cudnn_us:.1f} us", flush=True)
         rows = []
         for m in ms:

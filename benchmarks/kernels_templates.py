@@ -4,9 +4,9 @@ For every region (EfficientViT-B1 at batch 4, 1088x1920, fp16): the generated ke
 winner of the autotuning, CUDA-graph replays over rotating inputs larger than the L2), the torch
 time of the region's own ops in fp16 channels_last (cuDNN conv + bias + activation; for LiteMLA
 the region's torch ops), the physical floor (bytes moved / device copy bandwidth measured in the
-same process), the fraction of the floor reached, and a device copy of the same bytes timed the
-same way (what a plain memory-bound kernel of that size reaches: small tensors fall short of the
-floor even there). Every figure is measured here; nothing is
+same process), the fraction of the floor reached, and a plain memory pass over the same bytes timed
+the same way (what a memory-bound kernel of that size reaches: small tensors fall short of the floor
+even there). Every figure is measured here; nothing is
 recorded or estimated.
 
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
@@ -145,7 +145,7 @@ def run(names: list[str], root: Path, out: Path, prep: Path | None = None) -> li
 
 def table(rows: list[dict[str, object]]) -> str:
     head = ("| region | site shape (NCHW[, C out]) | sites | winner | kernel us | torch fp16 us | floor us | "
-            "% of floor | x torch | copy us (% of floor) |\n|---|---|---|---|---|---|---|---|---|---|")
+            "% of floor | x torch | memory pass us (% of floor) |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         if r.get("kernel_ms") is None:

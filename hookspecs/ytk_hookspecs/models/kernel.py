@@ -123,8 +123,9 @@ class KernelReport(Versioned):
     winner: str | None
     torch_ms_per_site: list[float] = Field(default_factory=list)
     floor_ms_per_site: list[float] = Field(default_factory=list)
-    # a device copy of the same bytes per site, timed like the kernels: the practical ceiling at that
-    # size (launch, ramp-up and tail included), which small tensors leave well above the floor
+    # a plain memory pass (elementwise SM kernel) over the same bytes per site, timed like the kernels:
+    # the practical ceiling at that size (launch, ramp-up and tail included), well above the floor
+    # for small tensors
     copy_ms_per_site: list[float] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
