@@ -1,5 +1,5 @@
-"""Sweep depthwise template variants on chosen shapes, with a same-size memory pass as the practical ceiling
-(a developer tool for issue work; the product's scoring is the templates harness).
+"""Sweep depthwise template variants on chosen shapes, with a same-size memory pass as the practical
+ceiling (a developer tool for issue work; the product's scoring is the templates harness).
 
     python benchmarks/dw_sweep.py build DIR CASES [--params JSON] [--arch SPEC]   # host: nvcc only
     python benchmarks/dw_sweep.py run DIR                                          # GPU machine
@@ -11,9 +11,9 @@ compiles each with the nvcc backend's driver into DIR (with a manifest). ``run``
 the way the harness does (CUDA-graph replays over rotating input/output sets larger than the L2,
 median of 15), checks it coarsely against torch's fp32 conv + hardswish (max error within 2% of the
 output range: this catches broken variants, the generator's harness applies the real error budget),
-and prints per case: the device
-copy bandwidth floor, an elementwise pass over the same bytes (what a plain memory-bound kernel of this size
-reaches), cuDNN, and each variant's time and fraction of the floor.
+and prints per case: the device copy bandwidth floor, an elementwise pass over the same bytes (what a
+plain memory-bound kernel of this size reaches), cuDNN, and each variant's time and fraction of the
+floor.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def run(out: Path) -> None:
         bc = b.half()
         cudnn_us = time_launches(lambda i: F.hardswish(F.conv2d(xc[i], wc, bc, s, k // 2, groups=c)),
                                  sets).median_ms * 1e3
-        print(f"\n## k{k} s{s} C{c} N{n} {h}x{w}: floor {floor_us:.1f} us; memory pass over the same bytes {copy_us:.1f} us "
+        print(f"\n## k{k} s{s} C{c} N{n} {h}x{w}: floor {floor_us:.1f} us; memory pass over the same bytes "
+              f"{copy_us:.1f} us "
               f"({100 * floor_us / copy_us:.0f}% of floor); cuDNN+hardswish {cudnn_us:.1f} us", flush=True)
         rows = []
         for m in ms:
