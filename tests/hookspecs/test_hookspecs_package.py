@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import subprocess
 import sys
 
@@ -90,3 +91,24 @@ def test_kernel_source_bad_meta_is_clear(tmp_path):
     p.write_text("CUDA_HEADER=''\nCUDA_SOURCE=''\nPLUGIN_META_YAML='plugin_name: 1x\\n'\n")
     with pytest.raises(KernelSourceError, match="not a valid contract"):
         KernelSource.read(p)
+
+
+def test_kernel_report_schema_2_reads_schema_1(tmp_path):
+    """report.json gained copy_ms_per_site in schema 2: old reports still read, newer ones are refused."""
+    from ytk_hookspecs.models import KernelReport
+
+    rep = KernelReport(plugin_name="P", backend="templates", job_id="j", region_kind="dw", measured_on="GPU",
+                       simulated=False, error_budget="e", candidates=[], winner=None, floor_ms_per_site=[0.01],
+                       copy_ms_per_site=[0.012])
+    p = rep.write(tmp_path / "new.report.json")
+    back = KernelReport.read(p)
+    assert back.schema_version == 2 and back.copy_ms_per_site == [0.012]
+    old = rep.model_dump(mode="json")
+    old.pop("copy_ms_per_site")
+    old["schema_version"] = 1
+    (tmp_path / "old.report.json").write_text(json.dumps(old))
+    assert KernelReport.read(tmp_path / "old.report.json").copy_ms_per_site == []
+    old["schema_version"] = 3
+    (tmp_path / "newer.report.json").write_text(json.dumps(old))
+    with pytest.raises(ArtifactError, match="newer ytk"):
+        KernelReport.read(tmp_path / "newer.report.json")

@@ -200,7 +200,7 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
                                      site_index, log=ctx.log)
             task.advance()
         variants = [*variants, disp]
-    with ctx.progress(f"{name}: timing the torch ops of the region and a copy of its bytes", total=2) as task:
+    with ctx.progress(f"{name}: timing the torch ops of the region and a memory pass over its bytes", total=2) as task:
         torch_shape_ms = torch_times(module, region, shapes, device, gpu.l2_bytes)
         task.advance()
         copy_shape_ms = copy_times(region, shapes, device, gpu.l2_bytes)

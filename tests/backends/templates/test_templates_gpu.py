@@ -53,7 +53,7 @@ def _check_result(tmp_path: Path, res, out: Path, cand) -> KernelReport:  # type
     assert winner.correct and winner.rejected is None
     assert 0 < src.meta.perf.achieved_bandwidth_fraction <= 1
     assert len(src.meta.perf.time_ms_per_site) == len(cand.sites)
-    # the same-size copy is measured per site; it cannot beat the floor (bytes / large-copy bandwidth)
+    # the same-size memory pass is measured per site; it cannot beat the floor (bytes / large-copy bandwidth)
     # by more than timing noise
     assert len(report.copy_ms_per_site) == len(cand.sites)
     assert all(c >= 0.9 * f for c, f in zip(report.copy_ms_per_site, report.floor_ms_per_site))
