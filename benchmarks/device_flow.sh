@@ -11,14 +11,10 @@ set -u
 what=" ${*:-flow} "
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+unset PYTHONPATH; source benchmarks/device_env.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e hookspecs -e . -e backends/mock \
   -e backends/nvcc -e backends/torch -e backends/templates > "$OUT/install.log" 2>&1 || { tail "$OUT/install.log"; exit 1; }
-if [ -f .kcache/nvcc.tar.xz ] && [ ! -d /tmp/kcache/nvcc ]; then
-  mkdir -p /tmp/kcache && tar -xJf .kcache/nvcc.tar.xz -C /tmp/kcache
-fi
-export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc YTK_CACHE_DIR=$PWD/runs/ytkcache
+export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc YTK_CACHE_DIR=$PWD/runs/ytkcache  # a build cache even without one carried
 export YTK_ENGINE=torch YTK_KERNELGEN=templates YTK_BUILDER=nvcc
 ARCH=x86_64-sm90-linux-cu130-trt10
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; } > "$OUT/machine.txt" 2>&1

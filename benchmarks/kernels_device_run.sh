@@ -8,12 +8,8 @@ what=${1:-all}
 regions=${2:-}
 OUT=${OUT:-/tmp/kout}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/hookspecs:$PWD:$PWD/backends/nvcc:$PWD/backends/templates
-export PYTHONUNBUFFERED=1
-if [ -f .kcache/nvcc.tar.xz ]; then
-  mkdir -p /tmp/kcache && tar -xJf .kcache/nvcc.tar.xz -C /tmp/kcache && export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc
-fi
+source benchmarks/device_env.sh || exit 1
+export PYTHONPATH=$PYTHONPATH:$PWD/hookspecs:$PWD:$PWD/backends/nvcc:$PWD/backends/templates
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; nvcc --version | tail -2;
   python3 -c 'import torch; p=torch.cuda.get_device_properties(0); print(torch.__version__, p.name, p.multi_processor_count, p.L2_cache_size)'; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
