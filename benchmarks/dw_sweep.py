@@ -2,8 +2,12 @@
 ceiling (a developer tool for issue work; the product's scoring is the templates harness).
 
     python benchmarks/dw_sweep.py build DIR CASES [--params JSON] [--arch SPEC]   # host: nvcc only
-    python benchmarks/dw_sweep.py run DIR                                          # GPU machine
+    python benchmarks/dw_sweep.py run DIR                                          # GPU machine (*)
     YTK_SWEEP_MANIFEST=other.json python benchmarks/dw_sweep.py run DIR           # other cases, same builds
+
+(*) on the device machine first ``source benchmarks/device_env.sh`` and put ``hookspecs``, the repo,
+``backends/nvcc`` and ``backends/templates`` on PYTHONPATH; carry DIR as a tarball (the libraries
+link the CUDA runtime statically: ~1 MB each, they compress ~20x together).
 
 CASES is ``k,s,C,N,H,W[;...]`` (C < 0: channels as a runtime extent). ``build`` emits every variant of each case's space (``wide``), plus
 the parameter dicts of ``--params`` (a JSON list; tried on every case they are legal for), and
