@@ -10,14 +10,14 @@ ceiling (a developer tool for issue work; the product's scoring is the templates
 link the CUDA runtime statically: ~1 MB each, they compress ~20x together).
 
 CASES is ``k,s,C,N,H,W[;...]`` (C < 0: channels as a runtime extent). ``build`` emits every variant
-of each case's space (``wide``), plus the parameter dicts of ``--params`` (a JSON list; tried on every
-case they are legal for), and compiles each with the nvcc backend's driver into DIR (with a manifest).
-``run`` times each variant the way the harness does (CUDA-graph replays over rotating input/output sets larger than the L2,
-median of 15), checks it coarsely against torch's fp32 conv + hardswish (max error within 2% of the
-output range: this catches broken variants, the generator's harness applies the real error budget),
-and prints per case: the device copy bandwidth floor, an elementwise pass over the same bytes (what a
-plain memory-bound kernel of this size reaches), cuDNN, and each variant's time and fraction of the
-floor.
+of each case's space (``wide``), plus the parameter dicts of ``--params`` (a JSON list; tried on
+every case they are legal for), and compiles each with the nvcc backend's driver into DIR (with a
+manifest). ``run`` times each variant the way the harness does (CUDA-graph replays over rotating
+input/output sets larger than the L2, median of 15), checks it coarsely against torch's fp32 conv +
+hardswish (max error within 2% of the output range: this catches broken variants, the generator's
+harness applies the real error budget), and prints per case: the device copy bandwidth floor, an
+elementwise pass over the same bytes (what a plain memory-bound kernel of this size reaches), cuDNN,
+and each variant's time and fraction of the floor.
 """
 
 from __future__ import annotations
