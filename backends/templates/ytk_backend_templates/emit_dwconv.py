@@ -419,6 +419,191 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 
 _LAUNCHER = PLAIN_LAUNCHER
 
+# Tensor-core depthwise (stride 1, k <= 9): per channel, one kernel row's taps along x are a banded
+# (Toeplitz) 16 x 8 matrix B[k][n] = w[ky][k - n], so 16 output rows x 8 columns of one channel are
+# sum over ky of A_ky (16 rows x 16 input columns, rows shifted by ky) x B_ky: one m16n8k16 MMA per
+# kernel row, the fp32 weights split into hi + lo fp16 halves (two MMAs, fp32 accumulation) as in the
+# 1x1 template. A is read with ldmatrix from channel planes ([c][row][x], x contiguous), so each
+# warp first transposes its 8 channels of the input tile (with halo, zero outside the image) from
+# NHWC into 8 planes of shared memory; results overwrite the plane in place (a tile's outputs only
+# cover inputs no later tile of the channel reads) and leave as NHWC through ldmatrix.trans. Every
+# warp owns 8 channels of a 16 x TW tile from staging to store: no block-wide barrier.
+_MMA_KERNEL = r"""
+namespace @NS@ {
+constexpr int K = @K@, P = @P@, NT = @NT@, WPB = @WPB@;
+constexpr int CONST_C = @CONST_C@;
+constexpr bool HAS_BIAS = @HAS_BIAS@;
+constexpr int TH = 16, TW = 8 * NT, NTHREADS = 32 * WPB;
+constexpr int IH = TH + K - 1, IWP = TW + 8;  // rows and row pitch (halves) of a plane
+constexpr int PLANE = IH * IWP + 8;           // halves per channel plane
+// ldmatrix reads 8 rows of 16 bytes: rows IWP apart (A) or PLANE apart (the NHWC store) land in 8
+// distinct 16-byte bank groups when the pitch is an odd number of 16-byte units.
+static_assert((IWP / 8) % 2 == 1 && (PLANE / 8) % 2 == 1 && K <= 9 && K % 2 == 1, "plane pitch");
+constexpr int NPIX = IH * IWP, ROUNDS = @ROUNDS@;  // the tile's loads go out in ROUNDS batches
+constexpr int BATCH = ((NPIX + 31) / 32 + ROUNDS - 1) / ROUNDS;
+constexpr int WPAD = 24;                      // a kernel row's taps at [8, 8 + K), zeros around them
+
+__device__ __forceinline__ float act(float v) { @ACT@ }
+
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// Two fp32 taps -> their hi and lo fp16 pairs (hi + lo carries ~22 bits of each weight).
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 back = __half22float2(h);
+  const __half2 l = __floats2half2_rn(a - back.x, b - back.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+__global__ void __launch_bounds__(NTHREADS)
+dw_mma(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+       __half* __restrict__ y, int C, int H, int W, int HO, int WO, int cblocks) {
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __half* pl = reinterpret_cast<__half*>(dsmem) + warp * 8 * PLANE;
+  float* wp = reinterpret_cast<float*>(dsmem + WPB * 8 * PLANE * sizeof(__half)) + warp * 8 * K * WPAD;
+  const int cblk = blockIdx.x % cblocks, tx = blockIdx.x / cblocks;
+  const int c0 = (cblk * WPB + warp) * 8;
+  if (c0 >= C) return;  // the whole warp: every warp stands alone
+  const int oy0 = blockIdx.y * TH, ox0 = tx * TW, n = blockIdx.z;
+  const ptrdiff_t cs = CONST_C ? CONST_C : C;
+  const __half* xn = x + (ptrdiff_t)n * H * W * cs + c0;
+  const int iy0 = oy0 - P, ix0 = ox0 - P;
+  // The warp's 8 channels' weights, each kernel row zero-padded so a lane reads its taps unchecked.
+  for (int i = lane; i < 8 * K * WPAD; i += 32) {
+    const int row = i / WPAD, j = i - row * WPAD - 8;  // row = channel * K + ky
+    wp[i] = (j >= 0 && j < K) ? w[(ptrdiff_t)(c0 + row / K) * (K * K) + (row % K) * K + j] : 0.f;
+  }
+  // The input tile (IH x IWP pixels, 8 channels each) transposed into the 8 planes; columns past
+  // TW + K - 1 only meet zero taps and are zero.
+  for (int base = 0; base < NPIX; base += 32 * BATCH) {
+    uint4 v[BATCH];
+#pragma unroll
+    for (int j = 0; j < BATCH; ++j) {
+      const int p = base + j * 32 + lane, iy = p / IWP, ix = p - iy * IWP;
+      const int gy = iy0 + iy, gx = ix0 + ix;
+      v[j] = make_uint4(0, 0, 0, 0);
+      if (p < NPIX && ix < TW + K - 1 && (unsigned)gy < (unsigned)H && (unsigned)gx < (unsigned)W)
+        v[j] = __ldg(reinterpret_cast<const uint4*>(xn + ((ptrdiff_t)gy * W + gx) * cs));
+    }
+#pragma unroll
+    for (int j = 0; j < BATCH; ++j) {
+      const int p = base + j * 32 + lane;
+      if (p < NPIX) {
+        const __half* h = reinterpret_cast<const __half*>(&v[j]);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) pl[c * PLANE + p] = h[c];
+      }
+    }
+  }
+  __syncwarp();
+  const int g = lane / 4, q = lane % 4;
+  const unsigned pl_s = (unsigned)__cvta_generic_to_shared(pl);
+  // lane's ldmatrix row: matrices (rows 0-7 | 8-15) x (columns 0-7 | 8-15)
+  const unsigned a_off = (unsigned)((((lane % 8) + 8 * ((lane / 8) % 2)) * IWP + 8 * (lane / 16)) * 2);
+  for (int c = 0; c < 8; ++c) {
+    // B fragments: b0 = taps (2q - g, 2q + 1 - g), b1 = (2q + 8 - g, 2q + 9 - g) of each kernel row
+    uint32_t bh[K][2], bl[K][2];
+#pragma unroll
+    for (int ky = 0; ky < K; ++ky) {
+      const float* r = wp + (c * K + ky) * WPAD + 8 + 2 * q - g;
+      split2(r[0], r[1], bh[ky][0], bl[ky][0]);
+      split2(r[8], r[9], bh[ky][1], bl[ky][1]);
+    }
+    const float bias = HAS_BIAS ? __ldg(&b[c0 + c]) : 0.f;
+    const unsigned cp = pl_s + (unsigned)(c * PLANE * 2);
+    __half* plc = pl + c * PLANE;
+    // A of column tile nt: 16 input columns from 8 * nt; its right half is the next tile's left half.
+    uint32_t a[K][4];
+#pragma unroll
+    for (int ky = 0; ky < K; ++ky) ldsm_x4(a[ky], cp + a_off + ky * IWP * 2);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float acc[4] = {bias, bias, bias, bias};
+#pragma unroll
+      for (int ky = 0; ky < K; ++ky) {
+        mma16816(acc, a[ky], bl[ky][0], bl[ky][1]);
+        mma16816(acc, a[ky], bh[ky][0], bh[ky][1]);
+      }
+      if (nt + 1 < NT) {
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
+          a[ky][0] = a[ky][2];
+          a[ky][1] = a[ky][3];
+          // matrices (rows 0-7 | 8-15) of columns 8 * (nt + 2) .. + 7; lanes 16-31 repeat 0-15's rows
+          ldsm_x2(&a[ky][2], cp + (unsigned)((((lane % 8) + 8 * ((lane / 8) % 2)) * IWP + 8 * (nt + 2)) * 2)
+                                 + ky * IWP * 2);
+        }
+      }
+      __syncwarp();  // every lane's A of this tile is read before outputs overwrite the plane
+      // outputs (g, 2q..2q+1) and (g + 8, ...) of the tile, in place: plane row r, column 8 * nt + 2q
+      *reinterpret_cast<__half2*>(&plc[g * IWP + 8 * nt + 2 * q]) = __floats2half2_rn(act(acc[0]), act(acc[1]));
+      *reinterpret_cast<__half2*>(&plc[(g + 8) * IWP + 8 * nt + 2 * q]) = __floats2half2_rn(act(acc[2]), act(acc[3]));
+    }
+  }
+  __syncwarp();
+  // NHWC store: ldmatrix.trans of 8 planes x 8 columns gives a lane channels (2q, 2q + 1) of column
+  // g; the four matrices are column groups 0-7 .. 24-31 (of 8 * NT) of one output row.
+  __half* yn = y + (ptrdiff_t)n * HO * WO * cs + c0 + 2 * q;
+#pragma unroll 1
+  for (int r = 0; r < TH; ++r) {
+    const int oy = oy0 + r;
+    if (oy >= HO) break;
+#pragma unroll
+    for (int cg = 0; cg < NT; cg += 4) {
+      uint32_t v[4];  // with fewer than 4 column groups left, the extra matrices repeat the last one
+      ldsm_x4_t(v, pl_s + (unsigned)(((lane % 8) * PLANE + r * IWP + 8 * (cg + min(lane / 8, NT - 1 - cg))) * 2));
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int ox = ox0 + 8 * (cg + m) + g;
+        if (cg + m < NT && ox < WO) *reinterpret_cast<uint32_t*>(yn + ((ptrdiff_t)oy * WO + ox) * cs) = v[m];
+      }
+    }
+  }
+}
+
+constexpr size_t MMA_SMEM = WPB * 8 * (PLANE * sizeof(__half) + K * WPAD * sizeof(float));
+
+int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
+  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], HO = e[4], WO = e[5];
+  if ((CONST_C && C != CONST_C) || C % 8 != 0 || C <= 0) return (int)cudaErrorInvalidValue;
+  if (HO != H + 2 * P - K + 1 || WO != W + 2 * P - K + 1) return (int)cudaErrorInvalidValue;
+  if (N == 0 || HO <= 0 || WO <= 0) return 0;
+  if ((int64_t)N * H * W * C > INT64_C(1) << 40 || H > INT32_MAX || W > INT32_MAX) return (int)cudaErrorInvalidValue;
+  const int64_t tiles_x = (WO + TW - 1) / TW, tiles_y = (HO + TH - 1) / TH, cblocks = (C + 8 * WPB - 1) / (8 * WPB);
+  if (tiles_x * cblocks > INT32_MAX || tiles_y > 65535 || N > 65535) return (int)cudaErrorInvalidConfiguration;
+  static bool attr = false;
+  if (!attr) {
+    const cudaError_t err = cudaFuncSetAttribute(dw_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MMA_SMEM);
+    if (err != cudaSuccess) return (int)err;
+    attr = true;
+  }
+  dw_mma<<<dim3((unsigned)(tiles_x * cblocks), (unsigned)tiles_y, (unsigned)N), NTHREADS, MMA_SMEM, stream>>>(
+      static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
+      HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr, static_cast<__half*>(outputs[0]),
+      (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)cblocks);
+  return (int)cudaGetLastError();
+}
+}  // namespace @NS@
+"""
+
+
 _STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3}
 
 
@@ -539,6 +724,8 @@ def _weight_load(r: DwConvRegion) -> str:
 
 
 def variant_name(p: dict[str, int | str]) -> str:
+    if p["stage"] == "mma":
+        return f"mma_n{p['nt']}_w{p['wpb']}_r{p['rounds']}"
     ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
     if p["stage"] == "strip":
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
@@ -547,6 +734,14 @@ def variant_name(p: dict[str, int | str]) -> str:
 
 def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Variant:
     """One variant's CUDA text (namespace ``ns``) with its extern "C" ``launcher``."""
+    if p["stage"] == "mma":
+        text = _MMA_KERNEL + _LAUNCHER
+        subs_mma = {"NS": ns, "K": r.k, "P": r.pad, "NT": p["nt"], "WPB": p["wpb"], "ROUNDS": p["rounds"],
+                    "CONST_C": r.channels or 0, "HAS_BIAS": "true" if r.has_bias else "false",
+                    "ACT": ACTIVATION_CODE[r.act], "SYM": launcher}
+        for k, v in subs_mma.items():
+            text = text.replace(f"@{k}@", str(v))
+        return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)
     subs = {
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
