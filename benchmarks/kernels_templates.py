@@ -6,8 +6,7 @@ time of the region's own ops in fp16 channels_last (cuDNN conv + bias + activati
 the region's torch ops), the physical floor (bytes moved / device copy bandwidth measured in the
 same process), the fraction of the floor reached, and a plain memory pass over the same bytes timed
 the same way (what a memory-bound kernel of that size reaches: small tensors fall short of the floor
-even there). Every figure is measured here; nothing is
-recorded or estimated.
+even there). Every figure is measured here; nothing is recorded or estimated.
 
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
     python benchmarks/kernels_templates.py --prebuild --arch SPEC --cache DIR  # CPU: fill the build cache

@@ -15,6 +15,7 @@ from .contract import bytes_moved
 from .emit_common import Variant
 from .harness import check_case, time_kernel, time_torch
 from .regions import Region, SiteShape
+from .timing import time_copy
 
 
 @dataclass
@@ -98,8 +99,6 @@ def torch_times(module: Any, region: Region, shapes: list[SiteShape], device: An
 
 def copy_times(region: Region, shapes: list[SiteShape], device: Any, l2_bytes: int) -> list[float]:
     """Per shape: a plain memory pass over the kernel's bytes (see :func:`.timing.time_copy`)."""
-    from .timing import time_copy
-
     return [time_copy(bytes_moved(region, s), device, l2_bytes) for s in shapes]
 
 
