@@ -53,3 +53,30 @@ def test_json_log_format_goes_to_stderr():
     r = run_cli("--log-format", "json", "-v", "backends", "--json")
     assert r.code == 0
     assert r.stdout.lstrip().startswith("{")
+
+
+def test_disk_full_is_one_clear_error(monkeypatch, capsys, tmp_path):
+    """A full disk mid-run (ENOSPC from any writer) ends in one paragraph, not a traceback."""
+    import errno
+    import importlib
+
+    import typer
+
+    cli_app = importlib.import_module("ytk_core.cli.app")  # the module (ytk_core.cli.app is also the Typer app)
+
+    class Full:
+        def main(self, **kw):  # type: ignore[no-untyped-def]
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "model.npz"))
+
+    monkeypatch.setattr(typer.main, "get_command", lambda _app: Full())
+    assert cli_app.main(["autoloop", "m.py"]) == 1
+    err = capsys.readouterr().err
+    assert "no space left on the device writing" in err and "model.npz" in err and "Traceback" not in err
+
+    class Other:
+        def main(self, **kw):  # type: ignore[no-untyped-def]
+            raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(typer.main, "get_command", lambda _app: Other())
+    with pytest.raises(PermissionError):  # other OS errors are not disguised as a full disk
+        cli_app.main(["autoloop", "m.py"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from dataclasses import dataclass
 from typing import Annotated
@@ -87,6 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.render() if isinstance(e, YtkError) else str(e)
         stderr.print(Text.assemble(("error: ", "bold red"), msg), highlight=False)
         return e.exit_code
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {e.filename}" if e.filename else ""
+        stderr.print(Text.assemble(("error: ", "bold red"),
+                                   f"no space left on the device{where} ({e.strerror}); free some space and run "
+                                   "the command again (a partial file is never left behind, and `ytk autoloop` "
+                                   "resumes where it stopped)"), highlight=False)
+        return 1
     except KeyboardInterrupt:
         stderr.print("interrupted")
         return 130
