@@ -89,7 +89,7 @@ def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) 
         reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
                                      **({"max_variants": str(maxv)} if maxv else {})},
                                      output=root / "x.module_source.py", candidate=cand, plugin_name=name))
-    plans = [p for p in (plan_job(r) for r in reqs + carved) if isinstance(p, JobPlan)]
+    plans = [p for p in (plan_job(r, sm=arch.sm) for r in reqs + carved) if isinstance(p, JobPlan)]
     carved_names = {r.plugin_name for r in carved}
     done: set[str] = set()
     t0 = time.perf_counter()

@@ -365,6 +365,164 @@ dw_strip(const __half* __restrict__ x, const float* __restrict__ w, const float*
 }
 //@@STRIP}
 
+//@@TMA{
+// Persistent blocks fed by the Hopper tensor-memory accelerator: one thread issues each item's
+// whole input tile (CB channels x IW x IH, halo included) as a single TMA box copy into a ring of
+// NSTAGE buffers; pixels outside the image arrive as zeros (the convolution's padding, no index
+// math). NSTAGE - 1 tiles are in flight while one is computed, so the bytes in flight do not depend
+// on how many threads are resident (the strips' and the cp.async pipe's limit on small late-stage
+// tensors). Each thread owns VEC channels x CPT columns over the tile's TH rows and walks down the
+// tile one input row at a time as a strip does: the row's NIC vectors are read from shared memory
+// once, converted once and added into the <= ceil(K/S) output rows they touch; a finished row is
+// activated and stored. Weights stay in registers: with the grid a multiple of the channel blocks a
+// block keeps one channel block.
+constexpr int TILE_BYTES = TILE_HALVES * 2;
+constexpr int TILE_STRIDE = (TILE_BYTES + 127) / 128 * 128;  // TMA destinations are 128-byte aligned
+constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 128;
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  }
+}
+// One box (CB, IW, IH, 1) at element coordinates (c, x, y, n) of the NHWC input into `dst`; the
+// barrier completes when all TILE_BYTES (zero-filled ones included) have landed.
+__device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint64_t* bar, int c, int x, int y, int n) {
+  const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(b), "r"(TILE_BYTES) : "memory");
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(x), "r"(y),
+         "r"(n), "r"(b) : "memory");
+}
+
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, const float* __restrict__ b,
+       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+       ytk_tpl::FastDiv cblocks, int items) {
+  extern __shared__ __align__(128) unsigned char dsmem[];
+  __shared__ __align__(8) uint64_t full[NSTAGE];
+  unsigned char* ring = dsmem + ((128 - ((unsigned)__cvta_generic_to_shared(dsmem) & 127)) & 127);
+  const int step = gridDim.x;
+  if ((int)blockIdx.x >= items) return;
+  auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
+    const int rest = cblocks.div(item);
+    cblk = item - rest * (int)cblocks.d;
+    n = tiles_img.div(rest);
+    const int t = rest - n * (int)tiles_img.d;
+    ty = tiles_x.div(t);
+    tx = t - ty * (int)tiles_x.d;
+  };
+  auto issue = [&](int item, int slot) {
+    int cblk, n, ty, tx;
+    split(item, cblk, n, ty, tx);
+    tma_tile(ring + slot * TILE_STRIDE, &map, &full[slot], cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
+  };
+  if (threadIdx.x == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(&map)) : "memory");
+#pragma unroll
+    for (int s = 0; s < NSTAGE; ++s) mbar_init(&full[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < NSTAGE - 1; ++j)
+      if ((int)blockIdx.x + j * step < items) issue((int)blockIdx.x + j * step, j);
+  }
+  __syncthreads();
+  const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
+  float wr[K * K][VEC], bias[VEC];
+  int loaded = -1;
+  for (int it = blockIdx.x, k = 0; it < items; it += step, ++k) {
+    const int slot = k % NSTAGE;
+    const int ahead = it + (NSTAGE - 1) * step;
+    // slot (k - 1) % NSTAGE was computed in the previous iteration and freed by its trailing barrier
+    if (threadIdx.x == 0 && ahead < items) issue(ahead, (k + NSTAGE - 1) % NSTAGE);
+    int cblk, n, ty, tx;
+    split(it, cblk, n, ty, tx);
+    const int c = cblk * CB + cv * VEC;
+    const bool cok = c < C;  // C % VEC == 0: the thread's VEC channels are all in or all out
+    if (cblk != loaded) {  // block-uniform
+      loaded = cblk;
+#pragma unroll
+      for (int t = 0; t < K * K; ++t)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) wr[t][v] = cok ? __ldg(&w[(size_t)(c + v) * (K * K) + t]) : 0.f;
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
+    }
+    mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
+    const __half* tile = reinterpret_cast<const __half*>(ring + slot * TILE_STRIDE) + cg * CPT * S * CB + cv * VEC;
+    const int oy0 = ty * TH, ox0 = tx * TW + cg * CPT;
+    __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0) * C + c;
+    float acc[TH][CPT][VEC];
+#pragma unroll
+    for (int r = 0; r < TH; ++r)
+#pragma unroll
+      for (int q = 0; q < CPT; ++q)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
+#pragma unroll
+    for (int ir = 0; ir < IH; ++ir) {
+      float xin[NIC][VEC];
+#pragma unroll
+      for (int j = 0; j < NIC; ++j) ytk_tpl::unpack(*reinterpret_cast<const VT*>(tile + (ir * IW + j) * CB), xin[j]);
+#pragma unroll
+      for (int r = 0; r < TH; ++r) {
+        const int ky = ir - r * S;
+        if (ky < 0 || ky >= K) continue;
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+          for (int q = 0; q < CPT; ++q)
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) acc[r][q][v] = fmaf(wr[ky * K + kx][v], xin[q * S + kx][v], acc[r][q][v]);
+        if (ky == K - 1 && cok && oy0 + r < HO) {
+#pragma unroll
+          for (int q = 0; q < CPT; ++q) {
+            if (ox0 + q < WO) {
+              float o[VEC];
+#pragma unroll
+              for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
+              ytk_tpl::store_half<VEC>(dst + ((size_t)r * WO + q) * C, o);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
+  }
+}
+
+// The tensor map of the NHWC input (fp16, dims C, W, H, N; boxes of CB x IW x IH x 1, zeros
+// outside), through the driver entry point the runtime hands out (no link against libcuda).
+static int encode_map(CUtensorMap* map, const void* x, int64_t N, int64_t C, int64_t H, int64_t W) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+#if CUDART_VERSION >= 12050
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess)
+      fn = nullptr;
+#else
+    if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q) != cudaSuccess) fn = nullptr;
+#endif
+    return q == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
+  }();
+  if (!encode) return (int)cudaErrorNotSupported;
+  const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
+  const cuuint64_t strides[3] = {(cuuint64_t)C * 2, (cuuint64_t)(W * C) * 2, (cuuint64_t)(H * W * C) * 2};
+  const cuuint32_t box[4] = {CB, IW, IH, 1}, one[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(x), dims, strides, box, one,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
+}
+//@@TMA}
+
 // extents: N, C, H, W, HO, WO (logical NCHW); inputs x, w[, b]; output y.
 int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
   const int64_t N = e[0], C = e[1], H = e[2], W = e[3], HO = e[4], WO = e[5];
@@ -400,6 +558,33 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
     return (int)cudaGetLastError();
   }
   //@@PIPE}
+  //@@TMA{
+  {
+    const int64_t items = tiles_x * tiles_y * cblocks * N;
+    // the tensor map's row strides are multiples of 16 bytes, its base 16-byte aligned
+    if (C % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return (int)cudaErrorInvalidValue;
+    if (items > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
+    static int slots = 0;  // resident blocks of this GPU, asked once (a process drives one kind of GPU)
+    if (slots == 0) {
+      int dev = 0, sms = 0, per_sm = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      cudaError_t err = cudaFuncSetAttribute(dw_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM);
+      if (err != cudaSuccess) return (int)err;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_tma, NTHREADS, TMA_SMEM);
+      slots = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+    }
+    CUtensorMap map;
+    const int rc = encode_map(&map, x, N, C, H, W);
+    if (rc) return rc;
+    int64_t grid = items < slots ? items : slots;
+    if (grid > cblocks) grid -= grid % cblocks;  // a block then keeps one channel block (and its weights)
+    dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, w, b, y, (int)C, (int)HO, (int)WO,
+        ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
+        (int)items);
+    return (int)cudaGetLastError();
+  }
+  //@@TMA}
   //@@STRIP{
   if (tiles_x * cblocks > INT32_MAX || tiles_y > 65535 || N > 65535) return (int)cudaErrorInvalidConfiguration;
   dw_strip<<<dim3((unsigned)(tiles_x * cblocks), (unsigned)tiles_y, (unsigned)N), NTHREADS, 0, stream>>>(
@@ -419,7 +604,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 
 _LAUNCHER = PLAIN_LAUNCHER
 
-_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3}
+_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4}
 
 
 def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str, ns: int = 2) -> int:
@@ -474,6 +659,23 @@ _STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 
              (4, 64, 8, 16, 2, 0, 2, 0))
 
 
+# TMA ring (stage "tma", sm_90 and newer): (vec, cb, th, tw, cpt, ring buffers); a thread walks the
+# tile's TH rows, so th = rpt. Measured best on the worked example's shapes first (kernel run 8).
+_TMA_S1 = ((4, 64, 4, 32, 2, 3), (4, 32, 8, 16, 1, 3), (8, 64, 8, 16, 1, 3), (4, 32, 8, 32, 1, 3),
+           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3))
+_TMA_S2 = ((8, 64, 4, 16, 1, 3), (4, 32, 4, 16, 1, 3), (4, 64, 4, 8, 1, 3), (4, 32, 8, 16, 1, 3))
+_TMA_K5 = ((4, 32, 8, 16, 1, 3), (2, 128, 8, 8, 2, 3), (2, 32, 8, 32, 2, 3), (2, 64, 4, 16, 2, 3))
+#: Dynamic shared memory one sm_90 block may opt in to.
+TMA_SMEM_LIMIT = 227 * 1024
+#: The first sm with the tensor-memory accelerator (cp.async.bulk.tensor).
+TMA_MIN_SM = 90
+
+
+def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int) -> int:
+    tile = ((th - 1) * s + k) * ((tw - 1) * s + k) * cb * 2
+    return ns * (-(-tile // 128) * 128) + 128
+
+
 def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: int, pf: int) -> int:
     """fp32 registers a strip thread keeps live: weights (if held), the accumulators of the output
     rows one input row touches, the converted input row and the raw (fp16) rows in flight."""
@@ -487,11 +689,32 @@ def _block_fits(r: DwConvRegion, cb: int, threads: int) -> bool:
     return threads in (128, 256, 512) and not (r.channels and (cb > r.channels or r.channels % cb))
 
 
-def variant_space(r: DwConvRegion, wide: bool = False) -> list[dict[str, int | str]]:
-    """The tuning points legal for ``r``: channel blocking that tiles C, smem within the static
+def _tma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
+    """The TMA-ring points legal for ``r``: a block of 128-512 threads, a constant C tiled by the
+    channel block, the ring within the opt-in shared memory, and the thread's live fp32 registers
+    (every weight of its channels, the accumulator rows one input row touches, that row) in budget."""
+    table = _TMA_K5 if r.k == 5 else _TMA_S1 if r.stride == 1 else _TMA_S2
+    if r.k not in (3, 5):
+        return []
+    out: list[dict[str, int | str]] = []
+    for vec, cb, th, tw, cpt, ns in table:
+        if not _block_fits(r, cb, (cb // vec) * (tw // cpt)) or (not r.channels and cb > 64):
+            continue
+        if tma_smem_bytes(r.k, r.stride, cb, tw, th, ns) > TMA_SMEM_LIMIT:
+            continue
+        nic = (cpt - 1) * r.stride + r.k
+        if r.k * r.k * vec + -(-r.k // r.stride) * cpt * vec + nic * vec > 200:
+            continue
+        out.append(dict(stage="tma", vec=vec, cb=cb, tw=tw, th=th, rpt=th, cpt=cpt, ns=ns, mb=0))
+    return out
+
+
+def variant_space(r: DwConvRegion, wide: bool = False, sm: int = 0) -> list[dict[str, int | str]]:
+    """The tuning points legal for ``r`` on sm ``sm`` (0: unknown, no sm-specific points): on sm_90
+    and newer the TMA-ring points first; then channel blocking that tiles C, smem within the static
     limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run;
     then the strips (k <= 5) whose live registers fit, under their minimum-blocks cap if any."""
-    out: list[dict[str, int | str]] = []
+    out: list[dict[str, int | str]] = _tma_space(r) if sm >= TMA_MIN_SM else []
     for stage, vec, cb, th, tw, rpt, cpt, *more in (_BASE_S1 if r.stride == 1 else _BASE_S2):
         ns = more[0] if more else 2
         threads = (cb // vec) * (tw // cpt) * (th // rpt)
@@ -542,6 +765,8 @@ def variant_name(p: dict[str, int | str]) -> str:
     ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
     if p["stage"] == "strip":
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
+    elif p["stage"] == "tma":
+        ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -550,18 +775,20 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
     subs = {
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
-        "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])], "NSTAGE": p.get("ns", 2),
+        "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])], "NSTAGE": p.get("ns", 3 if p["stage"] == "tma" else 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
         "IR_UNROLL": " 1" if r.k >= 7 else "",
-        "CAP": "true" if p["stage"] != "strip" and register_cap(r, p) else "false",  # strips cap by MB
+        "CAP": "true" if p["stage"] not in ("strip", "tma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
-    keep = {"pipe": "PIPE", "strip": "STRIP"}.get(str(p["stage"]), "PLAIN")
+    keep = {"pipe": "PIPE", "strip": "STRIP", "tma": "TMA"}.get(str(p["stage"]), "PLAIN")
     text = _KERNEL
-    for drop in {"PLAIN", "PIPE", "STRIP"} - {keep}:
+    for drop in {"PLAIN", "PIPE", "STRIP", "TMA"} - {keep}:
         text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", text, flags=re.S)
-    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP)[{}]\n", "", text + _LAUNCHER)
+    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|TMA)[{}]\n", "", text + _LAUNCHER)
+    if keep == "TMA":  # the tensor-map types and the driver entry point's signature (no libcuda link)
+        text = "#include <cuda.h>\n#include <cudaTypedefs.h>\n" + text
     for k, v in subs.items():
         text = text.replace(f"@{k}@", str(v))
     return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)

@@ -12,14 +12,14 @@ import fcntl
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs.errors import StageError, UnsupportedRegion
 from ytk_hookspecs.kernel_source import KernelSource
-from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelPerf,
-                                  KernelReport, PluginMeta)
+from ytk_hookspecs.models import (ArchSpec, ArchSpecError, Candidate, CandidatesFile, KernelGenRequest,
+                                  KernelGenResult, KernelPerf, KernelReport, PluginMeta)
 from ytk_hookspecs.models.base import ArtifactError
 from ytk_hookspecs.pt2 import load_exported
 
@@ -79,8 +79,9 @@ class JobPlan:
     graph_pt2: Path
 
 
-def plan_job(request: KernelGenRequest) -> JobPlan | KernelGenResult:
-    """Recognise the region and emit its variants; a ``failed`` result when no template fits."""
+def plan_job(request: KernelGenRequest, sm: int | None = None) -> JobPlan | KernelGenResult:
+    """Recognise the region and emit its variants for sm ``sm`` (default: the request's arch, else
+    none of the sm-specific variants); a ``failed`` result when no template fits."""
     from .recognise import load_graph, recognise, site_shape_indices, site_shapes
 
     target = request.config.get("deployment_target")
@@ -101,14 +102,33 @@ def plan_job(request: KernelGenRequest) -> JobPlan | KernelGenResult:
         return _failed(job_id, f"templates do not recognise region {name}: {e}")
     meta = plugin_meta(region, name, candidate.namespace if candidate else "yasp",
                        candidate.version if candidate else "1", candidate, deployment_target=target)
-    limit = int(request.config.get("max_variants", "0")) or None
-    wide = request.config.get("reoptimize", "0") == "1"
-    variants = region_variants(region, limit, wide=wide)
-    if wide and len(variants) == len(region_variants(region, limit)):  # the wide space only adds points
+    if sm is None:
+        try:
+            sm = ArchSpec.parse(request.arch).sm if request.arch else 0
+        except ArchSpecError:
+            sm = 0  # require_gpu reports the bad spec
+    variants = _variants(region, request, sm)
+    limit, wide = _search(request)
+    if wide and len(variants) == len(region_variants(region, limit, sm=sm)):  # the wide space only adds points
         return _failed(job_id, f"re-optimization of {name}: the templates have no wider search for "
                                f"{region.describe()} than the one that made the plugged kernel")
     return JobPlan(job_id, name, region, shapes, site_shape_indices(candidate, shapes), meta, variants, candidate,
                    Path(request.reference))
+
+
+def _search(request: KernelGenRequest) -> tuple[int | None, bool]:
+    """The request's variant limit (``max_variants``, 0: all) and whether it asks for the wide space."""
+    return int(request.config.get("max_variants", "0")) or None, request.config.get("reoptimize", "0") == "1"
+
+
+def _variants(region: Region, request: KernelGenRequest, sm: int) -> list[Variant]:
+    limit, wide = _search(request)
+    return region_variants(region, limit, wide=wide, sm=sm)
+
+
+def with_sm(plan: JobPlan, request: KernelGenRequest, sm: int) -> JobPlan:
+    """``plan`` with the variant list for sm ``sm`` (the GPU is known only after recognition)."""
+    return replace(plan, variants=_variants(plan.region, request, sm))
 
 
 def build_job(plan: JobPlan, arch: ArchSpec, jobdir: Path, cache: Path | None, progress: Any = None) -> Any:
@@ -123,13 +143,14 @@ def generate(request: KernelGenRequest, ctx: Any) -> KernelGenResult:
 
     t0 = time.perf_counter()
     with ctx.progress("reading the region", total=1) as task:
-        plan = plan_job(request)
+        plan = plan_job(request, sm=0)
         task.advance()
     if isinstance(plan, KernelGenResult):
         return plan
     ctx.log.info("region recognised", plugin=plan.name, region=plan.region.describe(), shapes=len(plan.shapes))
     gpu = require_gpu(request.gpu, request.arch)
     arch = gpu.arch()
+    plan = with_sm(plan, request, arch.sm)
     jobdir = Path(ctx.workdir) / "templates" / plan.job_id
     jobdir.mkdir(parents=True, exist_ok=True)
     with ctx.progress(f"{plan.name}: building {len(plan.variants)} variants (nvcc, sm_{arch.sm})",

@@ -9,13 +9,14 @@ from .emit_common import Variant
 from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
 
 
-def region_variants(region: Region, limit: int | None = None, wide: bool = False) -> list[Variant]:
-    """All variants of ``region`` (optionally the first ``limit``), each in its own namespace.
+def region_variants(region: Region, limit: int | None = None, wide: bool = False, sm: int = 0) -> list[Variant]:
+    """All variants of ``region`` for sm ``sm`` (optionally the first ``limit``), each in its own
+    namespace. ``sm`` 0 (not known yet) leaves out the points that need a newer GPU (the TMA ring).
 
     ``wide`` (a re-optimization) also keeps the tuning points the default search filters out by
     its register and tile heuristics: a larger search that costs more build and scoring time."""
     out: list[Variant] = []
-    space: list = (emit_dwconv.variant_space(region, wide) if isinstance(region, DwConvRegion)
+    space: list = (emit_dwconv.variant_space(region, wide, sm) if isinstance(region, DwConvRegion)
                    else emit_conv1x1.variant_space(region, wide) if isinstance(region, Conv1x1Region)
                    else emit_litemla.variant_space(region))
     for i, p in enumerate(space[:limit] if limit else space):

@@ -44,8 +44,8 @@ FAMILIES = {
 
 def _cubin(args: tuple[str, int, Path]) -> tuple[str, int, int, str]:
     family, sm, out = args
-    variants = region_variants(FAMILIES[family])
-    cu = out / f"{family}.cu"
+    variants = region_variants(FAMILIES[family], sm=sm)
+    cu = out / f"{family}_{sm}.cu"
     cu.write_text(PRELUDE + "\n".join(v.body for v in variants))
     p = subprocess.run([find_nvcc(), "-cubin", "-O3", f"-arch=sm_{sm}", "-Xptxas", "-v", "-o",
                         str(out / f"{family}_{sm}.cubin"), str(cu)], capture_output=True, text=True)
@@ -67,6 +67,32 @@ def test_every_variant_compiles_for_sm90_and_sm87(tmp_path: Path) -> None:
     n_variants = sum(len(region_variants(r)) for r in FAMILIES.values())
     assert n_variants >= 60
     assert kernels >= 2 * n_variants  # one or two kernels per variant, for each SM
+
+
+def test_tma_ring_variants_only_where_the_gpu_has_a_tensor_memory_accelerator() -> None:
+    for family in ("dw3x3s1_static", "dw5x5s1_static", "dw3x3s2_static", "dw3x3s1_dynamic"):
+        region = FAMILIES[family]
+        sm90 = [v.name for v in region_variants(region, sm=90)]
+        assert sm90[0].startswith("tma"), (family, sm90[:3])  # the measured best points go first
+        for sm in (0, 87):
+            names = [v.name for v in region_variants(region, sm=sm)]
+            assert not [n for n in names if n.startswith("tma")] and set(names) < set(sm90)
+    assert not [v for v in region_variants(FAMILIES["dw7x7s2_gelu"], sm=90) if v.name.startswith("tma")]
+
+
+def test_a_tma_winner_builds_into_an_sm90_plugin(tmp_path: Path) -> None:
+    from ytk_backend_nvcc.plugin import ytk_build_plugin
+
+    region = FAMILIES["dw3x3s1_dynamic"]
+    meta = plugin_meta(region, "TmaWinner")
+    v = region_variants(region, limit=1, sm=90)[0]
+    assert v.params["stage"] == "tma"
+    header, source = winner_source(v, meta)
+    src = KernelSource(header=header, source=source, meta=meta).write(tmp_path / "TmaWinner.module_source.py")
+    so = tmp_path / "TmaWinner.so"
+    ytk_build_plugin(BuildRequest(source=src, plugin_name="TmaWinner", arch="x86_64-sm90-linux-cu130-trt10",
+                                  output=so), StageContext())
+    assert read_plugin_description(so).sm == 90
 
 
 @pytest.mark.parametrize("family", ["dw3x3s1_dynamic", "litemla_joined", "pw_grouped_dynamic"])
