@@ -376,14 +376,9 @@ dw_strip(const __half* __restrict__ x, const float* __restrict__ w, const float*
 // once, converted once and added into the <= ceil(K/S) output rows they touch; a finished row is
 // activated and stored. Weights stay in registers: with the grid a multiple of the channel blocks a
 // block keeps one channel block.
-// TWS: the weights in shared memory ([tap][channel], read where used) instead of registers, for 5x5
-// where K*K*VEC registers crowd out the accumulators. EB: a slot is released by each warp arriving on
-// its `empty` barrier (the issuing thread waits for all of them) instead of a block-wide barrier,
-// so the other warps run on into the next tile.
-constexpr bool TWS = @TWS@, EB = @EB@;
 constexpr int TILE_BYTES = TILE_HALVES * 2;
 constexpr int TILE_STRIDE = (TILE_BYTES + 127) / 128 * 128;  // TMA destinations are 128-byte aligned
-constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 128 + (TWS ? (K * K * CB + CB) * sizeof(float) : 0);
+constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 128;
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count));
@@ -412,10 +407,8 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
        __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
        ytk_tpl::FastDiv cblocks, int items) {
   extern __shared__ __align__(128) unsigned char dsmem[];
-  __shared__ __align__(8) uint64_t full[NSTAGE], empty[NSTAGE];
+  __shared__ __align__(8) uint64_t full[NSTAGE];
   unsigned char* ring = dsmem + ((128 - ((unsigned)__cvta_generic_to_shared(dsmem) & 127)) & 127);
-  float* sw = reinterpret_cast<float*>(ring + NSTAGE * TILE_STRIDE);  // TWS only
-  float* sb = sw + K * K * CB;
   const int step = gridDim.x;
   if ((int)blockIdx.x >= items) return;
   auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
@@ -434,10 +427,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(&map)) : "memory");
 #pragma unroll
-    for (int s = 0; s < NSTAGE; ++s) {
-      mbar_init(&full[s], 1);
-      if (EB) mbar_init(&empty[s], NTHREADS / 32);
-    }
+    for (int s = 0; s < NSTAGE; ++s) mbar_init(&full[s], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #pragma unroll
     for (int j = 0; j < NSTAGE - 1; ++j)
@@ -445,33 +435,23 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
   }
   __syncthreads();
   const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
-  float wr[TWS ? 1 : K * K][VEC], bias[VEC];
+  float wr[K * K][VEC], bias[VEC];
   int loaded = -1;
   for (int it = blockIdx.x, k = 0; it < items; it += step, ++k) {
     const int slot = k % NSTAGE;
     const int ahead = it + (NSTAGE - 1) * step;
     // slot (k - 1) % NSTAGE was computed in the previous iteration and freed by its trailing barrier
-    // (EB: once every warp has arrived on its empty barrier)
-    if (threadIdx.x == 0 && ahead < items) {
-      if (EB && k > 0) mbar_wait(&empty[(k + NSTAGE - 1) % NSTAGE], (unsigned)((k - 1) / NSTAGE) & 1u);
-      issue(ahead, (k + NSTAGE - 1) % NSTAGE);
-    }
+    if (threadIdx.x == 0 && ahead < items) issue(ahead, (k + NSTAGE - 1) % NSTAGE);
     int cblk, n, ty, tx;
     split(it, cblk, n, ty, tx);
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;  // C % VEC == 0: the thread's VEC channels are all in or all out
-    if (TWS && cblk != loaded) {  // block-uniform; with EB the block's threads wait here for each other
-      if (EB) __syncthreads();  // nobody still reads the previous channel block's weights
-      stage_weights(sw, sb, w, b, cblk * CB, C);
-      __syncthreads();
-      loaded = cblk;
-    }
-    if (!TWS && cblk != loaded) {  // block-uniform
+    if (cblk != loaded) {  // block-uniform
       loaded = cblk;
 #pragma unroll
       for (int t = 0; t < K * K; ++t)
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) wr[TWS ? 0 : t][v] = cok ? __ldg(&w[(size_t)(c + v) * (K * K) + t]) : 0.f;
+        for (int v = 0; v < VEC; ++v) wr[t][v] = cok ? __ldg(&w[(size_t)(c + v) * (K * K) + t]) : 0.f;
 #pragma unroll
       for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
     }
@@ -485,7 +465,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
 #pragma unroll
       for (int q = 0; q < CPT; ++q)
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[r][q][v] = TWS ? sb[cv * VEC + v] : bias[v];
+        for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
 #pragma unroll
     for (int ir = 0; ir < IH; ++ir) {
       float xin[NIC][VEC];
@@ -496,19 +476,11 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
         const int ky = ir - r * S;
         if (ky < 0 || ky >= K) continue;
 #pragma unroll
-        for (int kx = 0; kx < K; ++kx) {
-          float wt[VEC];
-          if (TWS) {
-            ytk_tpl::lds_pinned<VEC>(&sw[(ky * K + kx) * CB + cv * VEC], wt);
-          } else {
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) wt[v] = wr[TWS ? 0 : ky * K + kx][v];
-          }
+        for (int kx = 0; kx < K; ++kx)
 #pragma unroll
           for (int q = 0; q < CPT; ++q)
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) acc[r][q][v] = fmaf(wt[v], xin[q * S + kx][v], acc[r][q][v]);
-        }
+            for (int v = 0; v < VEC; ++v) acc[r][q][v] = fmaf(wr[ky * K + kx][v], xin[q * S + kx][v], acc[r][q][v]);
         if (ky == K - 1 && cok && oy0 + r < HO) {
 #pragma unroll
           for (int q = 0; q < CPT; ++q) {
@@ -522,14 +494,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
         }
       }
     }
-    if (EB) {  // this warp is done with `slot`
-      __syncwarp();
-      if (threadIdx.x % 32 == 0)
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"((unsigned)__cvta_generic_to_shared(&empty[slot]))
-                     : "memory");
-    } else {
-      __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
-    }
+    __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
   }
 }
 
@@ -801,8 +766,7 @@ def variant_name(p: dict[str, int | str]) -> str:
     if p["stage"] == "strip":
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
     elif p["stage"] == "tma":
-        ring = (f"{p.get('ns', 3)}" + ("s" if p.get("tws") else "") + ("e" if p.get("eb") else "")
-                + (f"m{p['mb']}" if int(p.get("mb", 0)) else ""))
+        ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -816,7 +780,6 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "IR_UNROLL": " 1" if r.k >= 7 else "",
         "CAP": "true" if p["stage"] not in ("strip", "tma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
-        "TWS": "true" if p.get("tws") else "false", "EB": "true" if p.get("eb") else "false",
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
     keep = {"pipe": "PIPE", "strip": "STRIP", "tma": "TMA"}.get(str(p["stage"]), "PLAIN")
