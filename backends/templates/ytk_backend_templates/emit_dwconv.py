@@ -662,7 +662,7 @@ _STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 
 # TMA ring (stage "tma", sm_90 and newer): (vec, cb, th, tw, cpt, ring buffers); a thread walks the
 # tile's TH rows, so th = rpt. Measured best on the worked example's shapes first (kernel run 8).
 _TMA_S1 = ((4, 64, 4, 32, 2, 3), (4, 64, 4, 32, 2, 2), (4, 32, 8, 16, 1, 3), (8, 64, 8, 16, 1, 3), (4, 32, 8, 32, 1, 3),
-           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3))
+           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3), (4, 32, 4, 32, 2, 3))
 _TMA_S2 = ((8, 64, 4, 16, 1, 3), (4, 32, 4, 16, 1, 3), (4, 64, 4, 8, 1, 3), (4, 32, 8, 16, 1, 3))
 _TMA_K5 = ((4, 32, 8, 16, 1, 3), (2, 128, 8, 8, 2, 3), (2, 32, 8, 32, 2, 3), (2, 64, 4, 16, 2, 3))
 #: Dynamic shared memory one sm_90 block may opt in to.
