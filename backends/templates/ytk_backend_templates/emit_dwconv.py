@@ -503,7 +503,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
 static int encode_map(CUtensorMap* map, const void* x, int64_t N, int64_t C, int64_t H, int64_t W) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;  // read even when the call fails
 #if CUDART_VERSION >= 12050
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess)
       fn = nullptr;
