@@ -523,6 +523,27 @@ static int encode_map(CUtensorMap* map, const void* x, int64_t N, int64_t C, int
 }
 //@@TMA}
 
+// The grid of a persistent kernel (pipe, tma): at most one block per resident slot of this GPU (asked
+// once per kernel: a process drives one kind of GPU), a multiple of the channel blocks when larger
+// (a block then keeps one channel block and its weights); minus a cudaError_t when the opt-in to
+// `smem` bytes of dynamic shared memory is refused.
+template <typename Kern>
+static int64_t persistent_grid(Kern* kernel, size_t smem, int64_t items, int64_t cblocks) {
+  static int slots = 0;
+  if (slots == 0) {
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return -(int64_t)err;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NTHREADS, smem);
+    slots = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+  }
+  int64_t grid = items < slots ? items : slots;
+  if (grid > cblocks) grid -= grid % cblocks;
+  return grid;
+}
+
 // extents: N, C, H, W, HO, WO (logical NCHW); inputs x, w[, b]; output y.
 int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
   const int64_t N = e[0], C = e[1], H = e[2], W = e[3], HO = e[4], WO = e[5];
@@ -539,19 +560,8 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
   {
     const int64_t items = tiles_x * tiles_y * cblocks * N;
     if (items > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
-    // Resident-block count of this GPU, asked once (a process drives one kind of GPU).
-    static int slots = 0;
-    if (slots == 0) {
-      int dev = 0, sms = 0, per_sm = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      cudaError_t err = cudaFuncSetAttribute(dw_pipe, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)PIPE_SMEM);
-      if (err != cudaSuccess) return (int)err;
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_pipe, NTHREADS, PIPE_SMEM);
-      slots = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-    }
-    int64_t grid = items < slots ? items : slots;
-    if (grid > cblocks) grid -= grid % cblocks;  // a block then keeps one channel block (and its weights)
+    const int64_t grid = persistent_grid(dw_pipe, PIPE_SMEM, items, cblocks);
+    if (grid < 0) return (int)-grid;
     dw_pipe<<<(unsigned)grid, NTHREADS, PIPE_SMEM, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO,
         ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
         (int)items);
@@ -564,21 +574,11 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
     // the tensor map's row strides are multiples of 16 bytes, its base 16-byte aligned
     if (C % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return (int)cudaErrorInvalidValue;
     if (items > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
-    static int slots = 0;  // resident blocks of this GPU, asked once (a process drives one kind of GPU)
-    if (slots == 0) {
-      int dev = 0, sms = 0, per_sm = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      cudaError_t err = cudaFuncSetAttribute(dw_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM);
-      if (err != cudaSuccess) return (int)err;
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dw_tma, NTHREADS, TMA_SMEM);
-      slots = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-    }
+    const int64_t grid = persistent_grid(dw_tma, TMA_SMEM, items, cblocks);
+    if (grid < 0) return (int)-grid;
     CUtensorMap map;
     const int rc = encode_map(&map, x, N, C, H, W);
     if (rc) return rc;
-    int64_t grid = items < slots ? items : slots;
-    if (grid > cblocks) grid -= grid % cblocks;  // a block then keeps one channel block (and its weights)
     dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, w, b, y, (int)C, (int)HO, (int)WO,
         ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
         (int)items);

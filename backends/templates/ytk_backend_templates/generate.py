@@ -107,8 +107,8 @@ def plan_job(request: KernelGenRequest, sm: int | None = None) -> JobPlan | Kern
             sm = ArchSpec.parse(request.arch).sm if request.arch else 0
         except ArchSpecError:
             sm = 0  # require_gpu reports the bad spec
-    variants = _variants(region, request, sm)
     limit, wide = _search(request)
+    variants = region_variants(region, limit, wide=wide, sm=sm)
     if wide and len(variants) == len(region_variants(region, limit, sm=sm)):  # the wide space only adds points
         return _failed(job_id, f"re-optimization of {name}: the templates have no wider search for "
                                f"{region.describe()} than the one that made the plugged kernel")
@@ -121,14 +121,10 @@ def _search(request: KernelGenRequest) -> tuple[int | None, bool]:
     return int(request.config.get("max_variants", "0")) or None, request.config.get("reoptimize", "0") == "1"
 
 
-def _variants(region: Region, request: KernelGenRequest, sm: int) -> list[Variant]:
-    limit, wide = _search(request)
-    return region_variants(region, limit, wide=wide, sm=sm)
-
-
 def with_sm(plan: JobPlan, request: KernelGenRequest, sm: int) -> JobPlan:
     """``plan`` with the variant list for sm ``sm`` (the GPU is known only after recognition)."""
-    return replace(plan, variants=_variants(plan.region, request, sm))
+    limit, wide = _search(request)
+    return replace(plan, variants=region_variants(plan.region, limit, wide=wide, sm=sm))
 
 
 def build_job(plan: JobPlan, arch: ArchSpec, jobdir: Path, cache: Path | None, progress: Any = None) -> Any:
