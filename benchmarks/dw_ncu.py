@@ -36,15 +36,15 @@ def main() -> None:
     k, s, c, n, h, w = (int(x) for x in sys.argv[1:7])
     wanted = sys.argv[7:]
     region = DwConvRegion(k=k, stride=s, act="hardswish", channels=None)
-    space = {emit_dwconv.variant_name(p): p for p in emit_dwconv.variant_space(region, wide=True)}
+    gpu = local_gpu()
+    if gpu is None:
+        sys.exit("no CUDA GPU here")
+    space = {emit_dwconv.variant_name(p): p for p in emit_dwconv.variant_space(region, wide=True, sm=gpu.arch().sm)}
     x = torch.randn(n, h, w, c, device="cuda", dtype=torch.float16)
     wt = torch.randn(c, k * k, device="cuda")
     b = torch.randn(c, device="cuda")
     ho, wo = region.out_hw(h, w)
     y = torch.empty(n, ho, wo, c, device="cuda", dtype=torch.float16)
-    gpu = local_gpu()
-    if gpu is None:
-        sys.exit("no CUDA GPU here")
     tmp = Path(tempfile.mkdtemp())
     for name in wanted:
         if name not in space:

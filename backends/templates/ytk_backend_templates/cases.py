@@ -12,6 +12,10 @@ LiteMLA: the attention-weighted mean of |v|), and L bounds the activation's slop
 is two fp16 roundings of the output, the second covers fp32 accumulation in a different order than
 the reference (kernel and reference both), the third fp16 subnormals. A wrong tap, weight, channel
 or group shows up as an error of the order of S itself, thousands of times over budget.
+
+A variant that declares ``weights="fp16"`` (the depthwise tensor-core taps: the mma's B operand is
+fp16, as in TensorRT's own fp16 kernels) adds the bound of its weights' rounding, 2^-11 * L * Sw
+with Sw = sum |w||x|: still hundreds of times below the error of a wrong tap or channel.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from .regions import ACT_LIPSCHITZ, Conv1x1Region, DwConvRegion, LiteMLARegion, 
 ERROR_BUDGET = ("per element |out - ref| <= 2^-10*|ref| + 2^-15*L*S + 2^-24, ref = the region's .pt2 in fp32 "
                 "(TF32 off) on the same fp16-quantised inputs, S = sum of |terms| accumulated into that element "
                 "(depthwise: sum|w||x| + |b|; LiteMLA: attention-weighted mean of |v|), L = activation slope bound; "
-                "outputs must also be finite and fully written")
+                "outputs must also be finite and fully written; variants with fp16 weights (params weights=fp16) "
+                "add 2^-11*L*Sw, Sw = sum|w||x|, the bound of the weights' rounding")
 
 DISTRIBUTIONS = (("normal", 0), ("normal", 1), ("large", 2), ("offset", 3))
 
@@ -40,6 +45,7 @@ class Case:
     kernel_inputs: list[Any]   # torch tensors in the kernel's layout (fp16 channels_last / fp32 contiguous)
     ref: Any                   # fp32 NCHW reference output
     tol: Any                   # fp32 per-element tolerance
+    tol_w16: Any = None        # added for variants with fp16 weights (depthwise only)
 
     @property
     def label(self) -> str:
@@ -94,8 +100,10 @@ def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int, device
     return ins
 
 
-def reference_and_tolerance(region: Region, module: Any, inputs: list[Any], device: Any) -> tuple[Any, Any]:
-    """fp32 reference output and the per-element tolerance (both on device).
+def reference_and_tolerance(region: Region, module: Any, inputs: list[Any],
+                            device: Any) -> tuple[Any, Any, Any]:
+    """fp32 reference output, the per-element tolerance and the addition for fp16 weights (depthwise;
+    else None), all on device.
 
     ``module`` is the region's torch rendering (:func:`.reference.torch_region`), already checked
     against the region's .pt2.
@@ -110,10 +118,13 @@ def reference_and_tolerance(region: Region, module: Any, inputs: list[Any], devi
         with torch.no_grad():
             dev_in = [t.to(device) for t in inputs]
             ref = _first(module(*dev_in)).float()
+            tol_w16 = None
             if isinstance(region, DwConvRegion):
-                b = dev_in[2].abs() if region.has_bias else None
-                s = F.conv2d(dev_in[0].abs(), dev_in[1].abs(), b, region.stride, region.pad, 1, dev_in[0].shape[1])
+                sw = F.conv2d(dev_in[0].abs(), dev_in[1].abs(), None, region.stride, region.pad, 1,
+                              dev_in[0].shape[1])
+                s = sw + dev_in[2].abs().view(1, -1, 1, 1) if region.has_bias else sw
                 lip = ACT_LIPSCHITZ[region.act]
+                tol_w16 = sw * (lip * 2.0 ** -11)
             elif isinstance(region, Conv1x1Region):
                 b = dev_in[2].abs() if region.has_bias else None
                 s = F.conv2d(dev_in[0].abs(), dev_in[1].abs(), b, 1, 0, 1, dev_in[0].shape[1] // dev_in[1].shape[1])
@@ -125,7 +136,7 @@ def reference_and_tolerance(region: Region, module: Any, inputs: list[Any], devi
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
     tol = ref.abs() * 2.0 ** -10 + s * (lip * 2.0 ** -15) + 2.0 ** -24
-    return ref, tol
+    return ref, tol, tol_w16
 
 
 def _abs_v(t: Any, d: int) -> Any:
@@ -188,8 +199,8 @@ def build_cases(region: Region, module: Any, shapes: list[SiteShape], device: An
                    for i, t in enumerate(captured[si])]
             plans.append(("captured", -1, act))
         for dist, seed, ins in plans:
-            ref, tol = reference_and_tolerance(region, module, ins, device)
-            cases.append(Case(si, dist, seed, to_kernel_layout(region, ins, device), ref, tol))
+            ref, tol, tol_w16 = reference_and_tolerance(region, module, ins, device)
+            cases.append(Case(si, dist, seed, to_kernel_layout(region, ins, device), ref, tol, tol_w16))
     return cases
 
 

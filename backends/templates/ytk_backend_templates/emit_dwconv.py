@@ -32,10 +32,12 @@ constexpr int K = @K@, S = @S@, P = @P@;
 constexpr int VEC = @VEC@, CB = @CB@, TW = @TW@, TH = @TH@, RPT = @RPT@, CPT = @CPT@;
 constexpr int CONST_C = @CONST_C@;
 constexpr bool HAS_BIAS = @HAS_BIAS@;
-constexpr int STAGE = @STAGE@;           // 0: taps from global (L1), 1: tile in smem, 2: pipelined smem tiles
+constexpr int STAGE = @STAGE@;  // 0: taps from global (L1), 1: smem tile, 2: cp.async ring, 3: strip, 4: TMA ring, 5: mma
 constexpr int NSTAGE = @NSTAGE@;         // pipelined: tile buffers in the ring (items in flight + 1)
 constexpr int CVB = CB / VEC;
-constexpr int NTHREADS = CVB * (TW / CPT) * (TH / RPT);
+// mma: a warp per channel group of 8 and per CPT 16-pixel column segments; else a thread per VEC
+// channels, CPT columns and RPT rows
+constexpr int NTHREADS = STAGE == 5 ? 32 * (CB / 8) * (TW / (16 * CPT)) : CVB * (TW / CPT) * (TH / RPT);
 constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
 constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
 constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
@@ -365,21 +367,14 @@ dw_strip(const __half* __restrict__ x, const float* __restrict__ w, const float*
 }
 //@@STRIP}
 
-//@@TMA{
-// Persistent blocks fed by the Hopper tensor-memory accelerator: one thread issues each item's
-// whole input tile (CB channels x IW x IH, halo included) as a single TMA box copy into a ring of
-// NSTAGE buffers; pixels outside the image arrive as zeros (the convolution's padding, no index
-// math). NSTAGE - 1 tiles are in flight while one is computed, so the bytes in flight do not depend
-// on how many threads are resident (the strips' and the cp.async pipe's limit on small late-stage
-// tensors). Each thread owns VEC channels x CPT columns over the tile's TH rows and walks down the
-// tile one input row at a time as a strip does: the row's NIC vectors are read from shared memory
-// once, converted once and added into the <= ceil(K/S) output rows they touch; a finished row is
-// activated and stored. Weights stay in registers: with the grid a multiple of the channel blocks a
-// block keeps one channel block.
-constexpr int TILE_BYTES = TILE_HALVES * 2;
-constexpr int TILE_STRIDE = (TILE_BYTES + 127) / 128 * 128;  // TMA destinations are 128-byte aligned
-constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 128;
-
+//@@RING{
+// Persistent blocks fed by the Hopper tensor-memory accelerator (stages tma and mma): one thread
+// issues each item's whole input tile (CB channels x IW x IH, halo included) as a single TMA box
+// copy into a ring of NSTAGE buffers; pixels outside the image arrive as zeros (the convolution's
+// padding, no index math). NSTAGE - 1 tiles are in flight while one is computed, so the bytes in
+// flight do not depend on how many threads are resident (the strips' and the cp.async pipe's limit
+// on small late-stage tensors). With the grid a multiple of the channel blocks a block keeps one
+// channel block (and its weights in registers).
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count));
 }
@@ -392,23 +387,24 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   }
 }
 // One box (CB, IW, IH, 1) at element coordinates (c, x, y, n) of the NHWC input into `dst`; the
-// barrier completes when all TILE_BYTES (zero-filled ones included) have landed.
-__device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint64_t* bar, int c, int x, int y, int n) {
+// barrier completes when all `bytes` (zero-filled ones included) have landed.
+__device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint64_t* bar, unsigned bytes, int c, int x,
+                                         int y, int n) {
   const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(b), "r"(TILE_BYTES) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(b), "r"(bytes) : "memory");
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
       :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(x), "r"(y),
          "r"(n), "r"(b) : "memory");
 }
 
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, const float* __restrict__ b,
-       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-       ytk_tpl::FastDiv cblocks, int items) {
-  extern __shared__ __align__(128) unsigned char dsmem[];
-  __shared__ __align__(8) uint64_t full[NSTAGE];
-  unsigned char* ring = dsmem + ((128 - ((unsigned)__cvta_generic_to_shared(dsmem) & 127)) & 127);
+// The ring loop of a persistent block: items blockIdx.x, +gridDim.x, ... (item = ((n * tiles_y + ty)
+// * tiles_x + tx) * cblocks + cblk); body(tile, cblk, n, ty, tx) runs once the item's tile (STRIDE
+// bytes apart in `ring`, BYTES each) has landed, and the slot is released after every thread's body.
+template <int BYTES, int STRIDE, typename Body>
+__device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* ring, uint64_t* full,
+                                         ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks,
+                                         int items, Body&& body) {
   const int step = gridDim.x;
   if ((int)blockIdx.x >= items) return;
   auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
@@ -422,10 +418,10 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
   auto issue = [&](int item, int slot) {
     int cblk, n, ty, tx;
     split(item, cblk, n, ty, tx);
-    tma_tile(ring + slot * TILE_STRIDE, &map, &full[slot], cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
+    tma_tile(ring + slot * STRIDE, map, &full[slot], BYTES, cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
   };
   if (threadIdx.x == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(&map)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
 #pragma unroll
     for (int s = 0; s < NSTAGE; ++s) mbar_init(&full[s], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -434,9 +430,6 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
       if ((int)blockIdx.x + j * step < items) issue((int)blockIdx.x + j * step, j);
   }
   __syncthreads();
-  const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
-  float wr[K * K][VEC], bias[VEC];
-  int loaded = -1;
   for (int it = blockIdx.x, k = 0; it < items; it += step, ++k) {
     const int slot = k % NSTAGE;
     const int ahead = it + (NSTAGE - 1) * step;
@@ -444,6 +437,63 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
     if (threadIdx.x == 0 && ahead < items) issue(ahead, (k + NSTAGE - 1) % NSTAGE);
     int cblk, n, ty, tx;
     split(it, cblk, n, ty, tx);
+    mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
+    body(ring + slot * STRIDE, cblk, n, ty, tx);
+    __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
+  }
+}
+
+// The tensor map of the NHWC input (fp16, dims C, W, H, N; boxes of CB x box_w x IH x 1, zeros
+// outside), through the driver entry point the runtime hands out (no link against libcuda).
+static int encode_map(CUtensorMap* map, const void* x, int64_t N, int64_t C, int64_t H, int64_t W, int box_w,
+                      CUtensorMapSwizzle swizzle) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;  // read even when the call fails
+#if CUDART_VERSION >= 12050
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess)
+      fn = nullptr;
+#else
+    if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q) != cudaSuccess) fn = nullptr;
+#endif
+    return q == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
+  }();
+  if (!encode) return (int)cudaErrorNotSupported;
+  const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
+  const cuuint64_t strides[3] = {(cuuint64_t)C * 2, (cuuint64_t)(W * C) * 2, (cuuint64_t)(H * W * C) * 2};
+  const cuuint32_t box[4] = {CB, (cuuint32_t)box_w, IH, 1}, one[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(x), dims, strides, box, one,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
+}
+//@@RING}
+
+//@@TMA{
+// Stage tma: each thread owns VEC channels x CPT columns over the tile's TH rows and walks down the
+// tile one input row at a time as a strip does: the row's NIC vectors are read from shared memory
+// once, converted once and added into the <= ceil(K/S) output rows they touch (fp32 FFMA); a
+// finished row is activated and stored.
+constexpr int BOX_W = IW;
+constexpr int TILE_BYTES = TILE_HALVES * 2;
+constexpr int TILE_STRIDE = (TILE_BYTES + 127) / 128 * 128;  // TMA destinations are 128-byte aligned
+constexpr int RING_ALIGN = 128;
+constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + RING_ALIGN;
+constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE;
+
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, const float* __restrict__ b,
+       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+       ytk_tpl::FastDiv cblocks, int items) {
+  extern __shared__ __align__(128) unsigned char dsmem[];
+  __shared__ __align__(8) uint64_t full[NSTAGE];
+  unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
+                                 (RING_ALIGN - 1));
+  const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
+  float wr[K * K][VEC], bias[VEC];
+  int loaded = -1;
+  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items,
+                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;  // C % VEC == 0: the thread's VEC channels are all in or all out
     if (cblk != loaded) {  // block-uniform
@@ -455,8 +505,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
 #pragma unroll
       for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
     }
-    mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
-    const __half* tile = reinterpret_cast<const __half*>(ring + slot * TILE_STRIDE) + cg * CPT * S * CB + cv * VEC;
+    const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
     const int oy0 = ty * TH, ox0 = tx * TW + cg * CPT;
     __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0) * C + c;
     float acc[TH][CPT][VEC];
@@ -494,34 +543,165 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
         }
       }
     }
-    __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
-  }
-}
-
-// The tensor map of the NHWC input (fp16, dims C, W, H, N; boxes of CB x IW x IH x 1, zeros
-// outside), through the driver entry point the runtime hands out (no link against libcuda).
-static int encode_map(CUtensorMap* map, const void* x, int64_t N, int64_t C, int64_t H, int64_t W) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;  // read even when the call fails
-#if CUDART_VERSION >= 12050
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess)
-      fn = nullptr;
-#else
-    if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q) != cudaSuccess) fn = nullptr;
-#endif
-    return q == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
-  }();
-  if (!encode) return (int)cudaErrorNotSupported;
-  const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
-  const cuuint64_t strides[3] = {(cuuint64_t)C * 2, (cuuint64_t)(W * C) * 2, (cuuint64_t)(H * W * C) * 2};
-  const cuuint32_t box[4] = {CB, IW, IH, 1}, one[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(x), dims, strides, box, one,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
+  });
 }
 //@@TMA}
+
+//@@MMA{
+// Stage mma (stride 1, odd K, CB = 64): the same TMA ring, the taps summed on the tensor cores.
+// A warp owns one group of 8 channels and SEG 16-pixel column segments of the tile over its TH
+// rows. Per input row it loads, for each segment, the 16 pixels x 8 channels at each tap column as
+// ldmatrix fragments (two taps per m16n8k16 A operand, the odd last tap as an m16n8k8 one) and adds
+// them into every output row they touch with a B operand that is diagonal in the channel: B[k][n] =
+// w[channel n][tap of k] where k % 8 == n, else 0. So the mma computes, for 16 pixels and 8 channels,
+// two taps at once with fp32 accumulation and no conversions. Weights enter as fp16 (as in
+// TensorRT's own fp16 kernels; the scoring budget accounts for their rounding) or, with HILO, as
+// an fp16 pair hi + lo summed by a second mma (fp32-exact to ~2^-22, twice the mmas). The tile is stored
+// with the 128-byte swizzle (16-byte chunk j of pixel row R at chunk j ^ (R % 8)), so the 8 rows of
+// each ldmatrix phase (8 consecutive pixels, one channel group) hit 8 distinct bank groups.
+// The box is BOX_W = IW rounded up to 8 pixels wide, so a pixel's swizzle phase (R % 8) depends
+// only on its column: every ldmatrix address of a lane is one of KP + 1 per-lane offsets plus a
+// compile-time constant (no index math in the loop).
+constexpr int BOX_W = (IW + 7) / 8 * 8;
+constexpr int TILE_BYTES = IH * BOX_W * CB * 2;                // CB = 64: one 128-byte row per pixel
+constexpr int TILE_STRIDE = (TILE_BYTES + 1023) / 1024 * 1024;  // the 128-byte swizzle repeats every 1024
+constexpr int RING_ALIGN = 1024;
+constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + RING_ALIGN;
+constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
+constexpr int NG = CB / 8, SEG = CPT, KP = K / 2;
+constexpr int NW = @HILO@ ? 2 : 1;  // weight parts: hi (fp16 of w), lo (fp16 of w - hi)
+static_assert(CB == 64 && S == 1 && K % 2 == 1 && TW % (16 * SEG) == 0, "mma stage: CB 64, stride 1, odd K");
+static_assert(NTHREADS == 32 * NG * (TW / (16 * SEG)), "mma stage: one warp per channel group and segment set");
+static_assert(BOX_W <= 256 && IH <= 256, "a TMA box is at most 256 per dimension");
+
+__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x2(unsigned addr, unsigned (&r)[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void mma_k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_k8(float (&d)[4], const unsigned (&a)[2], unsigned b) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+// A 4-byte store under a predicate, without a branch around it.
+__device__ __forceinline__ void st_pred(__half* p, __half2 v, bool ok) {
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q st.global.b32 [%0], %1;\n}\n"
+               :: "l"(p), "r"(*reinterpret_cast<const unsigned*>(&v)), "r"((int)ok) : "memory");
+}
+// The B fragment register of this lane (n = gid, k = 2 tq and 2 tq + 1) holding part `part` of tap
+// weight `wv` on the diagonal (0: fp16 of wv, 1: fp16 of the remainder).
+__device__ __forceinline__ unsigned diag(float wv, int part, int gid, int tq) {
+  if (part) wv -= __half2float(__float2half_rn(wv));
+  const __half2 h = __floats2half2_rn(2 * tq == gid ? wv : 0.f, 2 * tq + 1 == gid ? wv : 0.f);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, const float* __restrict__ b,
+       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+       ytk_tpl::FastDiv cblocks, int items) {
+  extern __shared__ __align__(1024) unsigned char dsmem[];
+  __shared__ __align__(8) uint64_t full[NSTAGE];
+  unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
+                                 (RING_ALIGN - 1));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = warp % NG, col0 = (warp / NG) * SEG * 16;
+  const int gid = lane >> 2, tq = lane & 3;
+  // ldmatrix roles: lanes 0-7 / 8-15 address pixels 0-7 / 8-15 of the first tap, 16-31 of the second.
+  // Byte offset of this lane's row at tile column x (row 0): x * 128 plus its swizzled channel group.
+  const int lm = (lane & 7) + ((lane >> 3) & 1) * 8, lt = lane >> 4;
+  auto lane_off = [&](int x) { return (unsigned)(x * 128 + ((g ^ (x & 7)) << 4)); };
+  unsigned off2[KP], off1;
+#pragma unroll
+  for (int p = 0; p < KP; ++p) off2[p] = lane_off(col0 + lm + lt + 2 * p);
+  off1 = lane_off(col0 + lm + K - 1);
+  unsigned wb[NW][K][KP][2], wl[NW][K];
+  float bias0 = 0.f, bias1 = 0.f;
+  int loaded = -1;
+  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items,
+                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
+    const int cg0 = cblk * CB + g * 8;  // the warp's first channel
+    if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
+    if (cblk != loaded) {
+      loaded = cblk;
+      const float* wc = w + (size_t)(cg0 + gid) * (K * K);
+#pragma unroll
+      for (int h = 0; h < NW; ++h)
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
+#pragma unroll
+          for (int p = 0; p < KP; ++p) {
+            wb[h][ky][p][0] = diag(__ldg(&wc[ky * K + 2 * p]), h, gid, tq);
+            wb[h][ky][p][1] = diag(__ldg(&wc[ky * K + 2 * p + 1]), h, gid, tq);
+          }
+          wl[h][ky] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
+        }
+      bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
+      bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
+    }
+    const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
+    float acc[TH][SEG][4];
+#pragma unroll
+    for (int r = 0; r < TH; ++r)
+#pragma unroll
+      for (int s = 0; s < SEG; ++s) {
+        acc[r][s][0] = bias0; acc[r][s][1] = bias1; acc[r][s][2] = bias0; acc[r][s][3] = bias1;
+      }
+    const int oy0 = ty * TH, ox0 = tx * TW + col0;
+    __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0 + gid) * C + cg0 + 2 * tq;
+    const int rows = HO - oy0;  // output rows of this tile inside the image (may exceed TH)
+    bool colok[SEG][2];
+#pragma unroll
+    for (int s = 0; s < SEG; ++s)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) colok[s][h] = ox0 + s * 16 + gid + 8 * h < WO;
+#pragma unroll
+    for (int iy = 0; iy < IH; ++iy) {
+      unsigned a2[SEG][KP][4], a1[SEG][2];
+#pragma unroll
+      for (int s = 0; s < SEG; ++s) {
+        const unsigned at = base + (unsigned)((iy * BOX_W + s * 16) * 128);
+#pragma unroll
+        for (int p = 0; p < KP; ++p) ldsm_x4(at + off2[p], a2[s][p]);
+        ldsm_x2(at + off1, a1[s]);
+      }
+      // tap pairs outermost: consecutive mmas accumulate into different rows and segments
+#pragma unroll
+      for (int h = 0; h < NW; ++h) {
+#pragma unroll
+        for (int p = 0; p <= KP; ++p)
+#pragma unroll
+          for (int r = 0; r < TH; ++r) {
+            const int ky = iy - r;
+            if (ky < 0 || ky >= K) continue;
+#pragma unroll
+            for (int s = 0; s < SEG; ++s) {
+              if (p < KP) mma_k16(acc[r][s], a2[s][p], wb[h][ky][p][0], wb[h][ky][p][1]);
+              else mma_k8(acc[r][s], a1[s], wl[h][ky]);
+            }
+          }
+      }
+      const int r = iy - (K - 1);  // the output row this input row completes
+      if (r >= 0) {
+#pragma unroll
+        for (int s = 0; s < SEG; ++s)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)  // pixels gid and gid + 8 of the segment
+            st_pred(dst + ((size_t)r * WO + s * 16 + 8 * h) * C,
+                    __floats2half2_rn(act(acc[r][s][2 * h]), act(acc[r][s][2 * h + 1])), colok[s][h] && r < rows);
+      }
+    }
+  });
+}
+//@@MMA}
 
 // The grid of a persistent kernel (pipe, tma): at most one block per resident slot of this GPU (asked
 // once per kernel: a process drives one kind of GPU), a multiple of the channel blocks when larger
@@ -568,7 +748,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
     return (int)cudaGetLastError();
   }
   //@@PIPE}
-  //@@TMA{
+  //@@RING{
   {
     const int64_t items = tiles_x * tiles_y * cblocks * N;
     // the tensor map's row strides are multiples of 16 bytes, its base 16-byte aligned
@@ -577,14 +757,14 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
     const int64_t grid = persistent_grid(dw_tma, TMA_SMEM, items, cblocks);
     if (grid < 0) return (int)-grid;
     CUtensorMap map;
-    const int rc = encode_map(&map, x, N, C, H, W);
+    const int rc = encode_map(&map, x, N, C, H, W, BOX_W, TMA_SWIZZLE);
     if (rc) return rc;
     dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, w, b, y, (int)C, (int)HO, (int)WO,
         ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
         (int)items);
     return (int)cudaGetLastError();
   }
-  //@@TMA}
+  //@@RING}
   //@@STRIP{
   if (tiles_x * cblocks > INT32_MAX || tiles_y > 65535 || N > 65535) return (int)cudaErrorInvalidConfiguration;
   dw_strip<<<dim3((unsigned)(tiles_x * cblocks), (unsigned)tiles_y, (unsigned)N), NTHREADS, 0, stream>>>(
@@ -604,7 +784,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 
 _LAUNCHER = PLAIN_LAUNCHER
 
-_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4}
+_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4, "mma": 5}
 
 
 def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str, ns: int = 2) -> int:
@@ -662,7 +842,9 @@ _STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 
 # TMA ring (stage "tma", sm_90 and newer): (vec, cb, th, tw, cpt, ring buffers); a thread walks the
 # tile's TH rows, so th = rpt. Measured best on the worked example's shapes first (kernel run 8).
 _TMA_S1 = ((4, 64, 4, 32, 2, 3), (4, 64, 4, 32, 2, 2), (4, 32, 8, 16, 1, 3), (8, 64, 8, 16, 1, 3), (4, 32, 8, 32, 1, 3),
-           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3), (4, 32, 4, 32, 2, 3))
+           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3), (4, 32, 4, 32, 2, 3),
+           # 16-channel blocks for the thin early stages (C = 16: 74% of the floor against the strip's 59%)
+           (4, 16, 8, 64, 1, 3), (4, 16, 8, 128, 2, 3))
 _TMA_S2 = ((8, 64, 4, 16, 1, 3), (4, 32, 4, 16, 1, 3), (4, 64, 4, 8, 1, 3), (4, 32, 8, 16, 1, 3))
 _TMA_K5 = ((4, 32, 8, 16, 1, 3), (2, 128, 8, 8, 2, 3), (2, 32, 8, 32, 2, 3), (2, 64, 4, 16, 2, 3))
 #: Dynamic shared memory one sm_90 block may opt in to.
@@ -671,9 +853,35 @@ TMA_SMEM_LIMIT = 227 * 1024
 TMA_MIN_SM = 90
 
 
-def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int) -> int:
-    tile = ((th - 1) * s + k) * ((tw - 1) * s + k) * cb * 2
-    return ns * (-(-tile // 128) * 128) + 128
+# Tensor-core taps on the TMA ring (stage "mma", sm_90+, stride 1, 64 channels per block), in the
+# space for 5x5 only (on 3x3 the FFMA ring is faster: kernel run 9): (th, tw, 16-pixel column
+# segments per warp, ring buffers, weights: fp16 or hilo = fp16 hi + lo, minimum resident blocks per
+# SM); a warp per channel group and segment set. Measured best on the worked example's shapes first.
+_MMA = ((4, 16, 1, 2, "fp16", 3), (4, 16, 1, 4, "fp16", 2), (4, 16, 1, 3, "fp16", 4), (4, 32, 2, 2, "fp16", 3),
+        (4, 16, 1, 3, "fp16", 3), (4, 16, 1, 3, "hilo", 2))
+
+
+def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int, mma: bool = False) -> int:
+    """The ring's dynamic shared memory: ``ns`` tiles, each rounded up to the TMA destination
+    alignment (128 bytes; stage mma: 1024 for the 128-byte swizzle, its box 8-pixel wide multiples),
+    plus the alignment slack."""
+    iw, align = (tw - 1) * s + k, 1024 if mma else 128
+    tile = ((th - 1) * s + k) * (-(-iw // 8) * 8 if mma else iw) * cb * 2
+    return ns * (-(-tile // align) * align) + align
+
+
+def _mma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
+    """The tensor-core points legal for ``r``: stride 1, k 5 (the template also does 3x3, slower there
+    than the FFMA ring), a constant C that 64 divides (or a runtime C), the ring within the opt-in shared memory. Weights enter the mma as fp16 (``weights``
+    "fp16", scored with that rounding's budget) or as an exact fp16 pair ("hilo", the plain budget)."""
+    if r.stride != 1 or r.k != 5 or (r.channels and r.channels % 64):
+        return []
+    out: list[dict[str, int | str]] = []
+    for th, tw, seg, ns, weights, mb in _MMA:
+        if tma_smem_bytes(r.k, 1, 64, tw, th, ns, mma=True) > TMA_SMEM_LIMIT:
+            continue
+        out.append(dict(stage="mma", vec=8, cb=64, tw=tw, th=th, rpt=th, cpt=seg, ns=ns, mb=mb, weights=weights))
+    return out
 
 
 def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: int, pf: int) -> int:
@@ -711,10 +919,10 @@ def _tma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
 
 def variant_space(r: DwConvRegion, wide: bool = False, sm: int = 0) -> list[dict[str, int | str]]:
     """The tuning points legal for ``r`` on sm ``sm`` (0: unknown, no sm-specific points): on sm_90
-    and newer the TMA-ring points first; then channel blocking that tiles C, smem within the static
+    and newer the TMA-ring points first (5x5: tensor-core taps, then FFMA); then channel blocking that tiles C, smem within the static
     limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run;
     then the strips (k <= 5) whose live registers fit, under their minimum-blocks cap if any."""
-    out: list[dict[str, int | str]] = _tma_space(r) if sm >= TMA_MIN_SM else []
+    out: list[dict[str, int | str]] = _mma_space(r) + _tma_space(r) if sm >= TMA_MIN_SM else []
     for stage, vec, cb, th, tw, rpt, cpt, *more in (_BASE_S1 if r.stride == 1 else _BASE_S2):
         ns = more[0] if more else 2
         threads = (cb // vec) * (tw // cpt) * (th // rpt)
@@ -765,8 +973,9 @@ def variant_name(p: dict[str, int | str]) -> str:
     ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
     if p["stage"] == "strip":
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
-    elif p["stage"] == "tma":
+    elif p["stage"] in ("tma", "mma"):
         ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
+        ring += "h" if p.get("weights") == "hilo" else ""
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -776,19 +985,21 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])],
-        "NSTAGE": p.get("ns", 3 if p["stage"] == "tma" else 2),
+        "NSTAGE": p.get("ns", 3 if p["stage"] in ("tma", "mma") else 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
         "IR_UNROLL": " 1" if r.k >= 7 else "",
-        "CAP": "true" if p["stage"] not in ("strip", "tma") and register_cap(r, p) else "false",  # MB caps these
+        "CAP": "true" if p["stage"] not in ("strip", "tma", "mma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
+        "HILO": "true" if p.get("weights") == "hilo" else "false",
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
-    keep = {"pipe": "PIPE", "strip": "STRIP", "tma": "TMA"}.get(str(p["stage"]), "PLAIN")
+    keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"}}.get(
+        str(p["stage"]), {"PLAIN"})
     text = _KERNEL
-    for drop in {"PLAIN", "PIPE", "STRIP", "TMA"} - {keep}:
+    for drop in {"PLAIN", "PIPE", "STRIP", "RING", "TMA", "MMA"} - keep:
         text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", text, flags=re.S)
-    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|TMA)[{}]\n", "", text + _LAUNCHER)
-    if keep == "TMA":  # the tensor-map types and the driver entry point's signature (no libcuda link)
+    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|RING|TMA|MMA)[{}]\n", "", text + _LAUNCHER)
+    if "RING" in keep:  # the tensor-map types and the driver entry point's signature (no libcuda link)
         text = "#include <cuda.h>\n#include <cudaTypedefs.h>\n" + text
     for k, v in subs.items():
         text = text.replace(f"@{k}@", str(v))

@@ -78,10 +78,14 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def check_case(lib: LauncherLibrary, case: Case, device: Any) -> CheckResult:
-    """Run one case twice on poisoned, guarded outputs; compare with the reference and itself."""
+def check_case(lib: LauncherLibrary, case: Case, device: Any, fp16_weights: bool = False) -> CheckResult:
+    """Run one case twice on poisoned, guarded outputs; compare with the reference and itself.
+    ``fp16_weights``: the variant rounds its weights to fp16, the budget adds that rounding's bound."""
     import torch
 
+    if fp16_weights and case.tol_w16 is None:
+        raise ValueError(f"{case.label}: no fp16-weight error bound for this region kind")
+    tol = case.tol + case.tol_w16 if fp16_weights else case.tol
     res = CheckResult(ok=True)
     ins = case.kernel_inputs
     shape = tuple(case.ref.shape)
@@ -121,10 +125,10 @@ def check_case(lib: LauncherLibrary, case: Case, device: Any) -> CheckResult:
     res.max_abs_err = float(err.max())
     ref_max = float(case.ref.abs().max())
     res.max_rel_err = res.max_abs_err / ref_max if ref_max > 0 else res.max_abs_err
-    res.budget_used = float((err / case.tol).max())
+    res.budget_used = float((err / tol).max())
     if res.budget_used > 1.0:
         res.ok = False
-        idx = int(torch.argmax(err / case.tol))
+        idx = int(torch.argmax(err / tol))
         res.problems.append(f"{case.label}: error {res.max_abs_err:.3g} exceeds the budget ({res.budget_used:.3g}x "
                             f"of the tolerance at flat index {idx})")
     return res

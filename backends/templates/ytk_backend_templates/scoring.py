@@ -50,7 +50,7 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
         max_abs = max_rel = 0.0
         try:
             for case in cases:
-                r = check_case(lib, case, device)
+                r = check_case(lib, case, device, fp16_weights=v.params.get("weights") == "fp16")
                 max_abs, max_rel = max(max_abs, r.max_abs_err), max(max_rel, r.max_rel_err)
                 problems += r.problems
         except StageError as e:

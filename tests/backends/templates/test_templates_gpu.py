@@ -212,7 +212,7 @@ extern "C" int ytk_v000_launch(const void* const*, void* const*, const int64_t*,
     gpu = local_gpu()
     meta = plugin_meta(region, "NoWork", candidate=cand)
     built = build_variants([v], meta, gpu.arch(), tmp_path / "build")
-    monkeypatch.setattr(scoring, "check_case", lambda lib, case, device: CheckResult(ok=True))
+    monkeypatch.setattr(scoring, "check_case", lambda lib, case, device, **kw: CheckResult(ok=True))
     dev = torch.device("cuda")
     cases = build_cases(region, torch_region(region), shapes, dev)[:1]
     scored = scoring.score_variants([v], built, region, shapes, cases, dev, copy_bandwidth_gbs(dev),

@@ -165,3 +165,28 @@ def test_scoring_is_serialised_across_concurrent_jobs(tmp_path: Path) -> None:
         t.join()
     (_, s0, e0), (_, s1, e1) = sorted(inside, key=lambda x: x[1])
     assert s1 >= e0  # no overlap
+
+
+def test_fp16_weights_pass_only_with_their_declared_budget(tmp_path: Path, recorded_outputs: list) -> None:
+    """A kernel that rounds its weights to fp16 (the tensor-core depthwise variants) is within the
+    budget it declares, not within the fp32-weight one; a wrong tap stays far over even the looser one."""
+    region, module, cases, meta = _setup(tmp_path, "dw")
+
+    def w16(x, w, b):  # type: ignore[no-untyped-def]
+        return F.hardswish(F.conv2d(x, w.half().float(), b, 1, 1, 1, x.shape[1]))
+
+    def flipped(x, w, b):  # type: ignore[no-untyped-def]
+        return F.hardswish(F.conv2d(x, torch.flip(w, dims=[3]).half().float(), b, 1, 1, 1, x.shape[1]))
+
+    lib = StandIn(meta, w16, "none", recorded_outputs)
+    plain = []
+    for case in cases:
+        lib._inputs = case.kernel_inputs
+        r = harness.check_case(lib, case, CPU, fp16_weights=True)
+        assert r.ok, r.problems
+        plain.append(harness.check_case(lib, case, CPU).ok)
+    assert not all(plain), "fp16 weights should exceed the fp32-weight budget somewhere"
+    bad = StandIn(meta, flipped, "none", recorded_outputs)
+    bad._inputs = cases[0].kernel_inputs
+    r = harness.check_case(bad, cases[0], CPU, fp16_weights=True)
+    assert not r.ok and r.budget_used > 100
