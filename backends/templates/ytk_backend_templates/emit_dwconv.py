@@ -398,15 +398,47 @@ __device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint
          "r"(n), "r"(b) : "memory");
 }
 
+// Developer timeline (benchmarks/dw_trace.py builds with -DYTK_RING_TRACE; the product never does):
+// per block its SM, its start and end on the global timer, and per item the clock at the wait for the
+// tile, at its arrival and after the slot's release.
+#ifdef YTK_RING_TRACE
+constexpr int TRACE_BLOCKS = 1024, TRACE_ITEMS = 64;
+__device__ unsigned long long trace_items[TRACE_BLOCKS][TRACE_ITEMS][3];
+__device__ unsigned long long trace_blocks[TRACE_BLOCKS][4];  // smid, globaltimer start, end, items
+__device__ __forceinline__ unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define YTK_TRACE_ITEM(k, j) \
+  if (threadIdx.x == 0 && blockIdx.x < TRACE_BLOCKS && (k) < TRACE_ITEMS) trace_items[blockIdx.x][k][j] = clock64()
+#define YTK_TRACE_BLOCK(j, v) if (threadIdx.x == 0 && blockIdx.x < TRACE_BLOCKS) trace_blocks[blockIdx.x][j] = (v)
+static int trace_copy(void* items, void* blocks) {
+  const cudaError_t e = cudaMemcpyFromSymbol(items, trace_items, sizeof(trace_items));
+  return (int)(e != cudaSuccess ? e : cudaMemcpyFromSymbol(blocks, trace_blocks, sizeof(trace_blocks)));
+}
+#else
+#define YTK_TRACE_ITEM(k, j)
+#define YTK_TRACE_BLOCK(j, v)
+#endif
+
 // The ring loop of a persistent block: items blockIdx.x, +gridDim.x, ... (item = ((n * tiles_y + ty)
-// * tiles_x + tx) * cblocks + cblk); body(tile, cblk, n, ty, tx) runs once the item's tile (STRIDE
-// bytes apart in `ring`, BYTES each) has landed, and the slot is released after every thread's body.
-template <int BYTES, int STRIDE, typename Body>
+// * tiles_x + tx) * cblocks + cblk); prep(cblk) runs before the wait for the item's tile (a block's
+// weights load while its first tile is in flight: the trace showed the two latencies in series),
+// body(tile, cblk, n, ty, tx) once the tile (STRIDE bytes apart in `ring`, BYTES each) has landed,
+// and the slot is released after every thread's body.
+template <int BYTES, int STRIDE, typename Prep, typename Body>
 __device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* ring, uint64_t* full,
                                          ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks,
-                                         int items, Body&& body) {
+                                         int items, Prep&& prep, Body&& body) {
   const int step = gridDim.x;
   if ((int)blockIdx.x >= items) return;
+#ifdef YTK_RING_TRACE
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  YTK_TRACE_BLOCK(0, smid);
+  YTK_TRACE_BLOCK(1, gtimer());
+#endif
   auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
     const int rest = cblocks.div(item);
     cblk = item - rest * (int)cblocks.d;
@@ -437,10 +469,18 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* 
     if (threadIdx.x == 0 && ahead < items) issue(ahead, (k + NSTAGE - 1) % NSTAGE);
     int cblk, n, ty, tx;
     split(it, cblk, n, ty, tx);
+    prep(cblk);
+    YTK_TRACE_ITEM(k, 0);
     mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
+    YTK_TRACE_ITEM(k, 1);
     body(ring + slot * STRIDE, cblk, n, ty, tx);
     __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
+    YTK_TRACE_ITEM(k, 2);
   }
+#ifdef YTK_RING_TRACE
+  YTK_TRACE_BLOCK(2, gtimer());
+  YTK_TRACE_BLOCK(3, (items - (int)blockIdx.x + step - 1) / step);
+#endif
 }
 
 // The tensor map of the NHWC input (fp16, dims C, W, H, N; boxes of CB x box_w x IH x 1, zeros
@@ -492,19 +532,22 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
   const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
   float wr[K * K][VEC], bias[VEC];
   int loaded = -1;
-  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items,
-                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
+  auto prep = [&](int cblk) {
+    if (cblk == loaded) return;  // block-uniform
+    loaded = cblk;
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;  // C % VEC == 0: the thread's VEC channels are all in or all out
-    if (cblk != loaded) {  // block-uniform
-      loaded = cblk;
 #pragma unroll
-      for (int t = 0; t < K * K; ++t)
+    for (int t = 0; t < K * K; ++t)
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) wr[t][v] = cok ? __ldg(&w[(size_t)(c + v) * (K * K) + t]) : 0.f;
+      for (int v = 0; v < VEC; ++v) wr[t][v] = cok ? __ldg(&w[(size_t)(c + v) * (K * K) + t]) : 0.f;
 #pragma unroll
-      for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
-    }
+    for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
+  };
+  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
+    const int c = cblk * CB + cv * VEC;
+    const bool cok = c < C;
     const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
     const int oy0 = ty * TH, ox0 = tx * TW + cg * CPT;
     __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0) * C + c;
@@ -626,27 +669,29 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
   unsigned wb[NW][K][KP][2], wl[NW][K];
   float bias0 = 0.f, bias1 = 0.f;
   int loaded = -1;
-  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items,
+  auto prep = [&](int cblk) {
+    const int cg0 = cblk * CB + g * 8;
+    if (cblk == loaded || cg0 >= C) return;
+    loaded = cblk;
+    const float* wc = w + (size_t)(cg0 + gid) * (K * K);
+#pragma unroll
+    for (int h = 0; h < NW; ++h)
+#pragma unroll
+      for (int ky = 0; ky < K; ++ky) {
+#pragma unroll
+        for (int p = 0; p < KP; ++p) {
+          wb[h][ky][p][0] = diag(__ldg(&wc[ky * K + 2 * p]), h, gid, tq);
+          wb[h][ky][p][1] = diag(__ldg(&wc[ky * K + 2 * p + 1]), h, gid, tq);
+        }
+        wl[h][ky] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
+      }
+    bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
+    bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
+  };
+  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
                                     [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
     const int cg0 = cblk * CB + g * 8;  // the warp's first channel
     if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
-    if (cblk != loaded) {
-      loaded = cblk;
-      const float* wc = w + (size_t)(cg0 + gid) * (K * K);
-#pragma unroll
-      for (int h = 0; h < NW; ++h)
-#pragma unroll
-        for (int ky = 0; ky < K; ++ky) {
-#pragma unroll
-          for (int p = 0; p < KP; ++p) {
-            wb[h][ky][p][0] = diag(__ldg(&wc[ky * K + 2 * p]), h, gid, tq);
-            wb[h][ky][p][1] = diag(__ldg(&wc[ky * K + 2 * p + 1]), h, gid, tq);
-          }
-          wl[h][ky] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
-        }
-      bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
-      bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
-    }
     const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
     float acc[TH][SEG][4];
 #pragma unroll
