@@ -107,24 +107,30 @@ def plan_job(request: KernelGenRequest, sm: int | None = None) -> JobPlan | Kern
             sm = ArchSpec.parse(request.arch).sm if request.arch else 0
         except ArchSpecError:
             sm = 0  # require_gpu reports the bad spec
-    limit, wide = _search(request)
-    variants = region_variants(region, limit, wide=wide, sm=sm)
-    if wide and len(variants) == len(region_variants(region, limit, sm=sm)):  # the wide space only adds points
+    limit, wide, w16 = _search(request)
+    variants = region_variants(region, limit, wide=wide, sm=sm, fp16_weights=w16)
+    if wide and len(variants) == len(region_variants(region, limit, sm=sm, fp16_weights=w16)):  # wide only adds
         return _failed(job_id, f"re-optimization of {name}: the templates have no wider search for "
                                f"{region.describe()} than the one that made the plugged kernel")
     return JobPlan(job_id, name, region, shapes, site_shape_indices(candidate, shapes), meta, variants, candidate,
                    Path(request.reference))
 
 
-def _search(request: KernelGenRequest) -> tuple[int | None, bool]:
-    """The request's variant limit (``max_variants``, 0: all) and whether it asks for the wide space."""
-    return int(request.config.get("max_variants", "0")) or None, request.config.get("reoptimize", "0") == "1"
+def _search(request: KernelGenRequest) -> tuple[int | None, bool, bool]:
+    """The request's variant limit (``max_variants``, 0: all), whether it asks for the wide space, and
+    whether variants that round the weights to fp16 may compete (``fp16_weights``, default 1)."""
+    w16 = request.config.get("fp16_weights", "1")
+    if w16 not in ("0", "1"):
+        raise StageError(f"--config fp16_weights={w16}: use 1 (variants that hold the weights in fp16, as "
+                         "TensorRT's fp16 kernels do, may win; the default) or 0 (only fp32-exact weights)")
+    return (int(request.config.get("max_variants", "0")) or None, request.config.get("reoptimize", "0") == "1",
+            w16 == "1")
 
 
 def with_sm(plan: JobPlan, request: KernelGenRequest, sm: int) -> JobPlan:
     """``plan`` with the variant list for sm ``sm`` (the GPU is known only after recognition)."""
-    limit, wide = _search(request)
-    return replace(plan, variants=region_variants(plan.region, limit, wide=wide, sm=sm))
+    limit, wide, w16 = _search(request)
+    return replace(plan, variants=region_variants(plan.region, limit, wide=wide, sm=sm, fp16_weights=w16))
 
 
 def build_job(plan: JobPlan, arch: ArchSpec, jobdir: Path, cache: Path | None, progress: Any = None) -> Any:

@@ -9,16 +9,21 @@ from .emit_common import Variant
 from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
 
 
-def region_variants(region: Region, limit: int | None = None, wide: bool = False, sm: int = 0) -> list[Variant]:
+def region_variants(region: Region, limit: int | None = None, wide: bool = False, sm: int = 0,
+                    fp16_weights: bool = True) -> list[Variant]:
     """All variants of ``region`` for sm ``sm`` (optionally the first ``limit``), each in its own
     namespace. ``sm`` 0 (not known yet) leaves out the points that need a newer GPU (the TMA ring).
 
     ``wide`` (a re-optimization) also keeps the tuning points the default search filters out by
-    its register and tile heuristics: a larger search that costs more build and scoring time."""
+    its register and tile heuristics: a larger search that costs more build and scoring time.
+    ``fp16_weights=False`` leaves out the variants that round the weights to fp16 (``weights:
+    fp16``, scored with that rounding's budget)."""
     out: list[Variant] = []
     space: list = (emit_dwconv.variant_space(region, wide, sm) if isinstance(region, DwConvRegion)
                    else emit_conv1x1.variant_space(region, wide) if isinstance(region, Conv1x1Region)
                    else emit_litemla.variant_space(region))
+    if not fp16_weights:
+        space = [p for p in space if p.get("weights") != "fp16"]
     for i, p in enumerate(space[:limit] if limit else space):
         ns = f"ytk_v{i:03d}"
         if isinstance(region, DwConvRegion):

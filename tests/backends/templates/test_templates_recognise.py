@@ -16,7 +16,7 @@ from ytk_backend_templates.contract import bytes_moved, plugin_meta  # noqa: E40
 from ytk_backend_templates.recognise import load_graph, recognise, site_shape_indices, site_shapes  # noqa: E402
 from ytk_backend_templates.reference import torch_region, verify_against_pt2  # noqa: E402
 from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion  # noqa: E402
-from ytk_hookspecs.errors import UnsupportedRegion  # noqa: E402
+from ytk_hookspecs.errors import StageError, UnsupportedRegion  # noqa: E402
 from ytk_core.contracts import check_meta, check_meta_against_candidate  # noqa: E402
 
 EXPECT_ACT = {"hardtanh": "relu6", "clamp": "relu6"}
@@ -207,3 +207,26 @@ def test_probe_refuses_a_target_of_another_sm(monkeypatch):
     assert not orin.available and "sm_87" in orin.reason and "H200" in orin.reason
     assert probe(ArchSpec.parse("x86_64-sm90-linux-cu130-trt10")).available
     assert probe().available
+
+
+def test_fp16_weight_variants_can_be_kept_out(tmp_path: Path) -> None:
+    """``--config fp16_weights=0``: no variant that rounds the weights to fp16 competes (the exact hi + lo
+    tensor-core ones still do); a value other than 0/1 is refused with the choices."""
+    from ytk_backend_templates.generate import JobPlan, plan_job
+    from ytk_hookspecs.models import KernelGenRequest
+
+    pt2, cand = dw_fixture(tmp_path, "DwConv5x5s1Dyn", 5, 1, "hardswish", [(1, 64, 9, 9)])
+
+    def weights(value):  # type: ignore[no-untyped-def]
+        cfg = {"deployment_target": "tensorrt"} | ({"fp16_weights": value} if value is not None else {})
+        p = plan_job(KernelGenRequest(reference=pt2, gpu="H200", arch="x86_64-sm90-linux-cu130-trt10", config=cfg,
+                                      output=tmp_path / "o.module_source.py", candidate=cand, plugin_name=cand.name))
+        assert isinstance(p, JobPlan)
+        return [v.params.get("weights") for v in p.variants]
+
+    default = weights(None)
+    assert "fp16" in default and "hilo" in default
+    exact = weights("0")
+    assert "fp16" not in exact and "hilo" in exact and len(exact) == len(default) - default.count("fp16")
+    with pytest.raises(StageError, match="fp16_weights=yes"):
+        weights("yes")
