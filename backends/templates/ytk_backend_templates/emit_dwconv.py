@@ -521,14 +521,11 @@ constexpr int RING_ALIGN = 128;
 constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + RING_ALIGN;
 constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE;
 
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, const float* __restrict__ b,
-       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-       ytk_tpl::FastDiv cblocks, int items) {
-  extern __shared__ __align__(128) unsigned char dsmem[];
-  __shared__ __align__(8) uint64_t full[NSTAGE];
-  unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
-                                 (RING_ALIGN - 1));
+// The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
+__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned char* ring, uint64_t* full,
+                                            const float* __restrict__ w, const float* __restrict__ b,
+                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
+                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
   const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
   float wr[K * K][VEC], bias[VEC];
   int loaded = -1;
@@ -544,7 +541,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
 #pragma unroll
     for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
   };
-  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
                                     [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;
@@ -647,14 +644,11 @@ __device__ __forceinline__ unsigned diag(float wv, int part, int gid, int tq) {
   return *reinterpret_cast<const unsigned*>(&h);
 }
 
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, const float* __restrict__ b,
-       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-       ytk_tpl::FastDiv cblocks, int items) {
-  extern __shared__ __align__(1024) unsigned char dsmem[];
-  __shared__ __align__(8) uint64_t full[NSTAGE];
-  unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
-                                 (RING_ALIGN - 1));
+// The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
+__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned char* ring, uint64_t* full,
+                                            const float* __restrict__ w, const float* __restrict__ b,
+                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
+                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = warp % NG, col0 = (warp / NG) * SEG * 16;
   const int gid = lane >> 2, tq = lane & 3;
@@ -688,7 +682,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
     bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
     bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
   };
-  tma_ring<TILE_BYTES, TILE_STRIDE>(&map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
                                     [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
     const int cg0 = cblk * CB + g * 8;  // the warp's first channel
     if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
@@ -747,6 +741,21 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
   });
 }
 //@@MMA}
+
+//@@RING{
+// The persistent ring kernel of stages tma and mma: its ring aligned to the stage's RING_ALIGN, the
+// rest is the stage's ring_kernel.
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, const float* __restrict__ b,
+       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+       ytk_tpl::FastDiv cblocks, int items) {
+  extern __shared__ __align__(RING_ALIGN) unsigned char dsmem[];
+  __shared__ __align__(8) uint64_t full[NSTAGE];
+  unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
+                                 (RING_ALIGN - 1));
+  ring_kernel(&map, ring, full, w, b, y, C, HO, WO, tiles_x, tiles_img, cblocks, items);
+}
+//@@RING}
 
 // The grid of a persistent kernel (pipe, tma): at most one block per resident slot of this GPU (asked
 // once per kernel: a process drives one kind of GPU), a multiple of the channel blocks when larger
