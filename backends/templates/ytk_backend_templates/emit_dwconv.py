@@ -41,7 +41,7 @@ constexpr int NTHREADS = STAGE == 5 ? 32 * (CB / 8) * (TW / (16 * CPT)) : CVB * 
 constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
 constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
 constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
-constexpr int TILE_HALVES = IH * IW * CB;
+[[maybe_unused]] constexpr int TILE_HALVES = IH * IW * CB;  // (stage mma sizes its swizzled tile itself)
 // TMA ring: with SPLIT each tile arrives as two boxes of IHB = IH / 2 rows on two barriers, and the
 // compute starts on the first (every block waits for its first tile at once: half the bytes, sooner)
 constexpr bool SPLIT = @HS@;
