@@ -42,11 +42,6 @@ constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
 constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
 constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
 [[maybe_unused]] constexpr int TILE_HALVES = IH * IW * CB;  // (stage mma sizes its swizzled tile itself)
-// TMA ring: with SPLIT each tile arrives as two boxes of IHB = IH / 2 rows on two barriers, and the
-// compute starts on the first (every block waits for its first tile at once: half the bytes, sooner)
-constexpr bool SPLIT = @HS@;
-constexpr int IHB = SPLIT ? IH / 2 : IH;
-static_assert(!SPLIT || IH % 2 == 0, "a split tile is two boxes of IH / 2 rows");
 // With CAP, at least 512 resident threads per SM (<= 128 registers each) for latency hiding;
 // without, the compiler may keep every weight of the thread's channels in registers (no spills).
 // A strip variant may instead name its minimum resident blocks per SM (MB).
@@ -430,11 +425,9 @@ static int trace_copy(void* items, void* blocks) {
 // The ring loop of a persistent block: items blockIdx.x, +gridDim.x, ... (item = ((n * tiles_y + ty)
 // * tiles_x + tx) * cblocks + cblk); prep(cblk) runs before the wait for the item's tile (a block's
 // weights load while its first tile is in flight: the trace showed the two latencies in series),
-// body(tile, cblk, n, ty, tx, rest) once the tile (STRIDE bytes apart in `ring`, BYTES each) has
-// landed, and the slot is released after every thread's body. With SPLIT the body starts once the
-// tile's first IHB rows have landed (barrier full[slot]) and calls rest() before it reads row IHB
-// (the second box, at byte HALF of the tile, on full[NSTAGE + slot]).
-template <int BYTES, int STRIDE, int HALF, typename Prep, typename Body>
+// body(tile, cblk, n, ty, tx) once the tile (STRIDE bytes apart in `ring`, BYTES each) has landed,
+// and the slot is released after every thread's body.
+template <int BYTES, int STRIDE, typename Prep, typename Body>
 __device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* ring, uint64_t* full,
                                          ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks,
                                          int items, Prep&& prep, Body&& body) {
@@ -457,18 +450,12 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* 
   auto issue = [&](int item, int slot) {
     int cblk, n, ty, tx;
     split(item, cblk, n, ty, tx);
-    unsigned char* dst = ring + slot * STRIDE;
-    if (SPLIT) {
-      tma_tile(dst, map, &full[slot], BYTES / 2, cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
-      tma_tile(dst + HALF, map, &full[NSTAGE + slot], BYTES / 2, cblk * CB, tx * TW * S - P, ty * TH * S - P + IHB, n);
-    } else {
-      tma_tile(dst, map, &full[slot], BYTES, cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
-    }
+    tma_tile(ring + slot * STRIDE, map, &full[slot], BYTES, cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
   };
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
 #pragma unroll
-    for (int s = 0; s < (SPLIT ? 2 : 1) * NSTAGE; ++s) mbar_init(&full[s], 1);
+    for (int s = 0; s < NSTAGE; ++s) mbar_init(&full[s], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #pragma unroll
     for (int j = 0; j < NSTAGE - 1; ++j)
@@ -484,12 +471,9 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* 
     split(it, cblk, n, ty, tx);
     prep(cblk);
     YTK_TRACE_ITEM(k, 0);
-    const unsigned parity = (unsigned)(k / NSTAGE) & 1u;
-    mbar_wait(&full[slot], parity);
+    mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
     YTK_TRACE_ITEM(k, 1);
-    body(ring + slot * STRIDE, cblk, n, ty, tx, [&] {
-      if (SPLIT) mbar_wait(&full[NSTAGE + slot], parity);
-    });
+    body(ring + slot * STRIDE, cblk, n, ty, tx);
     __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
     YTK_TRACE_ITEM(k, 2);
   }
@@ -517,7 +501,7 @@ static int encode_map(CUtensorMap* map, const void* x, int64_t N, int64_t C, int
   if (!encode) return (int)cudaErrorNotSupported;
   const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
   const cuuint64_t strides[3] = {(cuuint64_t)C * 2, (cuuint64_t)(W * C) * 2, (cuuint64_t)(H * W * C) * 2};
-  const cuuint32_t box[4] = {CB, (cuuint32_t)box_w, IHB, 1}, one[4] = {1, 1, 1, 1};
+  const cuuint32_t box[4] = {CB, (cuuint32_t)box_w, IH, 1}, one[4] = {1, 1, 1, 1};
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(x), dims, strides, box, one,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -557,9 +541,8 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned cha
 #pragma unroll
     for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
   };
-  static_assert(!SPLIT || IHB * IW * CB * 2 % 128 == 0, "the second box's destination is 128-byte aligned");
-  tma_ring<TILE_BYTES, TILE_STRIDE, IHB * IW * CB * 2>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx, auto&& rest) {
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;
     const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
@@ -574,7 +557,6 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned cha
         for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
 #pragma unroll
     for (int ir = 0; ir < IH; ++ir) {
-      if (SPLIT && ir == IHB) rest();
       float xin[NIC][VEC];
 #pragma unroll
       for (int j = 0; j < NIC; ++j) ytk_tpl::unpack(*reinterpret_cast<const VT*>(tile + (ir * IW + j) * CB), xin[j]);
@@ -628,9 +610,6 @@ constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + RING_ALIGN;
 constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
 constexpr int NG = CB / 8, SEG = CPT, KP = K / 2;
 constexpr int NW = @HILO@ ? 2 : 1;  // weight parts: hi (fp16 of w), lo (fp16 of w - hi)
-// F5: the last tap column on the FMA pipe (fp32 weights, each lane's own accumulator pixels and
-// channels read from the tile) instead of an m16n8k8: a fifth of the taps off the tensor pipe
-constexpr bool F5 = @F5@;
 static_assert(CB == 64 && S == 1 && K % 2 == 1 && TW % (16 * SEG) == 0, "mma stage: CB 64, stride 1, odd K");
 static_assert(NTHREADS == 32 * NG * (TW / (16 * SEG)), "mma stage: one warp per channel group and segment set");
 static_assert(BOX_W <= 256 && IH <= 256, "a TMA box is at most 256 per dimension");
@@ -681,11 +660,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned cha
 #pragma unroll
   for (int p = 0; p < KP; ++p) off2[p] = lane_off(col0 + lm + lt + 2 * p);
   off1 = lane_off(col0 + lm + K - 1);
-  unsigned offf[2];  // F5: this lane's 4 bytes (channels 2 tq, 2 tq + 1) of pixels gid + K - 1 and gid + K + 7
-#pragma unroll
-  for (int h = 0; h < 2; ++h) offf[h] = lane_off(col0 + gid + K - 1 + 8 * h) + 4 * tq;
   unsigned wb[NW][K][KP][2], wl[NW][K];
-  float wf[K][2];
   float bias0 = 0.f, bias1 = 0.f;
   int loaded = -1;
   auto prep = [&](int cblk) {
@@ -702,20 +677,13 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned cha
           wb[h][ky][p][0] = diag(__ldg(&wc[ky * K + 2 * p]), h, gid, tq);
           wb[h][ky][p][1] = diag(__ldg(&wc[ky * K + 2 * p + 1]), h, gid, tq);
         }
-        if (!F5) wl[h][ky] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
+        wl[h][ky] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
       }
-    if (F5) {
-#pragma unroll
-      for (int ky = 0; ky < K; ++ky)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) wf[ky][c] = __ldg(&w[(size_t)(cg0 + 2 * tq + c) * (K * K) + ky * K + K - 1]);
-    }
     bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
     bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
   };
-  // a split tile's second box starts on a whole 1024-byte swizzle period (BOX_W is a multiple of 8 pixels)
-  tma_ring<TILE_BYTES, TILE_STRIDE, IHB * BOX_W * CB * 2>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx, auto&& rest) {
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
     const int cg0 = cblk * CB + g * 8;  // the warp's first channel
     if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
     const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
@@ -736,24 +704,13 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned cha
       for (int h = 0; h < 2; ++h) colok[s][h] = ox0 + s * 16 + gid + 8 * h < WO;
 #pragma unroll
     for (int iy = 0; iy < IH; ++iy) {
-      if (SPLIT && iy == IHB) rest();
       unsigned a2[SEG][KP][4], a1[SEG][2];
-      float xf[SEG][2][2];
 #pragma unroll
       for (int s = 0; s < SEG; ++s) {
         const unsigned at = base + (unsigned)((iy * BOX_W + s * 16) * 128);
 #pragma unroll
         for (int p = 0; p < KP; ++p) ldsm_x4(at + off2[p], a2[s][p]);
-        if (F5) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            unsigned v;
-            asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(at + offf[h]) : "memory");
-            ytk_tpl::unpack(v, xf[s][h]);
-          }
-        } else {
-          ldsm_x2(at + off1, a1[s]);
-        }
+        ldsm_x2(at + off1, a1[s]);
       }
       // tap pairs outermost: consecutive mmas accumulate into different rows and segments
 #pragma unroll
@@ -767,10 +724,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned cha
 #pragma unroll
             for (int s = 0; s < SEG; ++s) {
               if (p < KP) mma_k16(acc[r][s], a2[s][p], wb[h][ky][p][0], wb[h][ky][p][1]);
-              else if (!F5) mma_k8(acc[r][s], a1[s], wl[h][ky]);
-              else if (h == 0)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) acc[r][s][q] = fmaf(wf[ky][q & 1], xf[s][q >> 1][q & 1], acc[r][s][q]);
+              else mma_k8(acc[r][s], a1[s], wl[h][ky]);
             }
           }
       }
@@ -796,7 +750,7 @@ dw_tma(const __grid_constant__ CUtensorMap map, const float* __restrict__ w, con
        __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
        ytk_tpl::FastDiv cblocks, int items) {
   extern __shared__ __align__(RING_ALIGN) unsigned char dsmem[];
-  __shared__ __align__(8) uint64_t full[(SPLIT ? 2 : 1) * NSTAGE];
+  __shared__ __align__(8) uint64_t full[NSTAGE];
   unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
                                  (RING_ALIGN - 1));
   ring_kernel(&map, ring, full, w, b, y, C, HO, WO, tiles_x, tiles_img, cblocks, items);
@@ -1075,7 +1029,7 @@ def variant_name(p: dict[str, int | str]) -> str:
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
     elif p["stage"] in ("tma", "mma"):
         ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
-        ring += ("h" if p.get("weights") == "hilo" else "") + ("s" if p.get("hs") else "") + ("f" if p.get("f5") else "")
+        ring += "h" if p.get("weights") == "hilo" else ""
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -1090,8 +1044,7 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "IR_UNROLL": " 1" if r.k >= 7 else "",
         "CAP": "true" if p["stage"] not in ("strip", "tma", "mma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
-        "HILO": "true" if p.get("weights") == "hilo" else "false", "HS": "true" if p.get("hs") else "false",
-        "F5": "true" if p.get("f5") else "false",
+        "HILO": "true" if p.get("weights") == "hilo" else "false",
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
     keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"}}.get(
