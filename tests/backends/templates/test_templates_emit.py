@@ -210,3 +210,21 @@ def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: P
         assert r.returncode == 0, (name, r.stderr[-2000:])
         spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stdout + r.stderr)]
         assert max(spills, default=0) <= 64, (name, spills)
+
+
+def test_ring_tile_rows_are_read_with_vector_loads(tmp_path: Path) -> None:
+    """The FFMA ring reads each thread's VEC halves of a tile row as one shared-memory vector load
+    (unpack takes the vector by value; through a reference into memory nvcc split it into 4-byte
+    loads, doubling the ring's load instructions)."""
+    from ytk_backend_templates import emit_dwconv
+
+    p = dict(stage="tma", vec=4, cb=32, tw=32, th=4, rpt=4, cpt=2, ns=3)
+    cu = tmp_path / "ring.cu"
+    cu.write_text(PRELUDE + emit_dwconv.emit(DwConvRegion(3, 1, "hardswish", None), p, "v0", "v0_launch").body)
+    r = subprocess.run([find_nvcc(), "-ptx", "-O3", "-std=c++17", "-arch=sm_90a", "-o", str(tmp_path / "ring.ptx"),
+                        str(cu)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    loads = re.findall(r"ld\.shared(\.\w+)+", (tmp_path / "ring.ptx").read_text())
+    vec = re.findall(r"ld\.shared\.v2\.u32", (tmp_path / "ring.ptx").read_text())
+    # 6 input rows x 4 columns per thread; nothing else of the tile is loaded another way
+    assert len(vec) == 24 and len(loads) == 24, (len(vec), len(loads))
