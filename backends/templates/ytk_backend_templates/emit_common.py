@@ -44,6 +44,18 @@ __device__ __forceinline__ uint2 pack4(const float* f) {
   return r;
 }
 
+// Tensor-core tiles (sm_80+), fp16 operands and fp32 accumulation in place: d += a (16 x 16, row) *
+// (b0, b1) (16 x 8, col), and the k = 8 form. Register-only, so not volatile (the compiler schedules them).
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], const unsigned (&a)[2], unsigned b) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
 // Division by a runtime divisor d >= 1 without the ~20-instruction integer divide, for 0 <= x < 2^31:
 // q = (umulhi(x, m) + x) >> s with s = ceil(log2 d), m = 2^32 (2^s - d) / d + 1 (made once on the host).
 struct FastDiv {

@@ -118,13 +118,6 @@ constexpr int SMEM_HALVES = STAGE_HALVES > OUT_HALVES ? STAGE_HALVES : OUT_HALVE
 
 __device__ __forceinline__ float act(float v) { @ACT@ }
 
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Tensor cores: y[p, co] = act(b + x[p, :] . w[co, :]) with fp16 x, and the fp32 weights split into
 // hi + lo fp16 halves (two MMAs, fp32 accumulation), so weights keep ~22 bits as in the contract.
 // grid.x = pixel tiles x output blocks, output block fastest.
@@ -200,8 +193,8 @@ pw_mma(const __half* __restrict__ x, const float* __restrict__ w, const float* _
         const uint32_t l1 = *reinterpret_cast<const uint32_t*>(&Bl[off + 8]);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-          mma16816(acc[i][j], af[i], l0, l1);
-          mma16816(acc[i][j], af[i], h0, h1);
+          ytk_tpl::mma_m16n8k16(acc[i][j], af[i], l0, l1);
+          ytk_tpl::mma_m16n8k16(acc[i][j], af[i], h0, h1);
         }
       }
     }

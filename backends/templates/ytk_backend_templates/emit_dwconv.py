@@ -622,15 +622,6 @@ __device__ __forceinline__ void ldsm_x2(unsigned addr, unsigned (&r)[2]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr)
                : "memory");
 }
-__device__ __forceinline__ void mma_k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_k8(float (&d)[4], const unsigned (&a)[2], unsigned b) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(b));
-}
 // A 4-byte store under a predicate, without a branch around it.
 __device__ __forceinline__ void st_pred(__half* p, __half2 v, bool ok) {
   asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q st.global.b32 [%0], %1;\n}\n"
@@ -723,8 +714,8 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, unsigned cha
             if (ky < 0 || ky >= K) continue;
 #pragma unroll
             for (int s = 0; s < SEG; ++s) {
-              if (p < KP) mma_k16(acc[r][s], a2[s][p], wb[h][ky][p][0], wb[h][ky][p][1]);
-              else mma_k8(acc[r][s], a1[s], wl[h][ky]);
+              if (p < KP) ytk_tpl::mma_m16n8k16(acc[r][s], a2[s][p], wb[h][ky][p][0], wb[h][ky][p][1]);
+              else ytk_tpl::mma_m16n8k8(acc[r][s], a1[s], wl[h][ky]);
             }
           }
       }
