@@ -12,7 +12,6 @@ harness does that), this only gives ncu something to look at.
 from __future__ import annotations
 
 import collections
-import ctypes
 import os
 import re
 import subprocess
@@ -25,6 +24,7 @@ sys.path[:0] = [str(REPO / p) for p in ("hookspecs", ".", "backends/nvcc", "back
 
 import torch  # noqa: E402
 
+from dw_dev import extents, load_launcher, pointers, variants_by_name  # noqa: E402
 from ytk_backend_nvcc.toolchain import compile_shared  # noqa: E402
 from ytk_backend_templates import emit_dwconv  # noqa: E402
 from ytk_backend_templates.gpu import local_gpu  # noqa: E402
@@ -39,7 +39,7 @@ def main() -> None:
     gpu = local_gpu()
     if gpu is None:
         sys.exit("no CUDA GPU here")
-    space = {emit_dwconv.variant_name(p): p for p in emit_dwconv.variant_space(region, wide=True, sm=gpu.arch().sm)}
+    space = variants_by_name(region, gpu.arch().sm)
     x = torch.randn(n, h, w, c, device="cuda", dtype=torch.float16)
     wt = torch.randn(c, k * k, device="cuda")
     b = torch.randn(c, device="cuda")
@@ -60,13 +60,8 @@ def main() -> None:
             if sass_dir.is_dir():
                 (sass_dir / f"k{k}s{s}_{name}.sass").write_text(sass)
             print(name, "SASS", sum(ops.values()), "instructions:", ", ".join(f"{k} {v}" for k, v in ops.most_common(40)))
-        lib = ctypes.CDLL(str(so))
-        fn = lib.v0_launch
-        fn.argtypes = [ctypes.c_void_p] * 5
-        fn.restype = ctypes.c_int
-        ins = (ctypes.c_void_p * 3)(x.data_ptr(), wt.data_ptr(), b.data_ptr())
-        outs = (ctypes.c_void_p * 1)(y.data_ptr())
-        ext = (ctypes.c_int64 * 6)(n, c, h, w, ho, wo)
+        fn = load_launcher(so)
+        ins, outs, ext = pointers(x, wt, b), pointers(y), extents(n, c, h, w, ho, wo)
         stream = torch.cuda.current_stream().cuda_stream
         for _ in range(3):
             rc = fn(ins, outs, ext, None, stream)

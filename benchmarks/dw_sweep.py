@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / p) for p in ("hookspecs", ".", "backends/nvcc", "backends/templates")]
 
+from dw_dev import extents, load_launcher, pointers  # noqa: E402
 from ytk_backend_templates import emit_dwconv  # noqa: E402
 from ytk_backend_templates.regions import DwConvRegion  # noqa: E402
 
@@ -127,13 +128,10 @@ def run(out: Path) -> None:
               f"({100 * floor_us / copy_us:.0f}% of floor); cuDNN+hardswish {cudnn_us:.1f} us", flush=True)
         rows = []
         for m in ms:
-            lib = ctypes.CDLL(str(out / m["so"]))
-            fn = lib.v0_launch
-            fn.argtypes = [ctypes.c_void_p] * 5
-            fn.restype = ctypes.c_int
-            ins = [(ctypes.c_void_p * 3)(x.data_ptr(), wt.data_ptr(), b.data_ptr()) for x in xs]
-            outs = [(ctypes.c_void_p * 1)(y.data_ptr()) for y in ys]
-            ext = (ctypes.c_int64 * 6)(n, c, h, w, ho, wo)
+            fn = load_launcher(out / m["so"])
+            ins = [pointers(x, wt, b) for x in xs]
+            outs = [pointers(y) for y in ys]
+            ext = extents(n, c, h, w, ho, wo)
 
             def launch(i: int) -> None:
                 rc = fn(ins[i], outs[i], ext, None, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))

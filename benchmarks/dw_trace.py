@@ -24,11 +24,13 @@ sys.path[:0] = [str(REPO / p) for p in ("hookspecs", ".", "backends/nvcc", "back
 
 import torch  # noqa: E402
 
+from dw_dev import extents, load_launcher, pointers, variants_by_name  # noqa: E402
 from ytk_backend_nvcc.toolchain import compile_shared  # noqa: E402
 from ytk_backend_templates import emit_dwconv  # noqa: E402
 from ytk_backend_templates.emit_common import PRELUDE  # noqa: E402
 from ytk_backend_templates.gpu import local_gpu  # noqa: E402
 from ytk_backend_templates.regions import DwConvRegion  # noqa: E402
+from ytk_backend_templates.timing import rotation_sets  # noqa: E402
 
 BLOCKS, ITEMS = 1024, 64  # the trace buffers' extents (emit_dwconv's TRACE_BLOCKS, TRACE_ITEMS)
 SHIM = 'extern "C" int v0_trace(void* items, void* blocks) { return v0::trace_copy(items, blocks); }\n'
@@ -73,12 +75,12 @@ def main() -> None:
     gpu = local_gpu()
     if gpu is None:
         sys.exit("no CUDA GPU here")
-    space = {emit_dwconv.variant_name(p): p for p in emit_dwconv.variant_space(region, wide=True, sm=gpu.arch().sm)}
+    space = variants_by_name(region, gpu.arch().sm)
     ho, wo = region.out_hw(h, w)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     per_set = (n * h * w * c + n * ho * wo * c) * 2
     sets = [(torch.randn(n, h, w, c, device="cuda", dtype=torch.float16),
-             torch.empty(n, ho, wo, c, device="cuda", dtype=torch.float16)) for _ in range(max(2, 2 * l2 // per_set + 1))]
+             torch.empty(n, ho, wo, c, device="cuda", dtype=torch.float16)) for _ in range(rotation_sets(per_set, l2))]
     wt, b = torch.randn(c, k * k, device="cuda"), torch.randn(c, device="cuda")
     tmp = Path(tempfile.mkdtemp())
     for name in sys.argv[7:]:
@@ -87,19 +89,18 @@ def main() -> None:
         so = tmp / f"{name}.so"
         body = emit_dwconv.emit(region, space[name], "v0", "v0_launch").body
         compile_shared(PRELUDE + body + SHIM, so, gpu.arch(), extra_flags=("-DYTK_RING_TRACE",))
-        lib = ctypes.CDLL(str(so))
-        lib.v0_launch.argtypes = [ctypes.c_void_p] * 5
-        lib.v0_trace.argtypes = [ctypes.c_void_p] * 2
-        ext = (ctypes.c_int64 * 6)(n, c, h, w, ho, wo)
+        launch = load_launcher(so)
+        trace = ctypes.CDLL(str(so)).v0_trace
+        trace.argtypes = [ctypes.c_void_p] * 2
+        ext = extents(n, c, h, w, ho, wo)
         stream = torch.cuda.current_stream().cuda_stream
         for i in range(3 * len(sets)):
             x, y = sets[i % len(sets)]
-            ins = (ctypes.c_void_p * 3)(x.data_ptr(), wt.data_ptr(), b.data_ptr())
-            assert lib.v0_launch(ins, (ctypes.c_void_p * 1)(y.data_ptr()), ext, None, stream) == 0
+            assert launch(pointers(x, wt, b), pointers(y), ext, None, stream) == 0
         torch.cuda.synchronize()
         items = (ctypes.c_ulonglong * (BLOCKS * ITEMS * 3))()
         blocks = (ctypes.c_ulonglong * (BLOCKS * 4))()
-        assert lib.v0_trace(items, blocks) == 0
+        assert trace(items, blocks) == 0
         it = [[list(items[(bb * ITEMS + kk) * 3:(bb * ITEMS + kk) * 3 + 3]) for kk in range(ITEMS)] for bb in range(BLOCKS)]
         bl = [list(blocks[bb * 4:bb * 4 + 4]) for bb in range(BLOCKS)]
         summarise(name, it, bl)
