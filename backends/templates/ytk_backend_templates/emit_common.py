@@ -180,6 +180,13 @@ class Variant:
     workspace: str | None = None
 
 
+def rounds_weights_to_fp16(params: dict[str, int | str]) -> bool:
+    """Whether a variant with these parameters holds its weights in fp16 (``weights: fp16``, the
+    depthwise tensor-core taps): scored against the budget plus that rounding's bound, and kept out
+    of the search by ``--config fp16_weights=0``."""
+    return params.get("weights") == "fp16"
+
+
 def header(launcher: str, workspace: str | None) -> str:
     """The CUDA header of a bundle: the extern "C" ABI of the kernel contract."""
     ws = (f'extern "C" size_t {workspace}(const int64_t* extents);\n' if workspace else "")

@@ -12,7 +12,7 @@ from ytk_hookspecs.models import CandidateScore
 from .build import BuildOutcome
 from .cases import Case, timing_inputs
 from .contract import bytes_moved
-from .emit_common import Variant
+from .emit_common import Variant, rounds_weights_to_fp16
 from .harness import check_case, time_kernel, time_torch
 from .regions import Region, SiteShape
 from .timing import time_copy
@@ -50,7 +50,7 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
         max_abs = max_rel = 0.0
         try:
             for case in cases:
-                r = check_case(lib, case, device, fp16_weights=v.params.get("weights") == "fp16")
+                r = check_case(lib, case, device, fp16_weights=rounds_weights_to_fp16(v.params))
                 max_abs, max_rel = max(max_abs, r.max_abs_err), max(max_rel, r.max_rel_err)
                 problems += r.problems
         except StageError as e:

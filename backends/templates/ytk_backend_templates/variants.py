@@ -5,7 +5,7 @@ from __future__ import annotations
 from ytk_hookspecs.models import PluginMeta
 
 from . import emit_conv1x1, emit_dwconv, emit_litemla
-from .emit_common import Variant
+from .emit_common import Variant, rounds_weights_to_fp16
 from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
 
 
@@ -23,7 +23,7 @@ def region_variants(region: Region, limit: int | None = None, wide: bool = False
                    else emit_conv1x1.variant_space(region, wide) if isinstance(region, Conv1x1Region)
                    else emit_litemla.variant_space(region))
     if not fp16_weights:
-        space = [p for p in space if p.get("weights") != "fp16"]
+        space = [p for p in space if not rounds_weights_to_fp16(p)]
     for i, p in enumerate(space[:limit] if limit else space):
         ns = f"ytk_v{i:03d}"
         if isinstance(region, DwConvRegion):
