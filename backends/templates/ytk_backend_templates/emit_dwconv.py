@@ -32,12 +32,12 @@ constexpr int K = @K@, S = @S@, P = @P@;
 constexpr int VEC = @VEC@, CB = @CB@, TW = @TW@, TH = @TH@, RPT = @RPT@, CPT = @CPT@;
 constexpr int CONST_C = @CONST_C@;
 constexpr bool HAS_BIAS = @HAS_BIAS@;
-constexpr int STAGE = @STAGE@;  // 0: taps from global (L1), 1: smem tile, 2: cp.async ring, 3: strip, 4: TMA ring, 5: mma, 6: toe
+constexpr int STAGE = @STAGE@;  // 0: taps from global (L1), 1: smem tile, 2: cp.async ring, 3: strip, 4: TMA ring, 5: mma
 constexpr int NSTAGE = @NSTAGE@;         // pipelined: tile buffers in the ring (items in flight + 1)
 constexpr int CVB = CB / VEC;
-// mma, toe: a warp per channel group of 8 and per CPT 16-pixel column segments; else a thread per VEC
+// mma: a warp per channel group of 8 and per CPT 16-pixel column segments; else a thread per VEC
 // channels, CPT columns and RPT rows
-constexpr int NTHREADS = STAGE >= 5 ? 32 * (CB / 8) * (TW / (16 * CPT)) : CVB * (TW / CPT) * (TH / RPT);
+constexpr int NTHREADS = STAGE == 5 ? 32 * (CB / 8) * (TW / (16 * CPT)) : CVB * (TW / CPT) * (TH / RPT);
 constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
 constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
 constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
@@ -398,22 +398,8 @@ __device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint
          "r"(n), "r"(b) : "memory");
 }
 
-// ldmatrix (four 8 x 8 fp16 matrices; lanes 8i..8i+7 address matrix i's rows), plain and transposed,
-// and a 4-byte shared store, all on shared-window addresses.
-__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(unsigned addr, unsigned (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
-}
-
-// Output through the TMA (OUT_TMA, stages mma and toe): the warps write the item's TH x TW x CB output
-// tile into one of two staging buffers (the 128-byte swizzle, like the input tiles), each writer
+// Output through the TMA (OUT_TMA, stages tma and mma): the warps write the item's TH x TW x CB output
+// tile into one of two staging buffers (laid out as the stage's input tiles: swizzled for mma), each writer
 // fences its shared stores for the async proxy, and after the item's barrier one thread issues the
 // tile as a single bulk tensor store, which skips what lies outside the tensor (no per-pixel
 // predicates). Whole 128-byte rows reach L2 instead of the 4- to 16-byte pieces one lane can store.
@@ -558,8 +544,8 @@ constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 2 * OBUF_STRIDE + RIN
 constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE, OUT_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE;
 
 // The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring, uint64_t* full,
-                                            const float* __restrict__ w, const float* __restrict__ b,
+__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
+                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
                                             __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
                                             ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
   const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
@@ -670,11 +656,20 @@ static_assert(CB == 64 && S == 1 && K % 2 == 1 && TW % (16 * SEG) == 0, "mma sta
 static_assert(NTHREADS == 32 * NG * (TW / (16 * SEG)), "mma stage: one warp per channel group and segment set");
 static_assert(BOX_W <= 256 && IH <= 256, "a TMA box is at most 256 per dimension");
 
+__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
 __device__ __forceinline__ void ldsm_x2(unsigned addr, unsigned (&r)[2]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr)
                : "memory");
 }
-// A 4-byte store under a predicate, without a branch around it.
+// A 4-byte shared store (the staged output tile), and a 4-byte global store under a predicate, without a
+// branch around it.
+__device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ void st_pred(__half* p, __half2 v, bool ok) {
   asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q st.global.b32 [%0], %1;\n}\n"
                :: "l"(p), "r"(*reinterpret_cast<const unsigned*>(&v)), "r"((int)ok) : "memory");
@@ -688,8 +683,8 @@ __device__ __forceinline__ unsigned diag(float wv, int part, int gid, int tq) {
 }
 
 // The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring, uint64_t* full,
-                                            const float* __restrict__ w, const float* __restrict__ b,
+__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
+                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
                                             __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
                                             ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -802,141 +797,8 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 }
 //@@MMA}
 
-//@@TOE{
-// Stage toe (stride 1, odd K, CB = 64, TH = 8): the same TMA ring, the taps on the tensor cores as
-// banded (Toeplitz) matrices along the rows. For one channel and one tap column kw, the tile's 8
-// output rows are a 16 x 8 matrix product: A[m][k] = input at column m + kw, row k (16 columns x 16
-// rows), B[k][n] = w[k - n][kw] (zero outside the band), D[m][n] = output at column m, row n. An
-// mma so does K x 128 useful products of its 2048 (K = 5: 31%; the channel-diagonal B of stage mma:
-// 12.5%), with fp32 accumulation, and no per-output conversion or index math.
-// A warp owns 8 channels and one 16-column segment of the tile. Per item it first transposes its
-// part of the tile (pixel-major, 8 channels per 16 bytes) into its own channel-major buffer
-// [channel][column][row]: ldmatrix.trans of 8 tile rows x 8 channels hands each lane two
-// row-adjacent values of one channel, one 4-byte store. Then per tap column and channel one
-// ldmatrix (the A operand) and one mma. The 8 channels of an output pixel end in one lane: one
-// 16-byte store (to global memory, or to the staged output tile with OUT_TMA). Weights enter as fp16
-// (the band B; the scoring budget accounts for the rounding).
-// Bank layout: the tile arrives with the 128-byte swizzle in boxes of odd width, so 8 rows of one
-// column lie in 8 swizzle phases; a buffer column is 32 bytes (16 rows) with its two 16-byte halves
-// swapped in columns with bit 2 set, so 8 consecutive columns' same half hit 8 bank quads; channels
-// are CSTR words apart (CSTR / 4 odd), so the 8 channels a store instruction writes hit 8 bank quads.
-constexpr int BOX_W = IW | 1;
-constexpr int TILE_BYTES = IH * BOX_W * CB * 2;                 // CB = 64: one 128-byte row per pixel
-constexpr int TILE_STRIDE = (TILE_BYTES + 1023) / 1024 * 1024;  // the 128-byte swizzle repeats every 1024
-constexpr int RING_ALIGN = 1024;
-constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B, OUT_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
-constexpr int NG = CB / 8, MW = 16 + K - 1;  // warps per column segment; input columns of its 16 output columns
-constexpr int CSTR = MW * 8 + 4;             // buffer words per channel: 8 per column, + 4 (CSTR / 4 odd)
-constexpr int XBUF_BYTES = 8 * CSTR * 4;     // one warp's transposed tile
-constexpr size_t TMA_SMEM =
-    (size_t)NSTAGE * TILE_STRIDE + 2 * OBUF_STRIDE + RING_ALIGN + (size_t)(NTHREADS / 32) * XBUF_BYTES;
-static_assert(CB == 64 && S == 1 && K % 2 == 1 && TH == 8 && IH <= 16 && TW % 16 == 0 && CPT == 1 && VEC == 8,
-              "toe stage: CB 64, stride 1, odd K <= 9, 8-row tiles, 16-column warp segments of 8 channels");
-static_assert(BOX_W <= 256 && MW % 2 == 0, "a TMA box is at most 256 wide");
-
-// The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
-                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
-                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
-                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = warp % NG, col0 = (warp / NG) * 16;
-  const int gid = lane >> 2, tq = lane & 3;
-  const unsigned obuf = (unsigned)__cvta_generic_to_shared(ring + NSTAGE * TILE_STRIDE);
-  const unsigned xbuf = obuf + 2 * OBUF_STRIDE + warp * XBUF_BYTES;
-  // Transposing loads, step j: matrix i (lanes 8i..8i+7) is column col0 + 2j + (i >> 1), rows
-  // 8 (i & 1) .. + 7 (clamped to the tile: rows past it meet zero weights), the warp's 16 channel bytes.
-  // The swizzle phase of a lane's row repeats every 4 steps: 4 per-lane offsets plus constants.
-  const int r0 = min(((lane >> 3) & 1) * 8 + (lane & 7), IH - 1) * BOX_W + col0 + (lane >> 4);
-  unsigned toff[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) toff[j] = (unsigned)((r0 + 2 * j) * 128 + ((g ^ ((r0 + 2 * j) & 7)) << 4));
-  const unsigned st0 = xbuf + (unsigned)((gid * CSTR + tq) * 4);  // the lane's store: channel gid, row pair tq
-  // A-operand loads: lane addresses column kw + am of the buffer, row block ah (matrices: columns 0-7 /
-  // 8-15 x rows 0-7 / 8-15 of the 16 x 16 A)
-  const int am = (lane & 7) + ((lane >> 3) & 1) * 8, ah = lane >> 4;
-  unsigned aoff[K];
-#pragma unroll
-  for (int kw = 0; kw < K; ++kw) aoff[kw] = xbuf + (unsigned)((kw + am) * 32 + ((ah ^ (((kw + am) >> 2) & 1)) << 4));
-  unsigned wb[8][K][2];  // per channel and tap column, this lane's B fragment: the band's rows 2tq(+1)(+8) - gid
-  float bias[8];
-  int loaded = -1;
-  auto prep = [&](int cblk) {
-    const int cg0 = cblk * CB + g * 8;
-    if (cblk == loaded || cg0 >= C) return;
-    loaded = cblk;
-    const int d = 2 * tq - gid;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const float* wc = w + (size_t)(cg0 + c) * (K * K);
-      auto tap = [&](int kh, int kw) { return (kh >= 0 && kh < K) ? __ldg(&wc[kh * K + kw]) : 0.f; };
-#pragma unroll
-      for (int kw = 0; kw < K; ++kw) {
-        const __half2 lo = __floats2half2_rn(tap(d, kw), tap(d + 1, kw));
-        const __half2 hi = __floats2half2_rn(tap(d + 8, kw), tap(d + 9, kw));
-        wb[c][kw][0] = *reinterpret_cast<const unsigned*>(&lo);
-        wb[c][kw][1] = *reinterpret_cast<const unsigned*>(&hi);
-      }
-      bias[c] = HAS_BIAS ? __ldg(&b[cg0 + c]) : 0.f;
-    }
-  };
-  int ob = 0;  // the staging buffer of this item's output (OUT_TMA)
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
-    const int cg0 = cblk * CB + g * 8;  // the warp's first channel
-    if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
-    const unsigned tb = (unsigned)__cvta_generic_to_shared(buf);
-#pragma unroll
-    for (int j = 0; j < MW / 2; ++j) {
-      unsigned r[4];
-      ldsm_x4_trans(tb + toff[j % 4] + (j / 4) * 1024, r);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int x = 2 * j + (i >> 1), hb = i & 1;
-        sts32(st0 + (unsigned)((x * 8 + ((hb ^ ((x >> 2) & 1)) << 2)) * 4), r[i]);
-      }
-    }
-    __syncwarp();
-    float acc[8][4];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = bias[c];
-#pragma unroll
-    for (int kw = 0; kw < K; ++kw)
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {  // channels innermost: consecutive mmas accumulate into different tiles
-        unsigned a[4];
-        ldsm_x4(aoff[kw] + c * CSTR * 4, a);
-        ytk_tpl::mma_m16n8k16(acc[c], a, wb[c][kw][0], wb[c][kw][1]);
-      }
-    // lane: columns gid, gid + 8 (D rows) x output rows 2tq, 2tq + 1 (D columns), 8 channels each
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = 2 * tq + (i & 1), col = col0 + gid + (i >> 1) * 8;
-      float o[8];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) o[c] = act(acc[c][i]);
-      if (OUT_TMA) {
-        const int px = row * TW + col;
-        ytk_tpl::sts_half<8>(obuf + ob * OBUF_STRIDE + px * 128 + ((g ^ (px & 7)) << 4), o);
-      } else {
-        const int oy = ty * TH + row, ox = tx * TW + col;
-        if (oy < HO && ox < WO) ytk_tpl::store_half<8>(y + (((size_t)n * HO + oy) * WO + ox) * C + cg0, o);
-      }
-    }
-    if (OUT_TMA) {
-      fence_async_smem();
-      if (threadIdx.x == 0) tma_store_wait_read();  // the previous item's store has read its buffer
-    }
-  }, [&](int cblk, int n, int ty, int tx) {
-    if (OUT_TMA && threadIdx.x == 0) tma_store(ymap, obuf + ob * OBUF_STRIDE, cblk * CB, tx * TW, ty * TH, n);
-    ob ^= 1;
-  });
-  if (OUT_TMA && threadIdx.x == 0) tma_store_wait_all();
-}
-//@@TOE}
-
 //@@RING{
-// The persistent ring kernel of stages tma, mma and toe: its ring aligned to the stage's RING_ALIGN, the
+// The persistent ring kernel of stages tma and mma: its ring aligned to the stage's RING_ALIGN, the
 // rest is the stage's ring_kernel.
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 dw_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap ymap, const float* __restrict__ w,
@@ -1036,7 +898,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 
 _LAUNCHER = PLAIN_LAUNCHER
 
-_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4, "mma": 5, "toe": 6}
+_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4, "mma": 5}
 
 
 def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str, ns: int = 2) -> int:
@@ -1113,21 +975,14 @@ _MMA = ((4, 16, 1, 2, "fp16", 3), (4, 16, 1, 4, "fp16", 2), (4, 16, 1, 3, "fp16"
         (4, 16, 1, 3, "fp16", 3), (4, 16, 1, 3, "hilo", 2))
 
 
-def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int, mma: bool = False, toe: bool = False,
-                   ot: bool = False) -> int:
+def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int, mma: bool = False, ot: bool = False) -> int:
     """The ring's dynamic shared memory: ``ns`` tiles, each rounded up to the TMA destination
-    alignment (128 bytes; stages mma and toe: 1024 for the 128-byte swizzle, the mma box 8-pixel
-    wide multiples, the toe box odd-wide), plus the alignment slack; with ``ot`` two staged output
-    tiles; for toe each warp's transposed tile (8 channels x (16 + k - 1) columns x 16 rows + pad)."""
-    iw, align = (tw - 1) * s + k, 1024 if mma or toe else 128
-    box_w = -(-iw // 8) * 8 if mma else iw | 1 if toe else iw
-    tile = ((th - 1) * s + k) * box_w * cb * 2
+    alignment (128 bytes; stage mma: 1024 for the 128-byte swizzle, its box 8-pixel wide multiples),
+    plus the alignment slack; with ``ot`` two staged output tiles (1024-aligned)."""
+    iw, align = (tw - 1) * s + k, 1024 if mma else 128
+    tile = ((th - 1) * s + k) * (-(-iw // 8) * 8 if mma else iw) * cb * 2
     out = ns * (-(-tile // align) * align) + align
-    if ot:
-        out += 2 * (-(-(th * tw * cb * 2) // 1024) * 1024)
-    if toe:
-        out += (cb // 8) * (tw // 16) * 8 * ((16 + k - 1) * 8 + 4) * 4
-    return out
+    return out + (2 * (-(-(th * tw * cb * 2) // 1024) * 1024) if ot else 0)
 
 
 def _mma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
@@ -1142,20 +997,6 @@ def _mma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
             continue
         out.append(dict(stage="mma", vec=8, cb=64, tw=tw, th=th, rpt=th, cpt=seg, ns=ns, mb=mb, weights=weights))
     return out
-
-
-# Banded tensor-core taps on the TMA ring (stage "toe", sm_90+, stride 1, 64 channels per block, 8-row
-# tiles): (tw, ring buffers, minimum resident blocks per SM, output through the TMA).
-_TOE = ((16, 2, 1, 0), (16, 2, 1, 1), (16, 3, 1, 1))
-
-
-def _toe_space(r: DwConvRegion) -> list[dict[str, int | str]]:
-    """The banded tensor-core points legal for ``r``: stride 1, odd k <= 9, a constant C that 64
-    divides (or a runtime C); weights as fp16 (the band's B operand)."""
-    if r.stride != 1 or r.k % 2 == 0 or r.k > 9 or (r.channels and r.channels % 64):
-        return []
-    return [dict(stage="toe", vec=8, cb=64, tw=tw, th=8, rpt=8, cpt=1, ns=ns, mb=mb, ot=ot, weights="fp16")
-            for tw, ns, mb, ot in _TOE if tma_smem_bytes(r.k, 1, 64, tw, 8, ns, toe=True, ot=bool(ot)) <= TMA_SMEM_LIMIT]
 
 
 def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: int, pf: int) -> int:
@@ -1247,7 +1088,7 @@ def variant_name(p: dict[str, int | str]) -> str:
     ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
     if p["stage"] == "strip":
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
-    elif p["stage"] in ("tma", "mma", "toe"):
+    elif p["stage"] in ("tma", "mma"):
         ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
         ring += ("h" if p.get("weights") == "hilo" else "") + ("o" if p.get("ot") else "")
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
@@ -1259,21 +1100,20 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])],
-        "NSTAGE": p.get("ns", 3 if p["stage"] in ("tma", "mma", "toe") else 2),
+        "NSTAGE": p.get("ns", 3 if p["stage"] in ("tma", "mma") else 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
         "IR_UNROLL": " 1" if r.k >= 7 else "",
-        "CAP": "true" if p["stage"] not in ("strip", "tma", "mma", "toe") and register_cap(r, p) else "false",  # MB caps these
+        "CAP": "true" if p["stage"] not in ("strip", "tma", "mma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
         "HILO": "true" if p.get("weights") == "hilo" else "false", "OUT_TMA": "true" if p.get("ot") else "false",
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
-    keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"},
-            "toe": {"RING", "TOE"}}.get(
+    keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"}}.get(
         str(p["stage"]), {"PLAIN"})
     text = _KERNEL
-    for drop in {"PLAIN", "PIPE", "STRIP", "RING", "TMA", "MMA", "TOE"} - keep:
+    for drop in {"PLAIN", "PIPE", "STRIP", "RING", "TMA", "MMA"} - keep:
         text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", text, flags=re.S)
-    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|RING|TMA|MMA|TOE)[{}]\n", "", text + _LAUNCHER)
+    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|RING|TMA|MMA)[{}]\n", "", text + _LAUNCHER)
     if "RING" in keep:  # the tensor-map types and the driver entry point's signature (no libcuda link)
         text = "#include <cuda.h>\n#include <cudaTypedefs.h>\n" + text
     for k, v in subs.items():
