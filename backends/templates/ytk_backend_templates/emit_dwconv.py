@@ -954,9 +954,10 @@ _STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 
 
 
 # TMA ring (stage "tma", sm_90 and newer): (vec, cb, th, tw, cpt, ring buffers); a thread walks the
-# tile's TH rows, so th = rpt. Measured best on the worked example's shapes first (kernel run 8).
-_TMA_S1 = ((4, 64, 4, 32, 2, 3), (4, 64, 4, 32, 2, 2), (4, 32, 8, 16, 1, 3), (8, 64, 8, 16, 1, 3), (4, 32, 8, 32, 1, 3),
-           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3), (4, 32, 4, 32, 2, 3),
+# tile's TH rows, so th = rpt; every point stores its output through the TMA (ot). Measured best on
+# the worked example's shapes first (kernel runs 8 and 11).
+_TMA_S1 = ((4, 32, 4, 32, 2, 3), (4, 64, 4, 32, 2, 2), (4, 32, 8, 16, 1, 3), (8, 64, 8, 16, 1, 3), (4, 32, 8, 32, 1, 3),
+           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3), (4, 64, 4, 32, 2, 3),
            # 16-channel blocks for the thin early stages (C = 16: 74% of the floor against the strip's 59%)
            (4, 16, 8, 64, 1, 3), (4, 16, 8, 128, 2, 3))
 _TMA_S2 = ((8, 64, 4, 16, 1, 3), (4, 32, 4, 16, 1, 3), (4, 64, 4, 8, 1, 3), (4, 32, 8, 16, 1, 3))
@@ -967,12 +968,13 @@ TMA_SMEM_LIMIT = 227 * 1024
 TMA_MIN_SM = 90
 
 
-# Tensor-core taps on the TMA ring (stage "mma", sm_90+, stride 1, 64 channels per block), in the
-# space for 5x5 only (on 3x3 the FFMA ring is faster: kernel run 9): (th, tw, 16-pixel column
-# segments per warp, ring buffers, weights: fp16 or hilo = fp16 hi + lo, minimum resident blocks per
-# SM); a warp per channel group and segment set. Measured best on the worked example's shapes first.
-_MMA = ((4, 16, 1, 2, "fp16", 3), (4, 16, 1, 4, "fp16", 2), (4, 16, 1, 3, "fp16", 4), (4, 32, 2, 2, "fp16", 3),
-        (4, 16, 1, 3, "fp16", 3), (4, 16, 1, 3, "hilo", 2))
+# Tensor-core taps on the TMA ring (stage "mma", sm_90+, stride 1, 64 channels per block), first in
+# the space for 5x5, after the FFMA ring for 3x3 (with the output stored through the TMA they are on
+# a par there: kernel run 11): (th, tw, 16-pixel column segments per warp, ring buffers, weights:
+# fp16 or hilo = fp16 hi + lo, minimum resident blocks per SM); a warp per channel group and
+# segment set. Measured best on the worked example's shapes first.
+_MMA = ((8, 16, 1, 2, "fp16", 2), (4, 16, 1, 2, "fp16", 3), (4, 16, 1, 3, "fp16", 4), (4, 16, 1, 3, "fp16", 3),
+        (4, 32, 2, 2, "fp16", 3), (4, 16, 1, 3, "hilo", 2))
 
 
 def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int, mma: bool = False, ot: bool = False) -> int:
@@ -986,16 +988,18 @@ def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int, mma: bool
 
 
 def _mma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
-    """The tensor-core points legal for ``r``: stride 1, k 5 (the template also does 3x3, slower there
-    than the FFMA ring), a constant C that 64 divides (or a runtime C), the ring within the opt-in shared memory. Weights enter the mma as fp16 (``weights``
-    "fp16", scored with that rounding's budget) or as an exact fp16 pair ("hilo", the plain budget)."""
-    if r.stride != 1 or r.k != 5 or (r.channels and r.channels % 64):
+    """The tensor-core points legal for ``r``: stride 1, k 3 or 5, a constant C that 64 divides (or a
+    runtime C), the ring and the staged output tiles (every point stores its output through the
+    TMA) within the opt-in shared memory. Weights enter the mma as fp16 (``weights`` "fp16", scored
+    with that rounding's budget) or as an exact fp16 pair ("hilo", the plain budget)."""
+    if r.stride != 1 or r.k not in (3, 5) or (r.channels and r.channels % 64):
         return []
     out: list[dict[str, int | str]] = []
     for th, tw, seg, ns, weights, mb in _MMA:
-        if tma_smem_bytes(r.k, 1, 64, tw, th, ns, mma=True) > TMA_SMEM_LIMIT:
+        if tma_smem_bytes(r.k, 1, 64, tw, th, ns, mma=True, ot=True) > TMA_SMEM_LIMIT:
             continue
-        out.append(dict(stage="mma", vec=8, cb=64, tw=tw, th=th, rpt=th, cpt=seg, ns=ns, mb=mb, weights=weights))
+        out.append(dict(stage="mma", vec=8, cb=64, tw=tw, th=th, rpt=th, cpt=seg, ns=ns, mb=mb, weights=weights,
+                        ot=1))
     return out
 
 
@@ -1023,21 +1027,23 @@ def _tma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
     for vec, cb, th, tw, cpt, ns in table:
         if not _block_fits(r, cb, (cb // vec) * (tw // cpt)) or (not r.channels and cb > 64):
             continue
-        if tma_smem_bytes(r.k, r.stride, cb, tw, th, ns) > TMA_SMEM_LIMIT:
+        if tma_smem_bytes(r.k, r.stride, cb, tw, th, ns, ot=True) > TMA_SMEM_LIMIT:
             continue
         nic = (cpt - 1) * r.stride + r.k
         if r.k * r.k * vec + -(-r.k // r.stride) * cpt * vec + nic * vec > 200:
             continue
-        out.append(dict(stage="tma", vec=vec, cb=cb, tw=tw, th=th, rpt=th, cpt=cpt, ns=ns, mb=0))
+        out.append(dict(stage="tma", vec=vec, cb=cb, tw=tw, th=th, rpt=th, cpt=cpt, ns=ns, mb=0, ot=1))
     return out
 
 
 def variant_space(r: DwConvRegion, wide: bool = False, sm: int = 0) -> list[dict[str, int | str]]:
     """The tuning points legal for ``r`` on sm ``sm`` (0: unknown, no sm-specific points): on sm_90
-    and newer the TMA-ring points first (5x5: tensor-core taps, then FFMA); then channel blocking that tiles C, smem within the static
+    and newer the TMA-ring points first (5x5: tensor-core taps, then FFMA; 3x3 the other way round);
+    then channel blocking that tiles C, smem within the static
     limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run;
     then the strips (k <= 5) whose live registers fit, under their minimum-blocks cap if any."""
-    out: list[dict[str, int | str]] = _mma_space(r) + _tma_space(r) if sm >= TMA_MIN_SM else []
+    ring = _mma_space(r) + _tma_space(r) if r.k == 5 else _tma_space(r) + _mma_space(r)
+    out: list[dict[str, int | str]] = ring if sm >= TMA_MIN_SM else []
     for stage, vec, cb, th, tw, rpt, cpt, *more in (_BASE_S1 if r.stride == 1 else _BASE_S2):
         ns = more[0] if more else 2
         threads = (cb // vec) * (tw // cpt) * (th // rpt)

@@ -80,23 +80,27 @@ def test_tma_ring_variants_only_where_the_gpu_has_a_tensor_memory_accelerator() 
     assert not [v for v in region_variants(FAMILIES["dw7x7s2_gelu"], sm=90) if v.name.startswith("tma")]
 
 
-def test_tensor_core_taps_only_on_sm90_stride1_5x5_with_64_channel_blocks() -> None:
-    """Stage mma: sm_90+ (it rides the TMA ring), stride 1, 5x5 (slower than the FFMA ring on 3x3), C
-    a multiple of 64 or runtime; every such variant declares its weights: fp16 (the harness widens the
-    budget only for those) or an exact hi + lo pair."""
+def test_tensor_core_taps_only_on_sm90_stride1_3x3_5x5_with_64_channel_blocks() -> None:
+    """Stage mma: sm_90+ (it rides the TMA ring), stride 1, 3x3 or 5x5, C a multiple of 64 or
+    runtime; every such variant declares its weights: fp16 (the harness widens the budget only for
+    those) or an exact hi + lo pair; every ring point (mma and tma) stores its output through the TMA."""
     def mma(region, sm=90):  # type: ignore[no-untyped-def]
         return [v for v in region_variants(region, sm=sm) if v.params["stage"] == "mma"]
 
-    for region in (FAMILIES["dw5x5s1_static"], DwConvRegion(5, 1, "relu", None), DwConvRegion(5, 1, "none", 768)):
+    for region in (FAMILIES["dw5x5s1_static"], DwConvRegion(5, 1, "relu", None), DwConvRegion(5, 1, "none", 768),
+                   FAMILIES["dw3x3s1_static"], FAMILIES["dw3x3s1_dynamic"]):
         got = mma(region)
         assert got and all(v.params["weights"] in ("fp16", "hilo") and v.params["cb"] == 64 for v in got), region
         assert {v.params["weights"] for v in got} == {"fp16", "hilo"}
         assert not mma(region, sm=87) and not mma(region, sm=0)
-    for region in (FAMILIES["dw3x3s1_static"], FAMILIES["dw3x3s1_dynamic"], FAMILIES["dw3x3s2_static"],
-                   FAMILIES["dw7x7s2_gelu"], DwConvRegion(5, 1, "relu", 96), DwConvRegion(5, 2, "relu", 128)):
+    for region in (FAMILIES["dw3x3s2_static"], FAMILIES["dw7x7s2_gelu"], DwConvRegion(5, 1, "relu", 96),
+                   DwConvRegion(5, 2, "relu", 128), DwConvRegion(7, 1, "relu", 128)):
         assert not mma(region), region
     others = [v for v in region_variants(FAMILIES["dw5x5s1_static"], sm=90) if v.params["stage"] != "mma"]
     assert others and not [v for v in others if "weights" in v.params]
+    for family in ("dw3x3s1_static", "dw5x5s1_static", "dw3x3s2_static", "dw3x3s1_dynamic"):
+        ring = [v for v in region_variants(FAMILIES[family], sm=90) if v.params["stage"] in ("tma", "mma")]
+        assert ring and all(v.params["ot"] == 1 for v in ring), family
 
 
 def test_a_tma_winner_builds_into_an_sm90_plugin(tmp_path: Path) -> None:
