@@ -18,7 +18,7 @@ from typing import Any
 from ytk_hookspecs.models import PluginMeta
 from ytk_hookspecs.shape_expr import evaluate_extents
 
-from .emit_common import PLAIN_LAUNCHER, Variant
+from .emit_common import PLAIN_LAUNCHER, Variant, rounds_weights_to_fp16
 from .regions import SiteShape
 
 #: Build a dispatch variant only when the per-shape winners would save at least this share.
@@ -78,10 +78,12 @@ def dispatch_variant(scored: Sequence[Any], shapes: Sequence[SiteShape], meta: P
     launcher = f"{ns}_launch"
     body += PLAIN_LAUNCHER.replace("@SYM@", launcher).replace("@NS@", ns)
     winners = [b.variant.name for b in best]
-    return Variant(name="dispatch[" + ",".join(dict.fromkeys(winners)) + "]",
-                   params={"dispatch": ";".join(f"shape{i}={w}" for i, w in enumerate(winners)),
-                           "default": single.variant.name},
-                   body=body, launcher=launcher)
+    params: dict[str, Any] = {"dispatch": ";".join(f"shape{i}={w}" for i, w in enumerate(winners)),
+                              "default": single.variant.name}
+    if any(rounds_weights_to_fp16(p.variant.params) for p in parts):
+        params["weights"] = "fp16"  # judged, like its parts, with the budget of fp16 weights
+    return Variant(name="dispatch[" + ",".join(dict.fromkeys(winners)) + "]", params=params, body=body,
+                   launcher=launcher)
 
 
 def _namespace(v: Variant) -> str:

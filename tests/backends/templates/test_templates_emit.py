@@ -167,6 +167,17 @@ def test_per_shape_dispatch_is_emitted_only_when_it_pays_and_compiles(tmp_path: 
     # one variant best everywhere, or a saving under 3%: no dispatch
     assert dispatch_variant([scored(a, (0.1, 0.02)), scored(b, (0.3, 0.05))], shapes, meta) is None
     assert dispatch_variant([scored(a, (0.10, 0.05)), scored(b, (0.30, 0.049))], shapes, meta) is None
+    # a part that holds its weights in fp16 makes the dispatch one too (the harness judges it with that
+    # rounding's budget; without, a shape routed to a tensor-core variant fails the fp32-weight budget)
+    assert "weights" not in d.params
+    dw = DwConvRegion(3, 1, "hardswish", None)
+    dmeta = plugin_meta(dw, "DwConv3x3s1Dyn")
+    ring = {v.params["stage"]: v for v in reversed(region_variants(dw, sm=90))}
+    fp32, fp16 = ring["tma"], ring["mma"]
+    assert fp16.params["weights"] == "fp16" and "weights" not in fp32.params
+    dshapes = [SiteShape(((4, 16, 64, 96), (16, 9), (16,)), 1), SiteShape(((4, 512, 8, 12), (512, 9), (512,)), 4)]
+    mixed = dispatch_variant([scored(fp32, (0.10, 0.05)), scored(fp16, (0.30, 0.02))], dshapes, dmeta)
+    assert mixed is not None and mixed.params["weights"] == "fp16"
 
 
 def test_fast_division_is_exact(tmp_path: Path) -> None:
