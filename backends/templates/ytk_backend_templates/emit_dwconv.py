@@ -954,8 +954,8 @@ _STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 
 
 
 # TMA ring (stage "tma", sm_90 and newer): (vec, cb, th, tw, cpt, ring buffers); a thread walks the
-# tile's TH rows, so th = rpt; every point stores its output through the TMA (ot). Measured best on
-# the worked example's shapes first (kernel runs 8 and 11).
+# tile's TH rows, so th = rpt; every point stores its output through the TMA (ot), the 16-channel
+# ones also without. Measured best on the worked example's shapes first (kernel runs 8 and 11).
 _TMA_S1 = ((4, 32, 4, 32, 2, 3), (4, 64, 4, 32, 2, 2), (4, 32, 8, 16, 1, 3), (8, 64, 8, 16, 1, 3), (4, 32, 8, 32, 1, 3),
            (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3), (4, 64, 4, 32, 2, 3),
            # 16-channel blocks for the thin early stages (C = 16: 74% of the floor against the strip's 59%)
@@ -1033,6 +1033,8 @@ def _tma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
         if r.k * r.k * vec + -(-r.k // r.stride) * cpt * vec + nic * vec > 200:
             continue
         out.append(dict(stage="tma", vec=vec, cb=cb, tw=tw, th=th, rpt=th, cpt=cpt, ns=ns, mb=0, ot=1))
+        if cb == 16:  # 32-byte pixel rows: the lanes' own stores measured faster at C = 16 (runs 10-11)
+            out.append(dict(stage="tma", vec=vec, cb=cb, tw=tw, th=th, rpt=th, cpt=cpt, ns=ns, mb=0, ot=0))
     return out
 
 

@@ -83,7 +83,8 @@ def test_tma_ring_variants_only_where_the_gpu_has_a_tensor_memory_accelerator() 
 def test_tensor_core_taps_only_on_sm90_stride1_3x3_5x5_with_64_channel_blocks() -> None:
     """Stage mma: sm_90+ (it rides the TMA ring), stride 1, 3x3 or 5x5, C a multiple of 64 or
     runtime; every such variant declares its weights: fp16 (the harness widens the budget only for
-    those) or an exact hi + lo pair; every ring point (mma and tma) stores its output through the TMA."""
+    those) or an exact hi + lo pair; every ring point (mma and tma) stores its output through the TMA
+    (16-channel blocks also without: their own stores measured faster at C = 16)."""
     def mma(region, sm=90):  # type: ignore[no-untyped-def]
         return [v for v in region_variants(region, sm=sm) if v.params["stage"] == "mma"]
 
@@ -100,7 +101,7 @@ def test_tensor_core_taps_only_on_sm90_stride1_3x3_5x5_with_64_channel_blocks() 
     assert others and not [v for v in others if "weights" in v.params]
     for family in ("dw3x3s1_static", "dw5x5s1_static", "dw3x3s2_static", "dw3x3s1_dynamic"):
         ring = [v for v in region_variants(FAMILIES[family], sm=90) if v.params["stage"] in ("tma", "mma")]
-        assert ring and all(v.params["ot"] == 1 for v in ring), family
+        assert ring and all(v.params["ot"] == 1 or v.params["cb"] == 16 for v in ring), family
 
 
 def test_a_tma_winner_builds_into_an_sm90_plugin(tmp_path: Path) -> None:
