@@ -398,13 +398,13 @@ __device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint
          "r"(n), "r"(b) : "memory");
 }
 
-// Output through the TMA (OUT_TMA, stages tma and mma): the warps write the item's TH x TW x CB output
-// tile into one of two staging buffers (laid out as the stage's input tiles: swizzled for mma), each writer
-// fences its shared stores for the async proxy, and after the item's barrier one thread issues the
-// tile as a single bulk tensor store, which skips what lies outside the tensor (no per-pixel
-// predicates). Whole 128-byte rows reach L2 instead of the 4- to 16-byte pieces one lane can store.
-// Before the next item's barrier that thread waits until the previous store has read its buffer,
-// so the buffer is free when it comes round again.
+// Output through the TMA (OUT_TMA, stages tma and mma; tma_ring below does the bookkeeping): the
+// warps write the item's TH x TW x CB output tile into one of two staging buffers (laid out as the
+// stage's input tiles: swizzled for mma), every thread fences its shared stores for the async proxy,
+// and after the item's barrier one thread issues the tile as a single bulk tensor store, which skips
+// what lies outside the tensor (no per-pixel predicates). Whole 128-byte rows reach L2 instead of the
+// 4- to 16-byte pieces one lane can store. Before the next item's barrier that thread waits until
+// the previous store has read its buffer, so the buffer is free when it comes round again.
 constexpr bool OUT_TMA = @OUT_TMA@;
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, unsigned src, int c, int x, int y, int n) {
@@ -444,13 +444,14 @@ static int trace_copy(void* items, void* blocks) {
 // The ring loop of a persistent block: items blockIdx.x, +gridDim.x, ... (item = ((n * tiles_y + ty)
 // * tiles_x + tx) * cblocks + cblk); prep(cblk) runs before the wait for the item's tile (a block's
 // weights load while its first tile is in flight: the trace showed the two latencies in series),
-// body(tile, cblk, n, ty, tx) once the tile (STRIDE bytes apart in `ring`, BYTES each) has landed,
-// the slot is released after every thread's body, and done(cblk, n, ty, tx) runs after that barrier
-// (stages with a TMA-stored output issue the item's store there).
-template <int BYTES, int STRIDE, typename Prep, typename Body, typename Done>
-__device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* ring, uint64_t* full,
-                                         ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks,
-                                         int items, Prep&& prep, Body&& body, Done&& done) {
+// body(tile, out, cblk, n, ty, tx) once the tile (STRIDE bytes apart in `ring`, BYTES each) has
+// landed, and the slot is released after every thread's body. With OUT_TMA, `out` is the shared
+// address of the item's output staging buffer (after the ring; the body fills it, the ring stores it
+// through `ymap` after the slot's barrier); else 0.
+template <int BYTES, int STRIDE, typename Prep, typename Body>
+__device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
+                                         uint64_t* full, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+                                         ytk_tpl::FastDiv cblocks, int items, Prep&& prep, Body&& body) {
   const int step = gridDim.x;
   if ((int)blockIdx.x >= items) return;
 #ifdef YTK_RING_TRACE
@@ -482,6 +483,7 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* 
       if ((int)blockIdx.x + j * step < items) issue((int)blockIdx.x + j * step, j);
   }
   __syncthreads();
+  const unsigned obuf = OUT_TMA ? (unsigned)__cvta_generic_to_shared(ring + NSTAGE * STRIDE) : 0u;
   for (int it = blockIdx.x, k = 0; it < items; it += step, ++k) {
     const int slot = k % NSTAGE;
     const int ahead = it + (NSTAGE - 1) * step;
@@ -493,11 +495,17 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, unsigned char* 
     YTK_TRACE_ITEM(k, 0);
     mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
     YTK_TRACE_ITEM(k, 1);
-    body(ring + slot * STRIDE, cblk, n, ty, tx);
-    __syncthreads();  // every thread is done with `slot` before a later issue overwrites it
+    const unsigned out = obuf + (unsigned)((k & 1) * OBUF_STRIDE);
+    body(ring + slot * STRIDE, out, cblk, n, ty, tx);
+    if (OUT_TMA) {
+      fence_async_smem();  // this thread's writes to `out`, visible to the TMA after the barrier
+      if (threadIdx.x == 0) tma_store_wait_read();  // the previous item's store has read its buffer
+    }
+    __syncthreads();  // every thread is done with `slot` (and `out`) before a later issue overwrites it
     YTK_TRACE_ITEM(k, 2);
-    done(cblk, n, ty, tx);
+    if (OUT_TMA && threadIdx.x == 0) tma_store(ymap, out, cblk * CB, tx * TW, ty * TH, n);
   }
+  if (OUT_TMA && threadIdx.x == 0) tma_store_wait_all();
 #ifdef YTK_RING_TRACE
   YTK_TRACE_BLOCK(2, gtimer());
   YTK_TRACE_BLOCK(3, (items - (int)blockIdx.x + step - 1) / step);
@@ -563,12 +571,10 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 #pragma unroll
     for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
   };
-  // OUT_TMA: the staged tile [TH][TW][CB] (unswizzled), this thread's VEC channels of its first column
-  const unsigned obuf = (unsigned)__cvta_generic_to_shared(ring + NSTAGE * TILE_STRIDE);
-  const unsigned omine = obuf + (unsigned)((cg * CPT * CB + cv * VEC) * 2);
-  int ob = 0;
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
+  // OUT_TMA: in the staged tile [TH][TW][CB] (unswizzled), this thread's VEC channels of its first column
+  const unsigned omine = (unsigned)((cg * CPT * CB + cv * VEC) * 2);
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+                                    [&](const unsigned char* buf, unsigned out, int cblk, int n, int ty, int tx) {
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;
     const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
@@ -602,7 +608,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
             float o[VEC];
 #pragma unroll
             for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
-            ytk_tpl::sts_half<VEC>(omine + ob * OBUF_STRIDE + (unsigned)((r * TW + q) * CB * 2), o);
+            ytk_tpl::sts_half<VEC>(out + omine + (unsigned)((r * TW + q) * CB * 2), o);
           }
         } else if (ky == K - 1 && cok && oy0 + r < HO) {
 #pragma unroll
@@ -617,15 +623,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
         }
       }
     }
-    if (OUT_TMA) {
-      fence_async_smem();
-      if (threadIdx.x == 0) tma_store_wait_read();  // the previous item's store has read its buffer
-    }
-  }, [&](int cblk, int n, int ty, int tx) {
-    if (OUT_TMA && threadIdx.x == 0) tma_store(ymap, obuf + ob * OBUF_STRIDE, cblk * CB, tx * TW, ty * TH, n);
-    ob ^= 1;
   });
-  if (OUT_TMA && threadIdx.x == 0) tma_store_wait_all();
 }
 //@@TMA}
 
@@ -720,10 +718,8 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
     bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
     bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
   };
-  const unsigned obuf = (unsigned)__cvta_generic_to_shared(ring + NSTAGE * TILE_STRIDE);
-  int ob = 0;  // the staging buffer of this item's output (OUT_TMA)
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, int cblk, int n, int ty, int tx) {
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+                                    [&](const unsigned char* buf, unsigned out, int cblk, int n, int ty, int tx) {
     const int cg0 = cblk * CB + g * 8;  // the warp's first channel
     if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
     const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
@@ -777,7 +773,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
             const __half2 v = __floats2half2_rn(act(acc[r][s][2 * h]), act(acc[r][s][2 * h + 1]));
             if (OUT_TMA) {  // the staged tile's pixel (row r, column col0 + 16 s + gid + 8 h), swizzled
               const int px = r * TW + col0 + s * 16 + gid + 8 * h;
-              sts32(obuf + ob * OBUF_STRIDE + px * 128 + ((g ^ (px & 7)) << 4) + tq * 4,
+              sts32(out + px * 128 + ((g ^ (px & 7)) << 4) + tq * 4,
                     *reinterpret_cast<const unsigned*>(&v));
             } else {
               st_pred(dst + ((size_t)r * WO + s * 16 + 8 * h) * C, v, colok[s][h] && r < rows);
@@ -785,15 +781,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
           }
       }
     }
-    if (OUT_TMA) {
-      fence_async_smem();
-      if (threadIdx.x == 0) tma_store_wait_read();  // the previous item's store has read its buffer
-    }
-  }, [&](int cblk, int n, int ty, int tx) {
-    if (OUT_TMA && threadIdx.x == 0) tma_store(ymap, obuf + ob * OBUF_STRIDE, cblk * CB, tx * TW, ty * TH, n);
-    ob ^= 1;
   });
-  if (OUT_TMA && threadIdx.x == 0) tma_store_wait_all();
 }
 //@@MMA}
 
