@@ -99,21 +99,6 @@ __device__ __forceinline__ void store_half(__half* dst, const float* f) {
   else if (VEC == 4) *reinterpret_cast<uint2*>(dst) = pack4(f);
   else *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(f[0], f[1]);
 }
-// The same into shared memory at a shared-window address (4-, 8- or 16-byte aligned).
-template <int VEC>
-__device__ __forceinline__ void sts_half(unsigned addr, const float* f) {
-  if (VEC == 8) {
-    const uint4 v = pack8(f);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-  } else if (VEC == 4) {
-    const uint2 v = pack4(f);
-    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" :: "r"(addr), "r"(v.x), "r"(v.y) : "memory");
-  } else {
-    const __half2 v = __floats2half2_rn(f[0], f[1]);
-    asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
-  }
-}
 
 // Asynchronous global->shared copy; when !valid nothing is read and the bytes are zero-filled
 // (that is how out-of-image taps become the convolution's zero padding).

@@ -407,9 +407,10 @@ __device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint
 // the previous store has read its buffer, so the buffer is free when it comes round again.
 constexpr bool OUT_TMA = @OUT_TMA@;
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, unsigned src, int c, int x, int y, int n) {
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c, int x, int y, int n) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
-               :: "l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c), "r"(x), "r"(y), "r"(n) : "memory");
+               :: "l"(reinterpret_cast<uint64_t>(map)), "r"((unsigned)__cvta_generic_to_shared(src)), "r"(c), "r"(x),
+                  "r"(y), "r"(n) : "memory");
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
@@ -445,9 +446,9 @@ static int trace_copy(void* items, void* blocks) {
 // * tiles_x + tx) * cblocks + cblk); prep(cblk) runs before the wait for the item's tile (a block's
 // weights load while its first tile is in flight: the trace showed the two latencies in series),
 // body(tile, out, cblk, n, ty, tx) once the tile (STRIDE bytes apart in `ring`, BYTES each) has
-// landed, and the slot is released after every thread's body. With OUT_TMA, `out` is the shared
-// address of the item's output staging buffer (after the ring; the body fills it, the ring stores it
-// through `ymap` after the slot's barrier); else 0.
+// landed, and the slot is released after every thread's body. With OUT_TMA, `out` is the item's
+// output staging buffer (after the ring; the body fills it with ordinary stores, the ring stores it
+// through `ymap` after the slot's barrier).
 template <int BYTES, int STRIDE, typename Prep, typename Body>
 __device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
                                          uint64_t* full, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
@@ -483,7 +484,6 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorM
       if ((int)blockIdx.x + j * step < items) issue((int)blockIdx.x + j * step, j);
   }
   __syncthreads();
-  const unsigned obuf = OUT_TMA ? (unsigned)__cvta_generic_to_shared(ring + NSTAGE * STRIDE) : 0u;
   for (int it = blockIdx.x, k = 0; it < items; it += step, ++k) {
     const int slot = k % NSTAGE;
     const int ahead = it + (NSTAGE - 1) * step;
@@ -495,7 +495,7 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorM
     YTK_TRACE_ITEM(k, 0);
     mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
     YTK_TRACE_ITEM(k, 1);
-    const unsigned out = obuf + (unsigned)((k & 1) * OBUF_STRIDE);
+    unsigned char* out = ring + NSTAGE * STRIDE + (k & 1) * OBUF_STRIDE;
     body(ring + slot * STRIDE, out, cblk, n, ty, tx);
     if (OUT_TMA) {
       fence_async_smem();  // this thread's writes to `out`, visible to the TMA after the barrier
@@ -572,9 +572,9 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
     for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
   };
   // OUT_TMA: in the staged tile [TH][TW][CB] (unswizzled), this thread's VEC channels of its first column
-  const unsigned omine = (unsigned)((cg * CPT * CB + cv * VEC) * 2);
+  const int omine = cg * CPT * CB + cv * VEC;
   tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, unsigned out, int cblk, int n, int ty, int tx) {
+                                    [&](const unsigned char* buf, unsigned char* out, int cblk, int n, int ty, int tx) {
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;
     const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
@@ -608,7 +608,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
             float o[VEC];
 #pragma unroll
             for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
-            ytk_tpl::sts_half<VEC>(out + omine + (unsigned)((r * TW + q) * CB * 2), o);
+            ytk_tpl::store_half<VEC>(reinterpret_cast<__half*>(out) + omine + (r * TW + q) * CB, o);
           }
         } else if (ky == K - 1 && cok && oy0 + r < HO) {
 #pragma unroll
@@ -662,11 +662,7 @@ __device__ __forceinline__ void ldsm_x2(unsigned addr, unsigned (&r)[2]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr)
                : "memory");
 }
-// A 4-byte shared store (the staged output tile), and a 4-byte global store under a predicate, without a
-// branch around it.
-__device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
-}
+// A 4-byte store under a predicate, without a branch around it.
 
 __device__ __forceinline__ void st_pred(__half* p, __half2 v, bool ok) {
   asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q st.global.b32 [%0], %1;\n}\n"
@@ -719,7 +715,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
     bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
   };
   tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, unsigned out, int cblk, int n, int ty, int tx) {
+                                    [&](const unsigned char* buf, unsigned char* out, int cblk, int n, int ty, int tx) {
     const int cg0 = cblk * CB + g * 8;  // the warp's first channel
     if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
     const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
@@ -770,13 +766,13 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
         for (int s = 0; s < SEG; ++s)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {  // pixels gid and gid + 8 of the segment
-            const __half2 v = __floats2half2_rn(act(acc[r][s][2 * h]), act(acc[r][s][2 * h + 1]));
+            const float o[2] = {act(acc[r][s][2 * h]), act(acc[r][s][2 * h + 1])};
             if (OUT_TMA) {  // the staged tile's pixel (row r, column col0 + 16 s + gid + 8 h), swizzled
               const int px = r * TW + col0 + s * 16 + gid + 8 * h;
-              sts32(out + px * 128 + ((g ^ (px & 7)) << 4) + tq * 4,
-                    *reinterpret_cast<const unsigned*>(&v));
+              ytk_tpl::store_half<2>(reinterpret_cast<__half*>(out + px * 128 + ((g ^ (px & 7)) << 4) + tq * 4), o);
             } else {
-              st_pred(dst + ((size_t)r * WO + s * 16 + 8 * h) * C, v, colok[s][h] && r < rows);
+              st_pred(dst + ((size_t)r * WO + s * 16 + 8 * h) * C, __floats2half2_rn(o[0], o[1]),
+                      colok[s][h] && r < rows);
             }
           }
       }

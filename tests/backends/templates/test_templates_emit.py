@@ -207,10 +207,10 @@ int main() {
 
 
 def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: Path) -> None:
-    """The ring template's paths the measured space leaves out stay buildable: stage mma on 3x3
-    (generic in odd K; the FFMA ring wins there) with fp16 and hi + lo weights, and the FFMA ring
-    on a static C; compiled for sm_90 with nvcc's warnings as errors (a constant or variable one
-    stage's text leaves unused is a template bug)."""
+    """The ring template's paths the measured space leaves out stay buildable: stage mma with hi + lo
+    weights on a static C, both ring stages with the lanes' own stores (ot=0) and the FFMA ring on a
+    static C; compiled for sm_90 with nvcc's warnings as errors (a constant or variable one stage's
+    text leaves unused is a template bug)."""
     from ytk_backend_templates import emit_dwconv
 
     mma = dict(stage="mma", vec=8, cb=64, tw=16, th=4, rpt=4, cpt=1, ns=2, mb=3, weights="fp16")
@@ -230,41 +230,43 @@ def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: P
         assert max(spills, default=0) <= 64, (name, spills)
 
 
+def _ptx(tmp_path: Path, region: DwConvRegion, p: dict, name: str) -> str:  # type: ignore[type-arg]
+    """The PTX of one depthwise variant for sm_90a."""
+    from ytk_backend_templates import emit_dwconv
+
+    cu, ptx = tmp_path / f"{name}.cu", tmp_path / f"{name}.ptx"
+    cu.write_text(PRELUDE + emit_dwconv.emit(region, p, "v0", "v0_launch").body)
+    r = subprocess.run([find_nvcc(), "-ptx", "-O3", "-std=c++17", "-arch=sm_90a", "-o", str(ptx), str(cu)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return ptx.read_text()
+
+
 def test_ring_tile_rows_are_read_with_vector_loads(tmp_path: Path) -> None:
     """The FFMA ring reads each thread's VEC halves of a tile row as one shared-memory vector load
     (unpack takes the vector by value; through a reference into memory nvcc split it into 4-byte
     loads, doubling the ring's load instructions)."""
-    from ytk_backend_templates import emit_dwconv
-
     p = dict(stage="tma", vec=4, cb=32, tw=32, th=4, rpt=4, cpt=2, ns=3)
-    cu = tmp_path / "ring.cu"
-    cu.write_text(PRELUDE + emit_dwconv.emit(DwConvRegion(3, 1, "hardswish", None), p, "v0", "v0_launch").body)
-    r = subprocess.run([find_nvcc(), "-ptx", "-O3", "-std=c++17", "-arch=sm_90a", "-o", str(tmp_path / "ring.ptx"),
-                        str(cu)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    loads = re.findall(r"ld\.shared(\.\w+)+", (tmp_path / "ring.ptx").read_text())
-    vec = re.findall(r"ld\.shared\.v2\.u32", (tmp_path / "ring.ptx").read_text())
+    text = _ptx(tmp_path, DwConvRegion(3, 1, "hardswish", None), p, "ring")
+    loads = re.findall(r"ld\.shared(\.\w+)+", text)
+    vec = re.findall(r"ld\.shared\.v2\.u32", text)
     # 6 input rows x 4 columns per thread; nothing else of the tile is loaded another way
     assert len(vec) == 24 and len(loads) == 24, (len(vec), len(loads))
 
 
 def test_ring_output_through_the_tma_is_one_bulk_store_per_item(tmp_path: Path) -> None:
-    """With ot=1 a ring kernel writes its output tile to shared memory and hands it to the TMA as one
-    bulk tensor store (no per-lane global stores, which cost 2-7 us of a 13-29 us kernel on the
-    H200); without, every lane stores its own pixels."""
-    from ytk_backend_templates import emit_dwconv
-
+    """With ot=1 a ring kernel writes its output tile to shared memory (shared-space stores) and hands
+    it to the TMA as one bulk tensor store (no per-lane global stores, which cost 2-7 us of a 13-29 us
+    kernel on the H200); without, every lane stores its own pixels."""
     mma = dict(stage="mma", vec=8, cb=64, tw=16, th=4, rpt=4, cpt=1, ns=2, mb=3, weights="fp16")
     tma = dict(stage="tma", vec=4, cb=32, tw=32, th=4, rpt=4, cpt=2, ns=3)
     for region, p in ((DwConvRegion(5, 1, "hardswish", 768), mma), (DwConvRegion(3, 1, "hardswish", None), tma)):
         for ot in (0, 1):
-            cu = tmp_path / f"{p['stage']}{ot}.cu"
-            cu.write_text(PRELUDE + emit_dwconv.emit(region, {**p, "ot": ot}, "v0", "v0_launch").body)
-            ptx = tmp_path / f"{p['stage']}{ot}.ptx"
-            r = subprocess.run([find_nvcc(), "-ptx", "-O3", "-std=c++17", "-arch=sm_90a", "-o", str(ptx), str(cu)],
-                               capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr[-2000:]
-            text = ptx.read_text()
+            text = _ptx(tmp_path, region, {**p, "ot": ot}, f"{p['stage']}{ot}")
             bulk = len(re.findall(r"cp\.async\.bulk\.tensor\.4d\.global\.shared::cta", text))
             stores = len(re.findall(r"\bst\.global", text))
             assert (bulk, stores > 0) == ((1, False) if ot else (0, True)), (p["stage"], ot, bulk, stores)
+            # the staging tile is written with ordinary C++ stores: nvcc must see they are shared-memory
+            # ones (a generic st would cost an address-space check per store)
+            generic = len(re.findall(r"^\s*st\.(?:v[248]\.)?[ub]\d+", text, re.M))
+            assert generic == 0 and (len(re.findall(r"\bst\.shared", text)) > 0) == bool(ot), (p["stage"], ot, generic)
