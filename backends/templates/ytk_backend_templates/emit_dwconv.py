@@ -32,12 +32,12 @@ constexpr int K = @K@, S = @S@, P = @P@;
 constexpr int VEC = @VEC@, CB = @CB@, TW = @TW@, TH = @TH@, RPT = @RPT@, CPT = @CPT@;
 constexpr int CONST_C = @CONST_C@;
 constexpr bool HAS_BIAS = @HAS_BIAS@;
-constexpr int STAGE = @STAGE@;  // 0: taps from global (L1), 1: smem tile, 2: cp.async ring, 3: strip, 4: TMA ring, 5: mma, 6: band
+constexpr int STAGE = @STAGE@;  // 0: taps from global (L1), 1: smem tile, 2: cp.async ring, 3: strip, 4: TMA ring, 5: mma
 constexpr int NSTAGE = @NSTAGE@;         // pipelined: tile buffers in the ring (items in flight + 1)
 constexpr int CVB = CB / VEC;
 // mma: a warp per channel group of 8 and per CPT 16-pixel column segments; else a thread per VEC
 // channels, CPT columns and RPT rows
-constexpr int NTHREADS = STAGE >= 5 ? 32 * (CB / 8) * (TW / (16 * CPT)) : CVB * (TW / CPT) * (TH / RPT);
+constexpr int NTHREADS = STAGE == 5 ? 32 * (CB / 8) * (TW / (16 * CPT)) : CVB * (TW / CPT) * (TH / RPT);
 constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
 constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
 constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
@@ -628,35 +628,31 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 //@@TMA}
 
 //@@MMA{
-// The tile of the tensor-core stages (mma, band; stride 1, odd K, CB = 64): the TMA ring with the
-// tile stored in the 128-byte swizzle (16-byte chunk j of pixel row R at chunk j ^ (R % 8)), so 8
-// pixels of one channel group read together hit 8 distinct bank groups. The box is BOX_W = IW
-// rounded up to 8 pixels wide, so a pixel's swizzle phase (R % 8) depends only on its column: every
-// shared-memory address of a lane is one of a few per-lane offsets plus a compile-time constant (no
-// index math in the loop). The output tile is staged in the same swizzle.
+// Stage mma (stride 1, odd K, CB = 64): the same TMA ring, the taps summed on the tensor cores.
+// A warp owns one group of 8 channels and SEG 16-pixel column segments of the tile over its TH
+// rows. Per input row it loads, for each segment, the 16 pixels x 8 channels at each tap column as
+// ldmatrix fragments (two taps per m16n8k16 A operand, the odd last tap as an m16n8k8 one) and adds
+// them into every output row they touch with a B operand that is diagonal in the channel: B[k][n] =
+// w[channel n][tap of k] where k % 8 == n, else 0. So the mma computes, for 16 pixels and 8 channels,
+// two taps at once with fp32 accumulation and no conversions. Weights enter as fp16 (as in
+// TensorRT's own fp16 kernels; the scoring budget accounts for their rounding) or, with HILO, as
+// an fp16 pair hi + lo summed by a second mma (fp32-exact to ~2^-22, twice the mmas). The tile is stored
+// with the 128-byte swizzle (16-byte chunk j of pixel row R at chunk j ^ (R % 8)), so the 8 rows of
+// each ldmatrix phase (8 consecutive pixels, one channel group) hit 8 distinct bank groups.
+// The box is BOX_W = IW rounded up to 8 pixels wide, so a pixel's swizzle phase (R % 8) depends
+// only on its column: every ldmatrix address of a lane is one of KP + 1 per-lane offsets plus a
+// compile-time constant (no index math in the loop).
 constexpr int BOX_W = (IW + 7) / 8 * 8;
 constexpr int TILE_BYTES = IH * BOX_W * CB * 2;                // CB = 64: one 128-byte row per pixel
 constexpr int TILE_STRIDE = (TILE_BYTES + 1023) / 1024 * 1024;  // the 128-byte swizzle repeats every 1024
 constexpr int RING_ALIGN = 1024;
 constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 2 * OBUF_STRIDE + RING_ALIGN;
 constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B, OUT_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
-constexpr int NG = CB / 8, SEG = CPT;
-static_assert(CB == 64 && S == 1 && K % 2 == 1 && TW % (16 * SEG) == 0, "mma stages: CB 64, stride 1, odd K");
-static_assert(NTHREADS == 32 * NG * (TW / (16 * SEG)), "mma stages: one warp per channel group and segment set");
-static_assert(BOX_W <= 256 && IH <= 256, "a TMA box is at most 256 per dimension");
-//@@MMA}
-
-//@@DIAG{
-// Stage mma: a warp owns one group of 8 channels and SEG 16-pixel column segments of the tile over
-// its TH rows. Per input row it loads, for each segment, the 16 pixels x 8 channels at each tap
-// column as ldmatrix fragments (two taps per m16n8k16 A operand, the odd last tap as an m16n8k8 one)
-// and adds them into every output row they touch with a B operand that is diagonal in the channel:
-// B[k][n] = w[channel n][tap of k] where k % 8 == n, else 0. So the mma computes, for 16 pixels and 8
-// channels, two taps at once with fp32 accumulation and no conversions. Weights enter as fp16 (as in
-// TensorRT's own fp16 kernels; the scoring budget accounts for their rounding) or, with HILO, as an
-// fp16 pair hi + lo summed by a second mma (fp32-exact to ~2^-22, twice the mmas).
-constexpr int KP = K / 2;
+constexpr int NG = CB / 8, SEG = CPT, KP = K / 2;
 constexpr int NW = @HILO@ ? 2 : 1;  // weight parts: hi (fp16 of w), lo (fp16 of w - hi)
+static_assert(CB == 64 && S == 1 && K % 2 == 1 && TW % (16 * SEG) == 0, "mma stage: CB 64, stride 1, odd K");
+static_assert(NTHREADS == 32 * NG * (TW / (16 * SEG)), "mma stage: one warp per channel group and segment set");
+static_assert(BOX_W <= 256 && IH <= 256, "a TMA box is at most 256 per dimension");
 
 __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -783,117 +779,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
     }
   });
 }
-//@@DIAG}
-
-//@@BAND{
-// Stage band: the taps on the tensor cores as banded (Toeplitz) products, one per channel and tap
-// column. For one channel and a block of 16 output columns x 8 output rows, output (row n, column m)
-// of tap column j is sum over the tile's input rows k of in[k][m + j] * w[k - n][j]: an m16n8k16
-// product of A[m][k] = in[k][m + j] (m the output column, k the input row; rows from IH on are zero)
-// with the band B[k][n] = w[k - n][j] (0 <= k - n < K), so K x 8 of each 16 x 8 B are taps (5x5: 31%
-// of the products useful; stage mma's channel-diagonal B: 12.5%). A warp owns 8 channels (one
-// 16-byte chunk of a pixel) and SEG 16-column segments; an A register pairs two input rows of one
-// channel, so each lane reads its 4 rows' chunks at a column with one 16-byte load each and pairs
-// the rows per channel with a byte permute (no transpose pass through shared memory). The lane's B
-// registers (the band around k - n = 2 tq - gid) are made when the block's channel block changes (once:
-// the grid is a multiple of the channel blocks). With BSEL each (channel, tap column) keeps one B
-// register, for a lane's band falls in either its rows 2 tq, 2 tq + 1 or 2 tq + 8, 2 tq + 9 (K < 8),
-// and the mma's pair is selected per use: half the registers for two selects per mma.
-constexpr bool BSEL = @BSEL@;
-static_assert(TH == 8 && OUT_TMA && K < 8, "band stage: 8 output rows (the mma's N), K < 8, output through the TMA");
-
-// The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
-                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
-                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
-                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = warp % NG, col0 = (warp / NG) * SEG * 16;
-  const int gid = lane >> 2, tq = lane & 3, d = 2 * tq - gid;
-  const bool hi = 2 * tq + 8 < IH, bhi = d < -1;  // this lane reads rows 2 tq + 8, + 9; its band is in b1
-  // Byte offset of (row 2 tq, column col0 + gid + j) in a tile; + 1024: 8 columns on, same swizzle phase.
-  unsigned pj[K];
-#pragma unroll
-  for (int j = 0; j < K; ++j) {
-    const int x = col0 + gid + j;
-    pj[j] = (unsigned)((2 * tq * BOX_W + x) * 128 + ((g ^ (x & 7)) << 4));
-  }
-  unsigned wb[8][K][BSEL ? 1 : 2];
-  int loaded = -1;
-  auto prep = [&](int cblk) {
-    const int cg0 = cblk * CB + g * 8;
-    if (cblk == loaded || cg0 >= C) return;
-    loaded = cblk;
-#pragma unroll
-    for (int ch = 0; ch < 8; ++ch) {
-      const float* wc = w + (size_t)(cg0 + ch) * (K * K);
-      auto tap = [&](int i, int j) { return i >= 0 && i < K ? __ldg(&wc[i * K + j]) : 0.f; };
-#pragma unroll
-      for (int j = 0; j < K; ++j) {
-        const __half2 lo = __floats2half2_rn(tap(d, j), tap(d + 1, j));
-        const __half2 up = __floats2half2_rn(tap(d + 8, j), tap(d + 9, j));
-        if (BSEL) {
-          wb[ch][j][0] = *reinterpret_cast<const unsigned*>(bhi ? &up : &lo);
-        } else {
-          wb[ch][j][0] = *reinterpret_cast<const unsigned*>(&lo);
-          wb[ch][j][BSEL ? 0 : 1] = *reinterpret_cast<const unsigned*>(&up);
-        }
-      }
-    }
-  };
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, unsigned char* out, int cblk, int, int, int) {
-    const int cg0 = cblk * CB + g * 8;
-    if (cg0 >= C) return;  // warp-uniform: C % 8 == 0, the group is all in or all out
-#pragma unroll
-    for (int s = 0; s < SEG; ++s) {
-      float acc[8][4];
-#pragma unroll
-      for (int ch = 0; ch < 8; ++ch)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[ch][e] = 0.f;
-#pragma unroll
-      for (int j = 0; j < K; ++j) {
-        const unsigned char* p = buf + pj[j] + s * 16 * 128;
-        // input rows 0-7, then 8-15 (zero from IH on), each an m16n8k8 product: v[h][r] holds the 8
-        // channels at column gid + j + 8 h of rows 2 tq + r (+ 8)
-#pragma unroll
-        for (int part = 0; part < 2; ++part) {
-          const bool rows = part == 0 || hi;
-          uint4 v[2][2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-              v[h][r] = rows ? *reinterpret_cast<const uint4*>(p + h * 1024 + (8 * part + r) * BOX_W * 128)
-                             : make_uint4(0, 0, 0, 0);
-          auto word = [](const uint4& u, int q) { return q == 0 ? u.x : q == 1 ? u.y : q == 2 ? u.z : u.w; };
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {  // channel 2 q + e: the low or high halves of word q
-              const unsigned sel = e ? 0x7632u : 0x5410u;
-              const unsigned a[2] = {__byte_perm(word(v[0][0], q), word(v[0][1], q), sel),
-                                     __byte_perm(word(v[1][0], q), word(v[1][1], q), sel)};
-              const int ch = 2 * q + e;
-              const unsigned bv = BSEL ? ((bhi == (part == 1)) ? wb[ch][j][0] : 0u) : wb[ch][j][BSEL ? 0 : part];
-              ytk_tpl::mma_m16n8k8(acc[ch], a, bv);
-            }
-        }
-      }
-      // acc[ch][e]: output column gid + 8 (e >> 1), row 2 tq + (e & 1) of the segment, channel ch
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float o[8];
-#pragma unroll
-        for (int ch = 0; ch < 8; ++ch) o[ch] = act(acc[ch][e] + (HAS_BIAS ? __ldg(&b[cg0 + ch]) : 0.f));
-        const int px = (2 * tq + (e & 1)) * TW + col0 + s * 16 + gid + 8 * (e >> 1);
-        ytk_tpl::store_half<8>(reinterpret_cast<__half*>(out + px * 128 + ((g ^ (px & 7)) << 4)), o);
-      }
-    }
-  });
-}
-//@@BAND}
+//@@MMA}
 
 //@@RING{
 // The persistent ring kernel of stages tma and mma: its ring aligned to the stage's RING_ALIGN, the
@@ -996,7 +882,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
 
 _LAUNCHER = PLAIN_LAUNCHER
 
-_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4, "mma": 5, "band": 6}
+_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4, "mma": 5}
 
 
 def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str, ns: int = 2) -> int:
@@ -1194,9 +1080,9 @@ def variant_name(p: dict[str, int | str]) -> str:
     ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
     if p["stage"] == "strip":
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
-    elif p["stage"] in ("tma", "mma", "band"):
+    elif p["stage"] in ("tma", "mma"):
         ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
-        ring += ("h" if p.get("weights") == "hilo" else "") + ("s" if p.get("bs") else "") + ("o" if p.get("ot") else "")
+        ring += ("h" if p.get("weights") == "hilo" else "") + ("o" if p.get("ot") else "")
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -1206,21 +1092,20 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
         "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
         "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])],
-        "NSTAGE": p.get("ns", 3 if p["stage"] in ("tma", "mma", "band") else 2),
+        "NSTAGE": p.get("ns", 3 if p["stage"] in ("tma", "mma") else 2),
         "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
         "IR_UNROLL": " 1" if r.k >= 7 else "",
-        "CAP": "true" if p["stage"] not in ("strip", "tma", "mma", "band") and register_cap(r, p) else "false",  # MB caps these
+        "CAP": "true" if p["stage"] not in ("strip", "tma", "mma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
-        "HILO": "true" if p.get("weights") == "hilo" else "false", "BSEL": "true" if p.get("bs") else "false", "OUT_TMA": "true" if p.get("ot") else "false",
+        "HILO": "true" if p.get("weights") == "hilo" else "false", "OUT_TMA": "true" if p.get("ot") else "false",
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
-    keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA", "DIAG"},
-            "band": {"RING", "MMA", "BAND"}}.get(
+    keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"}}.get(
         str(p["stage"]), {"PLAIN"})
     text = _KERNEL
-    for drop in {"PLAIN", "PIPE", "STRIP", "RING", "TMA", "MMA", "DIAG", "BAND"} - keep:
+    for drop in {"PLAIN", "PIPE", "STRIP", "RING", "TMA", "MMA"} - keep:
         text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", text, flags=re.S)
-    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|RING|TMA|MMA|DIAG|BAND)[{}]\n", "", text + _LAUNCHER)
+    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|RING|TMA|MMA)[{}]\n", "", text + _LAUNCHER)
     if "RING" in keep:  # the tensor-map types and the driver entry point's signature (no libcuda link)
         text = "#include <cuda.h>\n#include <cudaTypedefs.h>\n" + text
     for k, v in subs.items():
