@@ -417,12 +417,6 @@ __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.b
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // The two staging buffers of the output tile, 1024-aligned (the swizzle's period).
 [[maybe_unused]] constexpr int OBUF_STRIDE = OUT_TMA ? (TH * TW * CB * 2 + 1023) / 1024 * 1024 : 0;
-// TAIL: the last round of a persistent block's items is split into half tiles (TH / 2 output rows,
-// the same input box from the half's first row), so the kernel's drain -- compute and stores after
-// the last input has arrived -- is half an item long.
-constexpr bool TAIL = @TAIL@ && TH % 2 == 0;
-constexpr int THH = TH / 2;
-template <int R> struct Rows { static constexpr int value = R; };
 
 // Developer timeline (benchmarks/dw_trace.py builds with -DYTK_RING_TRACE; the product never does):
 // per block its SM, its start and end on the global timer, and per item the clock at the wait for the
@@ -448,51 +442,37 @@ static int trace_copy(void* items, void* blocks) {
 #define YTK_TRACE_BLOCK(j, v)
 #endif
 
-// The ring loop of a persistent block: assignments blockIdx.x, +gridDim.x, ...; the first `full` of
-// them are whole tiles (item = ((n * tiles_y + ty) * tiles_x + tx) * cblocks + cblk), then (TAIL)
-// each remaining item as two half tiles, half h of item full + i at assignment full + h * (items -
-// full) + i (full is a multiple of gridDim.x, itself a multiple of cblocks when larger: a block keeps
-// its channel block). prep(cblk) runs before the wait for the tile (a block's weights load while its
-// first tile is in flight: the trace showed the two latencies in series), body(Rows<R>, tile, out,
-// cblk, n, oy0, tx) for R output rows from row oy0 once the tile (STRIDE bytes apart in `ring`, BYTES
-// each) has landed, and the slot is released after every thread's body. With OUT_TMA, `out` is the
-// item's output staging buffer (after the ring; the body fills it with ordinary stores, the ring
-// stores it through `ymap`, or `ymap2` for a half tile, after the slot's barrier).
+// The ring loop of a persistent block: items blockIdx.x, +gridDim.x, ... (item = ((n * tiles_y + ty)
+// * tiles_x + tx) * cblocks + cblk); prep(cblk) runs before the wait for the item's tile (a block's
+// weights load while its first tile is in flight: the trace showed the two latencies in series),
+// body(tile, out, cblk, n, ty, tx) once the tile (STRIDE bytes apart in `ring`, BYTES each) has
+// landed, and the slot is released after every thread's body. With OUT_TMA, `out` is the item's
+// output staging buffer (after the ring; the body fills it with ordinary stores, the ring stores it
+// through `ymap` after the slot's barrier).
 template <int BYTES, int STRIDE, typename Prep, typename Body>
-__device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorMap* ymap, const CUtensorMap* ymap2,
-                                         unsigned char* ring, uint64_t* full, ytk_tpl::FastDiv tiles_x,
-                                         ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items, int whole,
-                                         Prep&& prep, Body&& body) {
-  const int step = gridDim.x, rest = items - whole;
-  const int total = TAIL ? whole + 2 * rest : items;
-  if ((int)blockIdx.x >= total) return;
+__device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
+                                         uint64_t* full, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+                                         ytk_tpl::FastDiv cblocks, int items, Prep&& prep, Body&& body) {
+  const int step = gridDim.x;
+  if ((int)blockIdx.x >= items) return;
 #ifdef YTK_RING_TRACE
   unsigned smid;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
   YTK_TRACE_BLOCK(0, smid);
   YTK_TRACE_BLOCK(1, gtimer());
 #endif
-  // assignment j: its tile's channel block, image, first output row and tile column; half: -1 for a
-  // whole tile, else which half
-  auto split = [&](int j, int& cblk, int& n, int& oy0, int& tx, int& half) {
-    int item = j;
-    half = -1;
-    if (TAIL && j >= whole) {
-      half = (j - whole) / rest;
-      item = j - half * rest;
-    }
-    const int q = cblocks.div(item);
-    cblk = item - q * (int)cblocks.d;
-    n = tiles_img.div(q);
-    const int t = q - n * (int)tiles_img.d;
-    const int ty = tiles_x.div(t);
+  auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
+    const int rest = cblocks.div(item);
+    cblk = item - rest * (int)cblocks.d;
+    n = tiles_img.div(rest);
+    const int t = rest - n * (int)tiles_img.d;
+    ty = tiles_x.div(t);
     tx = t - ty * (int)tiles_x.d;
-    oy0 = ty * TH + (half > 0 ? THH : 0);
   };
-  auto issue = [&](int j, int slot) {
-    int cblk, n, oy0, tx, half;
-    split(j, cblk, n, oy0, tx, half);
-    tma_tile(ring + slot * STRIDE, map, &full[slot], BYTES, cblk * CB, tx * TW * S - P, oy0 * S - P, n);
+  auto issue = [&](int item, int slot) {
+    int cblk, n, ty, tx;
+    split(item, cblk, n, ty, tx);
+    tma_tile(ring + slot * STRIDE, map, &full[slot], BYTES, cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
   };
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -501,39 +481,34 @@ __device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorM
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #pragma unroll
     for (int j = 0; j < NSTAGE - 1; ++j)
-      if ((int)blockIdx.x + j * step < total) issue((int)blockIdx.x + j * step, j);
+      if ((int)blockIdx.x + j * step < items) issue((int)blockIdx.x + j * step, j);
   }
   __syncthreads();
-  for (int it = blockIdx.x, k = 0; it < total; it += step, ++k) {
+  for (int it = blockIdx.x, k = 0; it < items; it += step, ++k) {
     const int slot = k % NSTAGE;
     const int ahead = it + (NSTAGE - 1) * step;
     // slot (k - 1) % NSTAGE was computed in the previous iteration and freed by its trailing barrier
-    if (threadIdx.x == 0 && ahead < total) issue(ahead, (k + NSTAGE - 1) % NSTAGE);
-    int cblk, n, oy0, tx, half;
-    split(it, cblk, n, oy0, tx, half);
+    if (threadIdx.x == 0 && ahead < items) issue(ahead, (k + NSTAGE - 1) % NSTAGE);
+    int cblk, n, ty, tx;
+    split(it, cblk, n, ty, tx);
     prep(cblk);
     YTK_TRACE_ITEM(k, 0);
     mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
     YTK_TRACE_ITEM(k, 1);
     unsigned char* out = ring + NSTAGE * STRIDE + (k & 1) * OBUF_STRIDE;
-    if constexpr (TAIL) {
-      if (half >= 0) body(Rows<THH>{}, ring + slot * STRIDE, out, cblk, n, oy0, tx);
-      else body(Rows<TH>{}, ring + slot * STRIDE, out, cblk, n, oy0, tx);
-    } else {
-      body(Rows<TH>{}, ring + slot * STRIDE, out, cblk, n, oy0, tx);
-    }
+    body(ring + slot * STRIDE, out, cblk, n, ty, tx);
     if (OUT_TMA) {
       fence_async_smem();  // this thread's writes to `out`, visible to the TMA after the barrier
       if (threadIdx.x == 0) tma_store_wait_read();  // the previous item's store has read its buffer
     }
     __syncthreads();  // every thread is done with `slot` (and `out`) before a later issue overwrites it
     YTK_TRACE_ITEM(k, 2);
-    if (OUT_TMA && threadIdx.x == 0) tma_store(half >= 0 ? ymap2 : ymap, out, cblk * CB, tx * TW, oy0, n);
+    if (OUT_TMA && threadIdx.x == 0) tma_store(ymap, out, cblk * CB, tx * TW, ty * TH, n);
   }
   if (OUT_TMA && threadIdx.x == 0) tma_store_wait_all();
 #ifdef YTK_RING_TRACE
   YTK_TRACE_BLOCK(2, gtimer());
-  YTK_TRACE_BLOCK(3, (total - (int)blockIdx.x + step - 1) / step);
+  YTK_TRACE_BLOCK(3, (items - (int)blockIdx.x + step - 1) / step);
 #endif
 }
 
@@ -577,11 +552,10 @@ constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 2 * OBUF_STRIDE + RIN
 constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE, OUT_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE;
 
 // The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, const CUtensorMap* ymap2,
-                                            unsigned char* ring, uint64_t* full, const float* __restrict__ w,
-                                            const float* __restrict__ b, __half* __restrict__ y, int C, int HO,
-                                            int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-                                            ytk_tpl::FastDiv cblocks, int items, int whole) {
+__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
+                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
+                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
+                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
   const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
   float wr[K * K][VEC], bias[VEC];
   int loaded = -1;
@@ -599,29 +573,27 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
   };
   // OUT_TMA: in the staged tile [TH][TW][CB] (unswizzled), this thread's VEC channels of its first column
   const int omine = cg * CPT * CB + cv * VEC;
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ymap2, ring, full, tiles_x, tiles_img, cblocks, items, whole, prep,
-                                    [&](auto tag, const unsigned char* buf, unsigned char* out, int cblk, int n,
-                                        int oy0, int tx) {
-    constexpr int R = decltype(tag)::value, RIH = (R - 1) * S + K;  // output rows (Rows<R>), input rows
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+                                    [&](const unsigned char* buf, unsigned char* out, int cblk, int n, int ty, int tx) {
     const int c = cblk * CB + cv * VEC;
     const bool cok = c < C;
     const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
-    const int ox0 = tx * TW + cg * CPT;
+    const int oy0 = ty * TH, ox0 = tx * TW + cg * CPT;
     __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0) * C + c;
-    float acc[R][CPT][VEC];
+    float acc[TH][CPT][VEC];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < TH; ++r)
 #pragma unroll
       for (int q = 0; q < CPT; ++q)
 #pragma unroll
         for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
 #pragma unroll
-    for (int ir = 0; ir < RIH; ++ir) {
+    for (int ir = 0; ir < IH; ++ir) {
       float xin[NIC][VEC];
 #pragma unroll
       for (int j = 0; j < NIC; ++j) ytk_tpl::unpack(*reinterpret_cast<const VT*>(tile + (ir * IW + j) * CB), xin[j]);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
+      for (int r = 0; r < TH; ++r) {
         const int ky = ir - r * S;
         if (ky < 0 || ky >= K) continue;
 #pragma unroll
@@ -704,11 +676,10 @@ __device__ __forceinline__ unsigned diag(float wv, int part, int gid, int tq) {
 }
 
 // The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, const CUtensorMap* ymap2,
-                                            unsigned char* ring, uint64_t* full, const float* __restrict__ w,
-                                            const float* __restrict__ b, __half* __restrict__ y, int C, int HO,
-                                            int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-                                            ytk_tpl::FastDiv cblocks, int items, int whole) {
+__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
+                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
+                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
+                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = warp % NG, col0 = (warp / NG) * SEG * 16;
   const int gid = lane >> 2, tq = lane & 3;
@@ -742,21 +713,19 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
     bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
     bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
   };
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ymap2, ring, full, tiles_x, tiles_img, cblocks, items, whole, prep,
-                                    [&](auto tag, const unsigned char* buf, unsigned char* out, int cblk, int n,
-                                        int oy0, int tx) {
-    constexpr int R = decltype(tag)::value, RIH = (R - 1) * S + K;  // output rows (Rows<R>), input rows
+  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
+                                    [&](const unsigned char* buf, unsigned char* out, int cblk, int n, int ty, int tx) {
     const int cg0 = cblk * CB + g * 8;  // the warp's first channel
     if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
     const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
-    float acc[R][SEG][4];
+    float acc[TH][SEG][4];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < TH; ++r)
 #pragma unroll
       for (int s = 0; s < SEG; ++s) {
         acc[r][s][0] = bias0; acc[r][s][1] = bias1; acc[r][s][2] = bias0; acc[r][s][3] = bias1;
       }
-    const int ox0 = tx * TW + col0;
+    const int oy0 = ty * TH, ox0 = tx * TW + col0;
     __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0 + gid) * C + cg0 + 2 * tq;
     const int rows = HO - oy0;  // output rows of this tile inside the image (may exceed TH)
     bool colok[SEG][2];
@@ -765,7 +734,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 #pragma unroll
       for (int h = 0; h < 2; ++h) colok[s][h] = ox0 + s * 16 + gid + 8 * h < WO;
 #pragma unroll
-    for (int iy = 0; iy < RIH; ++iy) {
+    for (int iy = 0; iy < IH; ++iy) {
       unsigned a2[SEG][KP][4], a1[SEG][2];
 #pragma unroll
       for (int s = 0; s < SEG; ++s) {
@@ -780,7 +749,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 #pragma unroll
         for (int p = 0; p <= KP; ++p)
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
+          for (int r = 0; r < TH; ++r) {
             const int ky = iy - r;
             if (ky < 0 || ky >= K) continue;
 #pragma unroll
@@ -815,15 +784,15 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 // The persistent ring kernel of stages tma and mma: its ring aligned to the stage's RING_ALIGN, the
 // rest is the stage's ring_kernel.
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap ymap,
-       const __grid_constant__ CUtensorMap ymap2, const float* __restrict__ w, const float* __restrict__ b,
+dw_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap ymap, const float* __restrict__ w,
+       const float* __restrict__ b,
        __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-       ytk_tpl::FastDiv cblocks, int items, int whole) {
+       ytk_tpl::FastDiv cblocks, int items) {
   extern __shared__ __align__(RING_ALIGN) unsigned char dsmem[];
   __shared__ __align__(8) uint64_t full[NSTAGE];
   unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
                                  (RING_ALIGN - 1));
-  ring_kernel(&map, &ymap, &ymap2, ring, full, w, b, y, C, HO, WO, tiles_x, tiles_img, cblocks, items, whole);
+  ring_kernel(&map, &ymap, ring, full, w, b, y, C, HO, WO, tiles_x, tiles_img, cblocks, items);
 }
 //@@RING}
 
@@ -877,22 +846,19 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
     const int64_t items = tiles_x * tiles_y * cblocks * N;
     // the tensor map's row strides are multiples of 16 bytes, its base 16-byte aligned
     if (C % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return (int)cudaErrorInvalidValue;
-    if (items > INT32_MAX / 2) return (int)cudaErrorInvalidConfiguration;  // (TAIL: up to 2 items assignments)
+    if (items > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
     const int64_t grid = persistent_grid(dw_tma, TMA_SMEM, items, cblocks);
     if (grid < 0) return (int)-grid;
-    // TAIL: whole tiles in full rounds of the grid, the rest (less than a round) as half tiles
-    const int64_t whole = TAIL ? items / grid * grid : items;
-    CUtensorMap map, ymap = {}, ymap2 = {};
+    CUtensorMap map, ymap = {};
     int rc = encode_map(&map, x, N, C, H, W, BOX_W, IH, TMA_SWIZZLE);
     if (!rc && OUT_TMA) {
       if (reinterpret_cast<uintptr_t>(y) % 16 != 0) return (int)cudaErrorInvalidValue;
       rc = encode_map(&ymap, y, N, C, HO, WO, TW, TH, OUT_SWIZZLE);
-      if (!rc && TAIL) rc = encode_map(&ymap2, y, N, C, HO, WO, TW, THH, OUT_SWIZZLE);
     }
     if (rc) return rc;
-    dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, ymap, ymap2, w, b, y, (int)C, (int)HO, (int)WO,
+    dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, ymap, w, b, y, (int)C, (int)HO, (int)WO,
         ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
-        (int)items, (int)whole);
+        (int)items);
     return (int)cudaGetLastError();
   }
   //@@RING}
@@ -1117,7 +1083,7 @@ def variant_name(p: dict[str, int | str]) -> str:
         ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
     elif p["stage"] in ("tma", "mma"):
         ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
-        ring += ("h" if p.get("weights") == "hilo" else "") + ("o" if p.get("ot") else "") + ("t" if p.get("ts") else "")
+        ring += ("h" if p.get("weights") == "hilo" else "") + ("o" if p.get("ot") else "")
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -1133,7 +1099,6 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "CAP": "true" if p["stage"] not in ("strip", "tma", "mma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
         "HILO": "true" if p.get("weights") == "hilo" else "false", "OUT_TMA": "true" if p.get("ot") else "false",
-        "TAIL": "true" if p.get("ts") else "false",
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
     keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"}}.get(
