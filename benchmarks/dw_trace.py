@@ -2,6 +2,8 @@
 
     python benchmarks/dw_trace.py K S C N H W VARIANT [VARIANT ...]
 
+A VARIANT is a name from the region's wide space or a JSON parameter dict (a point outside it).
+
 Each variant (stage ``tma`` or ``mma``) is emitted by the templates backend and compiled with
 ``-DYTK_RING_TRACE``: thread 0 of every block then records its SM, its start and end on the global
 timer, and per item the SM clock when it starts waiting for the item's tile, when the tile has
@@ -14,6 +16,7 @@ blocks' end times spread (the tail). Nothing is checked here (the generator's ha
 from __future__ import annotations
 
 import ctypes
+import json
 import statistics
 import sys
 import tempfile
@@ -83,11 +86,13 @@ def main() -> None:
              torch.empty(n, ho, wo, c, device="cuda", dtype=torch.float16)) for _ in range(rotation_sets(per_set, l2))]
     wt, b = torch.randn(c, k * k, device="cuda"), torch.randn(c, device="cuda")
     tmp = Path(tempfile.mkdtemp())
-    for name in sys.argv[7:]:
-        if name not in space or space[name]["stage"] not in ("tma", "mma"):
+    for arg in sys.argv[7:]:
+        p = json.loads(arg) if arg.startswith("{") else space.get(arg)
+        name = emit_dwconv.variant_name(p) if p else arg
+        if not p or p["stage"] not in ("tma", "mma"):
             sys.exit(f"{name}: not a TMA-ring variant of {region.describe()}")
         so = tmp / f"{name}.so"
-        body = emit_dwconv.emit(region, space[name], "v0", "v0_launch").body
+        body = emit_dwconv.emit(region, p, "v0", "v0_launch").body
         compile_shared(PRELUDE + body + SHIM, so, gpu.arch(), extra_flags=("-DYTK_RING_TRACE",))
         launch = load_launcher(so)
         trace = ctypes.CDLL(str(so)).v0_trace
