@@ -6,7 +6,9 @@ time of the region's own ops in fp16 channels_last (cuDNN conv + bias + activati
 the region's torch ops), the physical floor (bytes moved / device copy bandwidth measured in the
 same process), the fraction of the floor reached, and a plain memory pass over the same bytes timed
 the same way (what a memory-bound kernel of that size reaches: small tensors fall short of the floor
-even there). Every figure is measured here; nothing is recorded or estimated.
+even there). A second table sums each region family's sites (the depthwise k x k stride s regions
+whatever their channels, LiteMLA): its kernel, torch and floor times and the fraction of the floor
+the family reaches over the model. Every figure is measured here; nothing is recorded or estimated.
 
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
     python benchmarks/kernels_templates.py --prebuild --arch SPEC --cache DIR  # CPU: fill the build cache
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -164,6 +167,33 @@ def table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def family(region: str) -> str:
+    """The region family a region belongs to: its name without the channel suffix (``C384``, ``Dyn``)."""
+    return re.sub(r"(C\d+|Dyn)$", "", region)
+
+
+def family_table(rows: list[dict[str, object]]) -> str:
+    """Per region family over every site of the run (each site counted as often as the model has it):
+    summed kernel, torch and floor times, the fraction of the floor the family reaches (floor sum /
+    kernel sum: a site's share is its time) and its speed-up over torch."""
+    acc: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("kernel_ms") is None:
+            continue
+        a = acc.setdefault(family(str(r["region"])), [0, 0.0, 0.0, 0.0])
+        for k, t, f in zip(r["kernel_ms"], r["torch_ms"], r["floor_ms"]):  # type: ignore[call-overload]
+            a[0] += 1
+            a[1] += k
+            a[2] += t
+            a[3] += f
+    lines = ["| family | sites | kernel us (sum) | torch fp16 us (sum) | floor us (sum) | % of floor | x torch |",
+             "|---|---|---|---|---|---|---|"]
+    for name, (n, k, t, f) in acc.items():
+        lines.append(f"| {name} | {int(n)} | {k * 1e3:.1f} | {t * 1e3:.1f} | {f * 1e3:.1f} | {100 * f / k:.0f}% | "
+                     f"{t / k:.1f}x |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--regions", default=",".join(all_names()))
@@ -184,7 +214,7 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     rows = run([n for n in a.regions.split(",") if n], root, a.out, a.prepare_dir)
     (a.out / "kernels_templates.json").write_text(json.dumps(rows, indent=1))
-    t = table(rows)
+    t = table(rows) + "\n\n" + family_table(rows)
     (a.out / "kernels_templates.md").write_text(t + "\n")
     print(t)
     return 0 if all(r["status"] == "done" for r in rows) else 1
