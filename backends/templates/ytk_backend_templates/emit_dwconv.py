@@ -650,11 +650,6 @@ constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 2 * OBUF_STRIDE + RIN
 constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B, OUT_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
 constexpr int NG = CB / 8, SEG = CPT, KP = K / 2;
 constexpr int NW = @HILO@ ? 2 : 1;  // weight parts: hi (fp16 of w), lo (fp16 of w - hi)
-// NF: the last NF channel groups are summed by FFMA warps (fp32 weights and accumulation, a lane per
-// channel and 4 columns) beside the tensor-core warps: the two use different pipes (FMA; tensor and
-// shared memory), so a block spreads its taps over both. Their weights share the mma warps' registers.
-constexpr int NF = @NF@;
-static_assert(NF == 0 || (NF < CB / 8 && NW == 1 && OUT_TMA), "FFMA groups: fp16 mma weights, output through the TMA");
 static_assert(CB == 64 && S == 1 && K % 2 == 1 && TW % (16 * SEG) == 0, "mma stage: CB 64, stride 1, odd K");
 static_assert(NTHREADS == 32 * NG * (TW / (16 * SEG)), "mma stage: one warp per channel group and segment set");
 static_assert(BOX_W <= 256 && IH <= 256, "a TMA box is at most 256 per dimension");
@@ -696,25 +691,13 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 #pragma unroll
   for (int p = 0; p < KP; ++p) off2[p] = lane_off(col0 + lm + lt + 2 * p);
   off1 = lane_off(col0 + lm + K - 1);
-  // per weight part and tap row: the B fragments of tap pairs (2p, 2p + 1) at [2p], [2p + 1], the odd
-  // last tap's at [K - 1]; an FFMA warp keeps its channel's fp32 weights there instead (K * K values)
-  unsigned wb[NW][K][K];
+  unsigned wb[NW][K][KP][2], wl[NW][K];
   float bias0 = 0.f, bias1 = 0.f;
-  const bool ffma = NF && g >= NG - NF;  // warp-uniform
   int loaded = -1;
   auto prep = [&](int cblk) {
     const int cg0 = cblk * CB + g * 8;
     if (cblk == loaded || cg0 >= C) return;
     loaded = cblk;
-    if (ffma) {  // this lane's channel: cg0 + lane % 8
-      const float* wf = w + (size_t)(cg0 + (lane & 7)) * (K * K);
-#pragma unroll
-      for (int ky = 0; ky < K; ++ky)
-#pragma unroll
-        for (int kx = 0; kx < K; ++kx) wb[0][ky][kx] = __float_as_uint(__ldg(&wf[ky * K + kx]));
-      bias0 = HAS_BIAS ? __ldg(&b[cg0 + (lane & 7)]) : 0.f;
-      return;
-    }
     const float* wc = w + (size_t)(cg0 + gid) * (K * K);
 #pragma unroll
     for (int h = 0; h < NW; ++h)
@@ -722,10 +705,10 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
       for (int ky = 0; ky < K; ++ky) {
 #pragma unroll
         for (int p = 0; p < KP; ++p) {
-          wb[h][ky][2 * p] = diag(__ldg(&wc[ky * K + 2 * p]), h, gid, tq);
-          wb[h][ky][2 * p + 1] = diag(__ldg(&wc[ky * K + 2 * p + 1]), h, gid, tq);
+          wb[h][ky][p][0] = diag(__ldg(&wc[ky * K + 2 * p]), h, gid, tq);
+          wb[h][ky][p][1] = diag(__ldg(&wc[ky * K + 2 * p + 1]), h, gid, tq);
         }
-        wb[h][ky][K - 1] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
+        wl[h][ky] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
       }
     bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
     bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
@@ -734,48 +717,6 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
                                     [&](const unsigned char* buf, unsigned char* out, int cblk, int n, int ty, int tx) {
     const int cg0 = cblk * CB + g * 8;  // the warp's first channel
     if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
-    if constexpr (NF > 0) {
-      if (ffma) {  // lane: channel cg0 + lane % 8, output columns col0 + 16 s + 4 (lane / 8) + 0..3
-        const int ch = lane & 7, xq = lane >> 3;
-#pragma unroll
-        for (int s = 0; s < SEG; ++s) {
-          float fa[TH][4];
-#pragma unroll
-          for (int r = 0; r < TH; ++r)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) fa[r][q] = bias0;
-#pragma unroll
-          for (int iy = 0; iy < IH; ++iy) {
-            float xin[K + 3];
-#pragma unroll
-            for (int j = 0; j < K + 3; ++j) {  // tile column x: swizzled chunk g of pixel (iy, x)
-              const int x = col0 + s * 16 + 4 * xq + j;
-              xin[j] = __half2float(*reinterpret_cast<const __half*>(
-                  buf + (iy * BOX_W + x) * 128 + ((g ^ (x & 7)) << 4) + ch * 2));
-            }
-#pragma unroll
-            for (int r = 0; r < TH; ++r) {
-              const int ky = iy - r;
-              if (ky < 0 || ky >= K) continue;
-#pragma unroll
-              for (int kx = 0; kx < K; ++kx)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) fa[r][q] = fmaf(__uint_as_float(wb[0][ky][kx]), xin[q + kx], fa[r][q]);
-            }
-            const int r = iy - (K - 1);
-            if (r >= 0) {
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                const int px = r * TW + col0 + s * 16 + 4 * xq + q;
-                *reinterpret_cast<__half*>(out + px * 128 + ((g ^ (px & 7)) << 4) + ch * 2) =
-                    __float2half_rn(act(fa[r][q]));
-              }
-            }
-          }
-        }
-        return;
-      }
-    }
     const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
     float acc[TH][SEG][4];
 #pragma unroll
@@ -813,8 +754,8 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
             if (ky < 0 || ky >= K) continue;
 #pragma unroll
             for (int s = 0; s < SEG; ++s) {
-              if (p < KP) ytk_tpl::mma_m16n8k16(acc[r][s], a2[s][p], wb[h][ky][2 * p], wb[h][ky][2 * p + 1]);
-              else ytk_tpl::mma_m16n8k8(acc[r][s], a1[s], wb[h][ky][K - 1]);
+              if (p < KP) ytk_tpl::mma_m16n8k16(acc[r][s], a2[s][p], wb[h][ky][p][0], wb[h][ky][p][1]);
+              else ytk_tpl::mma_m16n8k8(acc[r][s], a1[s], wl[h][ky]);
             }
           }
       }
@@ -1143,7 +1084,6 @@ def variant_name(p: dict[str, int | str]) -> str:
     elif p["stage"] in ("tma", "mma"):
         ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
         ring += ("h" if p.get("weights") == "hilo" else "") + ("o" if p.get("ot") else "")
-        ring += f"f{p['nf']}" if p.get("nf") else ""
     return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
 
 
@@ -1159,7 +1099,6 @@ def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Va
         "CAP": "true" if p["stage"] not in ("strip", "tma", "mma") and register_cap(r, p) else "false",  # MB caps these
         "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
         "HILO": "true" if p.get("weights") == "hilo" else "false", "OUT_TMA": "true" if p.get("ot") else "false",
-        "NF": p.get("nf", 0),
     }
     # Only the kernel this variant launches is emitted (the other would double the compile time).
     keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"}}.get(
