@@ -168,8 +168,9 @@ def table(rows: list[dict[str, object]]) -> str:
 
 
 def family(region: str) -> str:
-    """The region family a region belongs to: its name without the channel suffix (``C384``, ``Dyn``)."""
-    return re.sub(r"(C\d+|Dyn)$", "", region)
+    """The region family a region belongs to: its name without the channel suffix (``C384``,
+    ``C16to64``, ``Dyn``)."""
+    return re.sub(r"(C\d+(to\d+)?|Dyn)$", "", region)
 
 
 def family_table(rows: list[dict[str, object]]) -> str:

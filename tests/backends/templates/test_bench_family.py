@@ -16,6 +16,8 @@ def test_family_strips_the_channel_suffix_only() -> None:
     assert kt.family("DwConv5x5s1C768") == "DwConv5x5s1"
     assert kt.family("LiteMLAC384") == "LiteMLA"
     assert kt.family("DwConv3x3s2") == "DwConv3x3s2"
+    assert kt.family("Conv1x1s1C16to64") == kt.family("Conv1x1s1Dyn") == "Conv1x1s1"
+    assert kt.family("Conv1x1s1HardSwishDyn") == "Conv1x1s1HardSwish"
 
 
 def test_family_table_sums_sites_and_skips_failed_regions() -> None:
