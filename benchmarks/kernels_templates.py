@@ -8,7 +8,7 @@ same process), the fraction of the floor reached, and a plain memory pass over t
 the same way (what a memory-bound kernel of that size reaches: small tensors fall short of the floor
 even there). A second table sums each region family's sites (the depthwise k x k stride s regions
 whatever their channels, LiteMLA): its kernel, torch and floor times and the fraction of the floor
-the family reaches over the model. Every figure is measured here; nothing is recorded or estimated.
+the family reaches over the model (also written as ``kernels_templates_families.json``). Every figure is measured here; nothing is recorded or estimated.
 
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
     python benchmarks/kernels_templates.py --prebuild --arch SPEC --cache DIR  # CPU: fill the build cache
@@ -173,10 +173,10 @@ def family(region: str) -> str:
     return re.sub(r"(C\d+(to\d+)?|Dyn)$", "", region)
 
 
-def family_table(rows: list[dict[str, object]]) -> str:
+def families(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """Per region family over every site of the run (each site counted as often as the model has it):
-    summed kernel, torch and floor times, the fraction of the floor the family reaches (floor sum /
-    kernel sum: a site's share is its time) and its speed-up over torch."""
+    summed kernel, torch and floor times (ms), the fraction of the floor the family reaches (floor sum
+    / kernel sum: a site's share is its time) and its speed-up over torch."""
     acc: dict[str, list[float]] = {}
     for r in rows:
         if r.get("kernel_ms") is None:
@@ -187,11 +187,17 @@ def family_table(rows: list[dict[str, object]]) -> str:
             a[1] += k
             a[2] += t
             a[3] += f
+    return [{"family": name, "sites": int(n), "kernel_ms": k, "torch_ms": t, "floor_ms": f,
+             "fraction_of_floor": f / k, "x_torch": t / k} for name, (n, k, t, f) in acc.items()]
+
+
+def family_table(rows: list[dict[str, object]]) -> str:
+    """``families`` as a markdown table (times in us)."""
     lines = ["| family | sites | kernel us (sum) | torch fp16 us (sum) | floor us (sum) | % of floor | x torch |",
              "|---|---|---|---|---|---|---|"]
-    for name, (n, k, t, f) in acc.items():
-        lines.append(f"| {name} | {int(n)} | {k * 1e3:.1f} | {t * 1e3:.1f} | {f * 1e3:.1f} | {100 * f / k:.0f}% | "
-                     f"{t / k:.1f}x |")
+    for f in families(rows):
+        lines.append(f"| {f['family']} | {f['sites']} | {f['kernel_ms'] * 1e3:.1f} | {f['torch_ms'] * 1e3:.1f} | "  # type: ignore[operator]
+                     f"{f['floor_ms'] * 1e3:.1f} | {100 * f['fraction_of_floor']:.0f}% | {f['x_torch']:.1f}x |")  # type: ignore[operator]
     return "\n".join(lines)
 
 
@@ -215,6 +221,7 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     rows = run([n for n in a.regions.split(",") if n], root, a.out, a.prepare_dir)
     (a.out / "kernels_templates.json").write_text(json.dumps(rows, indent=1))
+    (a.out / "kernels_templates_families.json").write_text(json.dumps(families(rows), indent=1))
     t = table(rows) + "\n\n" + family_table(rows)
     (a.out / "kernels_templates.md").write_text(t + "\n")
     print(t)

@@ -34,3 +34,11 @@ def test_family_table_sums_sites_and_skips_failed_regions() -> None:
     assert by["DwConv5x5s1"] == ["7", "112.0", "336.0", "60.0", "54%", "3.0x"]
     # 3x3: floor 38 / kernel 50 us -> 76% (not the mean of the sites' 75% and 80%)
     assert by["DwConv3x3s1"] == ["2", "50.0", "250.0", "38.0", "76%", "5.0x"]
+
+
+def test_families_json_matches_the_table() -> None:
+    rows = [{"region": "DwConv5x5s1C768", "kernel_ms": [0.013] * 4, "torch_ms": [0.039] * 4, "floor_ms": [0.006] * 4}]
+    (f,) = kt.families(rows)
+    assert f["family"] == "DwConv5x5s1" and f["sites"] == 4
+    assert abs(f["fraction_of_floor"] - 0.006 / 0.013) < 1e-12 and abs(f["x_torch"] - 3.0) < 1e-12
+    assert "| DwConv5x5s1 | 4 | 52.0 | 156.0 | 24.0 | 46% | 3.0x |" in kt.family_table(rows)
