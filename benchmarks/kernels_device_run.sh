@@ -22,7 +22,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   mkdir -p /tmp/kbench
   timeout 330 python3 benchmarks/kernels_templates.py --out /tmp/kbench ${regions:+--regions "$regions"} --workdir /tmp/kbw \
     2> "$OUT/bench.log" || rc=1
-  cp /tmp/kbench/kernels_templates.json /tmp/kbench/kernels_templates_families.json /tmp/kbench/kernels_templates.md "$OUT/" 2>/dev/null
+  cp /tmp/kbench/kernels_templates.json /tmp/kbench/kernels_templates_ops.json /tmp/kbench/kernels_templates.md "$OUT/" 2>/dev/null
   tar -czf "$OUT/reports.tgz" -C /tmp/kbench . 2>/dev/null
   cat "$OUT/kernels_templates.md" 2>/dev/null || tail -40 "$OUT/bench.log"
 fi

@@ -6,9 +6,10 @@ time of the region's own ops in fp16 channels_last (cuDNN conv + bias + activati
 the region's torch ops), the physical floor (bytes moved / device copy bandwidth measured in the
 same process), the fraction of the floor reached, and a plain memory pass over the same bytes timed
 the same way (what a memory-bound kernel of that size reaches: small tensors fall short of the floor
-even there). A second table sums each region family's sites (the depthwise k x k stride s regions
-whatever their channels, LiteMLA): its kernel, torch and floor times and the fraction of the floor
-the family reaches over the model (also written as ``kernels_templates_families.json``). Every figure is measured here; nothing is recorded or estimated.
+even there). A second table sums each op's sites (DwConv3x3s1 whatever its channels, LiteMLA, ...:
+the issue's region families): their kernel, torch and floor times and the fraction of the floor the
+op reaches over the model (also written as ``kernels_templates_ops.json``). Every figure is measured
+here; nothing is recorded or estimated.
 
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
     python benchmarks/kernels_templates.py --prebuild --arch SPEC --cache DIR  # CPU: fill the build cache
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kernels_regions import REPO, all_names, make_region  # noqa: E402
 
+from ytk_core.propose.naming import op_of  # noqa: E402
 from ytk_hookspecs import StageContext  # noqa: E402
 from ytk_hookspecs.models import ArchSpec, KernelGenRequest, KernelReport  # noqa: E402
 
@@ -167,37 +168,30 @@ def table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def family(region: str) -> str:
-    """The region family a region belongs to: its name without the channel suffix (``C384``,
-    ``C16to64``, ``Dyn``)."""
-    return re.sub(r"(C\d+(to\d+)?|Dyn)$", "", region)
-
-
-def families(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Per region family over every site of the run (each site counted as often as the model has it):
-    summed kernel, torch and floor times (ms), the fraction of the floor the family reaches (floor sum
-    / kernel sum: a site's share is its time) and its speed-up over torch."""
-    acc: dict[str, list[float]] = {}
+def by_op(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Per op (the plugin name's op part, ``naming.op_of``: DwConv3x3s1 gathers the shape families
+    DwConv3x3s1C256, ... and the remainder DwConv3x3s1Dyn) over every site of the run, each site
+    counted as often as the model has it: summed kernel, torch and floor times (ms), the fraction of
+    the floor the op reaches (floor sum / kernel sum: a site weighs by its time, as the scoring's
+    per-candidate fraction does) and its speed-up over torch."""
+    sums: dict[str, list[float]] = {}
     for r in rows:
-        if r.get("kernel_ms") is None:
-            continue
-        a = acc.setdefault(family(str(r["region"])), [0, 0.0, 0.0, 0.0])
-        for k, t, f in zip(r["kernel_ms"], r["torch_ms"], r["floor_ms"]):  # type: ignore[call-overload]
-            a[0] += 1
-            a[1] += k
-            a[2] += t
-            a[3] += f
-    return [{"family": name, "sites": int(n), "kernel_ms": k, "torch_ms": t, "floor_ms": f,
-             "fraction_of_floor": f / k, "x_torch": t / k} for name, (n, k, t, f) in acc.items()]
+        if r.get("kernel_ms") is not None:
+            s = sums.setdefault(op_of(str(r["region"])), [0.0, 0.0, 0.0, 0.0])
+            for k, t, f in zip(r["kernel_ms"], r["torch_ms"], r["floor_ms"]):  # type: ignore[call-overload]
+                s[0], s[1], s[2], s[3] = s[0] + 1, s[1] + k, s[2] + t, s[3] + f
+    return [{"op": op, "sites": int(n), "kernel_ms": k, "torch_ms": t, "floor_ms": f, "fraction_of_floor": f / k,
+             "x_torch": t / k} for op, (n, k, t, f) in sums.items()]
 
 
-def family_table(rows: list[dict[str, object]]) -> str:
-    """``families`` as a markdown table (times in us)."""
-    lines = ["| family | sites | kernel us (sum) | torch fp16 us (sum) | floor us (sum) | % of floor | x torch |",
+def op_table(rows: list[dict[str, object]]) -> str:
+    """``by_op`` as a markdown table (times in us)."""
+    lines = ["| op | sites | kernel us (sum) | torch fp16 us (sum) | floor us (sum) | % of floor | x torch |",
              "|---|---|---|---|---|---|---|"]
-    for f in families(rows):
-        lines.append(f"| {f['family']} | {f['sites']} | {f['kernel_ms'] * 1e3:.1f} | {f['torch_ms'] * 1e3:.1f} | "  # type: ignore[operator]
-                     f"{f['floor_ms'] * 1e3:.1f} | {100 * f['fraction_of_floor']:.0f}% | {f['x_torch']:.1f}x |")  # type: ignore[operator]
+    for o in by_op(rows):
+        k, t, f = (float(o[x]) for x in ("kernel_ms", "torch_ms", "floor_ms"))  # type: ignore[arg-type]
+        lines.append(f"| {o['op']} | {o['sites']} | {k * 1e3:.1f} | {t * 1e3:.1f} | {f * 1e3:.1f} | "
+                     f"{100 * f / k:.0f}% | {t / k:.1f}x |")
     return "\n".join(lines)
 
 
@@ -221,8 +215,8 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     rows = run([n for n in a.regions.split(",") if n], root, a.out, a.prepare_dir)
     (a.out / "kernels_templates.json").write_text(json.dumps(rows, indent=1))
-    (a.out / "kernels_templates_families.json").write_text(json.dumps(families(rows), indent=1))
-    t = table(rows) + "\n\n" + family_table(rows)
+    (a.out / "kernels_templates_ops.json").write_text(json.dumps(by_op(rows), indent=1))
+    t = table(rows) + "\n\n" + op_table(rows)
     (a.out / "kernels_templates.md").write_text(t + "\n")
     print(t)
     return 0 if all(r["status"] == "done" for r in rows) else 1

@@ -54,3 +54,19 @@ def test_names():
     assert family_name("conv", "ConvNormAct", {"k": [1, 1], "stride": [1, 1], "C": 128, "Cout": 512}) == \
         "Conv1x1s1C128to512"
     assert unique(["A", "A", "B"], ["H34W60", "H68W120", ""]) == ["AH34W60", "AH68W120", "B"]
+
+
+def test_op_of_inverts_the_derived_names():
+    from ytk_core.propose.naming import op_name, op_of
+
+    dw = {"k": [3, 3], "stride": [1, 1], "dilation": [1, 1], "C": 256, "Cout": 256, "spatial": [68, 120]}
+    pw = {"k": [1, 1], "stride": [1, 1], "C": 16, "Cout": 64}
+    gw = {"k": [1, 1], "stride": [1, 1], "C": 384, "Cout": 384, "groups": 24}
+    cases = [("depthwise_conv", "ConvNormAct", dw), ("conv", "ConvNormAct", pw), ("grouped_conv", "Conv2d", gw),
+             ("gemm", "Linear", {"K": 64, "N": 32}), ("attention", "LiteMLA", {"C": 384}),
+             ("depthwise_conv", "ConvNormAct", {**dw, "dilation": [2, 2]})]
+    for kind, cls, sig in cases:
+        op = op_name(kind, cls, sig)
+        assert op_of(family_name(kind, cls, sig)) == op_of(remainder_name(kind, cls, sig)) == op, (kind, op)
+    assert op_of("DwConv3x3s1C256H68W120") == op_of("DwConv3x3s1C256_2") == "DwConv3x3s1"  # unique()'s suffixes
+    assert op_of("MyKernel") == "MyKernel"

@@ -110,6 +110,18 @@ def remainder_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> s
     return _ident(f"{op_name(kind, cls, sig, tag)}Dyn")
 
 
+# What family_name / remainder_name append to the op part (channels, groups, K/N or Dyn), then what
+# unique() may add (a shape suffix, a counter).
+_TAIL = re.compile(r"(C\d+(to\d+)?|G\d+C\d+to\d+|K\d+N\d+|Dyn)([A-Z]\d+)*(_\d+)?$")
+
+
+def op_of(name: str) -> str:
+    """The op part of a derived plugin name, the inverse of ``family_name`` / ``remainder_name``:
+    ``DwConv3x3s1C256``, ``DwConv3x3s1Dyn`` -> ``DwConv3x3s1``; ``GConv1x1s1G24C384to384`` ->
+    ``GConv1x1s1``. A name without such a tail (one a user chose) is its own op."""
+    return _TAIL.sub("", name) or name
+
+
 def spatial_suffix(sig: dict[str, Any]) -> str:
     sp = sig.get("spatial") or []
     return "".join(f"{ax}{v}" for ax, v in zip("HWD" if len(sp) <= 3 else "ABCDEFG", sp))
