@@ -36,3 +36,14 @@ class NotImplementedYet(YtkError):
 
 class NumericsFailed(YtkError):
     exit_code = 5
+
+
+class RegionRefused(UsageError):
+    """One region (one ``--plugin`` selector) cannot go on: the carve, a generator, a build, an
+    engine compile or numerics refused it. ``selector`` names it, ``stage`` says where, so a caller
+    running several regions (the autoloop) can drop exactly this one and keep the rest."""
+
+    def __init__(self, selector: str, stage: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.selector = selector
+        self.stage = stage
