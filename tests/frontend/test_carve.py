@@ -118,7 +118,7 @@ def test_foreign_files_survive_and_recarve_refreshes(evit_carved, plain_copy):
 @pytest.mark.parametrize("selectors, expect", [
     (["yasp::X=Conv2dd"], "Closest classes: Conv2d"),
     (["yasp::X=ConvNormAct@where=*nowhere*"], "none matches @where"),
-    (["yasp::X=LiteMLA"], "fold_conv_bn_seq"),
+    (["yasp::X=LiteMLA@lift=fold_conv_bn"], "fold_conv_bn_seq"),
     (["yasp::A=Conv2d@where=*aggreg.0.0", "yasp::B=mod:aggreg.0.0"], "both claim"),
     (["yasp::A=Conv2d@where=*aggreg.0.0", "yasp::A=LiteMLA:around"], "used by two selectors"),
     (["yasp::X=ConvNormAct@where=*depth_conv"], "different kinds"),

@@ -17,10 +17,11 @@ from ytk_hookspecs.models import (Candidate, CandidatesFile, CarveRequest, Carve
                                   PluginEntry, PluginsFile, SiteInfo, TensorInfo)
 from ytk_hookspecs.models.base import ArtifactError, sha256_file, write_bytes_atomic
 
-from ..errors import UsageError
+from ..errors import RegionRefused, UsageError
 from .capture import capture, capture_onnx, weight_values
 from .onnx_rewrite import OnnxGraph, finalize, replace_with_plugin
 from .region_module import RegionSpec, analyse, build_module, conv_signature, folded_weights
+from .region_rules import FactGraph, grow_epilogue, whole_onnx_nodes
 from .regions import GraphIndex, Site, match_sites
 from .selectors import Selector, parse_selector
 
@@ -108,38 +109,69 @@ def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: On
     weight_names = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(
         getattr(sig, "inputs_to_lifted_tensor_constants", {}))
     out_node = next(n for n in gi.nodes if n.op == "output")
-    graph_outputs = set(out_node.all_input_nodes)
-    onnx_of = {n.name: n.onnx_nodes for n in fx.nodes}
+    ctx = _PlanContext(gi=gi, og=og, weight_names=weight_names, graph_outputs=set(out_node.all_input_nodes),
+                       onnx_of={n.name: n.onnx_nodes for n in fx.nodes},
+                       facts=FactGraph.from_fx_nodes(fx, weight_names))
     claimed: dict[str, str] = {}
     plans = []
     for sel in sels:
-        site_plans = []
-        for site in match_sites(sel, gi):
-            where = site.module_path or sel.text
-            for n in site.nodes:
-                if n.name in claimed and claimed[n.name] != sel.text:
-                    raise UsageError(f"selectors {claimed[n.name]!r} and {sel.text!r} both claim fx node {n.name} "
-                                     f"(in {where}); regions must not overlap. Narrow one with @where.")
-                claimed[n.name] = sel.text
-            spec, lift = analyse(site.nodes, weight_names, graph_outputs, sel.lift, where)
-            onnx_nodes = sorted({o for n in site.nodes for o in onnx_of.get(n.name, [])})
-            if not onnx_nodes:
-                raise UsageError(f"selector {sel.text!r}: region {where} became no ONNX node (it was constant-folded "
-                                 "or optimised away); there is nothing to replace")
-            og.check_convex(onnx_nodes, where)
-            b = og.boundary(onnx_nodes)
-            if len(b.outputs) > 1:
-                leaks = [f"{o} -> {', '.join(c for c in og.consumers.get(o, []) if c not in set(onnx_nodes)) or 'graph output'}"
-                         for o in b.outputs]
-                raise UsageError(f"selector {sel.text!r}: region {where} has {len(b.outputs)} values used outside it "
-                                 f"({'; '.join(leaks)}); carving it would cut those edges. Grow the region to include "
-                                 "those consumers or narrow it so only one value leaves.")
-            ins = _map_boundary(spec.activations, b.inputs, onnx_of, og, "input", where)
-            outs = _map_boundary(spec.outputs, b.outputs, onnx_of, og, "output", where)
-            site_plans.append(SitePlan(site=site, spec=spec, lift=lift, onnx_nodes=onnx_nodes, onnx_inputs=ins,
-                                       onnx_outputs=outs))
-        plans.append(PluginPlan(sel=sel, sites=site_plans))
+        try:
+            plans.append(PluginPlan(sel=sel, sites=_plan_selector(sel, ctx, claimed)))
+        except RegionRefused:
+            raise
+        except UsageError as e:
+            # one selector's refusal: name it, so a caller carving several can drop just this one
+            raise RegionRefused(sel.text, "carve", str(e), hint=e.hint) from None
     return plans
+
+
+@dataclass
+class _PlanContext:
+    gi: GraphIndex
+    og: OnnxGraph
+    weight_names: set[str]
+    graph_outputs: set[Any]
+    onnx_of: dict[str, list[str]]
+    facts: FactGraph
+
+
+def region_nodes(sel: Selector, site: Site, facts: FactGraph) -> list[str]:
+    """The FX node names a site's region holds once widened to whole ONNX nodes (and, with
+    ``@epilogue``, its pointwise epilogue): the rule propose applies too (see region_rules)."""
+    names = [n.name for n in site.nodes]
+    grown = grow_epilogue(names, facts) if sel.epilogue else whole_onnx_nodes(names, facts)
+    return sorted(grown, key=facts.order.get)
+
+
+def _plan_selector(sel: Selector, ctx: _PlanContext, claimed: dict[str, str]) -> list[SitePlan]:
+    gi, og, onnx_of = ctx.gi, ctx.og, ctx.onnx_of
+    site_plans = []
+    for site in match_sites(sel, gi):
+        where = site.module_path or sel.text
+        site.nodes = [gi.by_name[n] for n in region_nodes(sel, site, ctx.facts)]
+        for n in site.nodes:
+            if n.name in claimed and claimed[n.name] != sel.text:
+                raise UsageError(f"selectors {claimed[n.name]!r} and {sel.text!r} both claim fx node {n.name} "
+                                 f"(in {where}); regions must not overlap. Narrow one with @where.")
+            claimed[n.name] = sel.text
+        spec, lift = analyse(site.nodes, ctx.weight_names, ctx.graph_outputs, sel.lift, where)
+        onnx_nodes = sorted({o for n in site.nodes for o in onnx_of.get(n.name, [])})
+        if not onnx_nodes:
+            raise UsageError(f"selector {sel.text!r}: region {where} became no ONNX node (it was constant-folded "
+                             "or optimised away); there is nothing to replace")
+        og.check_convex(onnx_nodes, where)
+        b = og.boundary(onnx_nodes)
+        if len(b.outputs) > 1:
+            leaks = [f"{o} -> {', '.join(c for c in og.consumers.get(o, []) if c not in set(onnx_nodes)) or 'graph output'}"
+                     for o in b.outputs]
+            raise UsageError(f"selector {sel.text!r}: region {where} has {len(b.outputs)} values used outside it "
+                             f"({'; '.join(leaks)}); carving it would cut those edges. Grow the region to include "
+                             "those consumers or narrow it so only one value leaves.")
+        ins = _map_boundary(spec.activations, b.inputs, onnx_of, og, "input", where)
+        outs = _map_boundary(spec.outputs, b.outputs, onnx_of, og, "output", where)
+        site_plans.append(SitePlan(site=site, spec=spec, lift=lift, onnx_nodes=onnx_nodes, onnx_inputs=ins,
+                                   onnx_outputs=outs))
+    return site_plans
 
 
 def _inventory(gm: Any) -> dict[str, int]:
@@ -193,7 +225,12 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
     with ctx.progress("exporting regions and rewriting the ONNX", total=len(plans)) as task, \
             ThreadPoolExecutor(max_workers=1) as writer:
         for plan in plans:
-            cand, entry, futures = _carve_plugin(plan, values, weights, og, prep, cdir, value_infos, writer)
+            try:
+                cand, entry, futures = _carve_plugin(plan, values, weights, og, prep, cdir, value_infos, writer)
+            except RegionRefused:
+                raise
+            except UsageError as e:
+                raise RegionRefused(plan.sel.text, "carve", str(e), hint=e.hint) from None
             candidates.append(cand)
             entries.append(entry)
             pending += futures

@@ -90,8 +90,9 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
     elif len(convs) == 1:
         mode = "fold_conv_bn"
     else:
-        mode = "auto-many"
-    if mode == "auto-many" or (mode == "fold_conv_bn" and len(convs) > 1):
+        # several convs (an MLP of 1x1 convs, a whole inverted residual): one folded pair each
+        mode = "fold_conv_bn_seq"
+    if mode == "fold_conv_bn" and len(convs) > 1:
         raise UsageError(f"region {where or '<root>'} contains {len(convs)} convolutions; fold_conv_bn lifts exactly "
                          "one (weight, bias) pair, which cannot describe several convolutions. Add "
                          "@lift=fold_conv_bn_seq (one folded pair per conv, in call order) or @lift=none.")

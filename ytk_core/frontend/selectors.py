@@ -11,6 +11,8 @@
     modifier  := "@where=" glob ("," glob)*    module-path globs, OR-ed; "!glob" excludes
                | "@lift=" (fold_conv_bn | fold_conv_bn_seq | none)
                | "@nojoin"
+               | "@epilogue"                  also take the pointwise ops after the region (BN,
+                                              activation, ...) up to a residual add or a fork
 
 A namespace is optional (``yasp`` by default); ``::X`` is the empty namespace. A malformed selector
 is a :class:`SelectorError` that quotes it, points at the column and says what was expected.
@@ -41,7 +43,8 @@ class SelectorError(UsageError):
         caret = " " * (col + 4) + "^"
         super().__init__(f"malformed --plugin selector at column {col + 1}: expected {expected}\n"
                          f"    {text}\n{caret}",
-                         hint="form: <namespace>::<PluginName>=<OpsName>[:around][@where=<globs>][@lift=<how>][@nojoin]")
+                         hint="form: <namespace>::<PluginName>=<OpsName>[:around][@where=<globs>][@lift=<how>][@nojoin]"
+                              "[@epilogue]")
         self.column = col
         self.expected = expected
 
@@ -57,6 +60,7 @@ class Selector:
     where: tuple[str, ...] = ()
     lift: str | None = None
     nojoin: bool = False
+    epilogue: bool = False
     call_target: str = ""
     span: tuple[str, str] = ("", "")
     nodes: tuple[str, ...] = ()
@@ -128,7 +132,7 @@ def parse_selector(text: str) -> Selector:
     while not s.at_end():
         col = s.pos
         if not s.eat("@"):
-            raise s.fail("'@' to start a modifier (@where=, @lift=, @nojoin) or the end of the selector")
+            raise s.fail("'@' to start a modifier (@where=, @lift=, @nojoin, @epilogue) or the end of the selector")
         if s.eat("where="):
             globs = [s.match(_GLOB, "a module-path glob")]
             while s.eat(","):
@@ -141,8 +145,10 @@ def parse_selector(text: str) -> Selector:
             key, fields["lift"] = "lift", how
         elif s.eat("nojoin"):
             key, fields["nojoin"] = "nojoin", True
+        elif s.eat("epilogue"):
+            key, fields["epilogue"] = "epilogue", True
         else:
-            raise s.fail("a modifier: @where=<globs>, @lift=<how> or @nojoin", col + 1)
+            raise s.fail("a modifier: @where=<globs>, @lift=<how>, @nojoin or @epilogue", col + 1)
         if key in seen and key != "where":
             raise s.fail(f"@{key} only once", col)
         seen.append(key)

@@ -35,7 +35,7 @@ def op_key(r: Region) -> tuple[Any, ...]:
     if r.kind in ("attention", "gemm"):
         return (r.kind, r.cls, s.get("ops"))
     return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), _t(s.get("pads")),
-            s.get("transpose"), s.get("ops"))
+            s.get("transpose"), s.get("ops"), r.epilogue)
 
 
 @dataclass

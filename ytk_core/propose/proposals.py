@@ -66,7 +66,8 @@ class Judge:
         globs = synthesize([r.path for r in fam.regions], self.mods.instances(fam.cls))
         around = ":around" if fam.around else ""
         where = f"@where={','.join(globs)}" if globs else ""
-        return f"{self.options.namespace}::{name}={fam.cls}{around}{where}"
+        epilogue = "@epilogue" if fam.regions[0].epilogue else ""
+        return f"{self.options.namespace}::{name}={fam.cls}{around}{where}{epilogue}"
 
 
 def build_tables(j: Judge, regions: list[Region], outside: list[str],

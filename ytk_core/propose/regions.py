@@ -16,6 +16,7 @@ from typing import Any, get_args
 
 from ytk_hookspecs.models.kernel import KernelDtype
 
+from ..frontend.region_rules import FactGraph, grow_epilogue, whole_onnx_nodes
 from .modules import ModuleIndex
 from .onnx_graph import OnnxGraph
 from .roofline import boundary, is_attention_op, is_weighted
@@ -40,6 +41,7 @@ class Region:
     ms: float = 0.0
     sig: dict[str, Any] = field(default_factory=dict)
     cannot: str | None = None          # why the kernel contract cannot express it
+    epilogue: bool = False             # the pointwise ops after the module are part of it (@epilogue)
 
     @property
     def gemm_like(self) -> bool:
@@ -48,15 +50,21 @@ class Region:
 
 def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float]) -> tuple[list[Region], list[str]]:
     """All regions in graph order, and the owned nodes that fall outside every region."""
-    heavy_in: dict[str, int] = {}
-    weighted_in: dict[str, bool] = {}
+    facts = FactGraph.from_fx_nodes(mods.fx)
     weighted = [n.name for n in g.nodes if n.name in mods.owner and is_weighted(g, n)]
     attn = [n.name for n in g.nodes if n.name in mods.owner and is_attention_op(g, n)]
+    # A weighted node's home is the module of the conv/GEMM it computes, not the common ancestor of
+    # everything the exporter fused into it: timm's conv_pw and bn1 are siblings in a block of five
+    # convs, and their folded Conv is no more that block's than any other conv's.
+    stacks = {n: _heavy_stack(mods, facts, n) for n in weighted}
+    stacks.update({n: mods.owner[n] for n in attn})
+    heavy_in: dict[str, int] = {}
+    weighted_in: dict[str, bool] = {}
     for n in (*weighted, *attn):
-        for p, _ in mods.owner[n]:
+        for p, _ in stacks[n]:
             heavy_in[p] = heavy_in.get(p, 0) + 1
     for n in weighted:
-        for p, _ in mods.owner[n]:
+        for p, _ in stacks[n]:
             weighted_in[p] = True
 
     regions: dict[str, Region] = {}
@@ -79,20 +87,25 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         regions[block] = Region(path=block, cls=mods.cls_of.get(block, "?"), kind="attention", around=True,
                                 anchors=[n], nodes=nodes)
         taken.update(nodes)
+    blocks = set(r.path for r in regions.values() if r.kind == "attention")
     for n in weighted:
         if n in taken:
             continue
-        path = _climb(mods, n, heavy_in, set(r.path for r in regions.values() if r.kind == "attention"))
+        path = _climb(stacks[n], heavy_in, blocks)
         if path in regions:
             regions[path].anchors.append(n)
             if not path:
                 regions[path].nodes.append(n)
                 taken.add(n)
             continue
-        # An op called at the model root has no module of its own: the region is just that op.
-        nodes = [m for m in mods.nodes_of.get(path, []) if m not in taken] if path else [n]
+        if not path:  # an op called at the model root has no module of its own: the region is just that op
+            regions[path] = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
+                                   anchors=[n], nodes=[n])
+            taken.add(n)
+            continue
+        nodes, epilogue = _module_region(g, facts, path, taken)
         regions[path] = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
-                               anchors=[n], nodes=nodes)
+                               anchors=[n], nodes=nodes, epilogue=epilogue)
         taken.update(nodes)
     out = sorted(regions.values(), key=lambda r: min(g.by_name[a].index for a in r.anchors))
     for r in out:
@@ -104,8 +117,31 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     return out, outside
 
 
-def _climb(mods: ModuleIndex, node: str, heavy_in: dict[str, int], blocks: set[str]) -> str:
-    stack = mods.owner[node]
+def _heavy_stack(mods: ModuleIndex, facts: FactGraph, onnx_node: str) -> tuple[tuple[str, str], ...]:
+    heavy = [facts.nodes[f] for f in mods.fx_of.get(onnx_node, []) if f in facts.nodes and facts.nodes[f].heavy]
+    if not heavy or not heavy[0].modules:
+        return mods.owner[onnx_node]
+    paths = heavy[0].modules if heavy[0].modules[0] == "" else ("", *heavy[0].modules)
+    return tuple((p, mods.cls_of.get(p, "?")) for p in paths)
+
+
+def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str]) -> tuple[list[str], bool]:
+    """A module's ONNX nodes as the carve will cut them: whole ONNX nodes, plus its pointwise
+    epilogue when that lies outside the module (then the selector carries ``@epilogue``)."""
+    own = facts.owned_by(path)
+    whole = whole_onnx_nodes(own, facts)
+    grown = grow_epilogue(own, facts)
+
+    def onnx_of(fx_names: set[str]) -> set[str]:
+        return {o for f in fx_names for o in facts.nodes[f].onnx if o in g.by_name}
+
+    base, more = onnx_of(whole), onnx_of(grown)
+    if more - base and not (more & taken):
+        return sorted(more - taken), True
+    return sorted(base - taken), False
+
+
+def _climb(stack: tuple[tuple[str, str], ...], heavy_in: dict[str, int], blocks: set[str]) -> str:
     i = len(stack) - 1
     while i > 1 and heavy_in.get(stack[i - 1][0], 0) == 1 and stack[i - 1][0] not in blocks:
         i -= 1
