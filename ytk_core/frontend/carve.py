@@ -18,6 +18,7 @@ from ytk_hookspecs.models import (Candidate, CandidatesFile, CarveRequest, Carve
 from ytk_hookspecs.models.base import ArtifactError, sha256_file, write_bytes_atomic
 
 from ..errors import RegionRefused, UsageError
+from .canonical import canonicalise
 from .capture import capture, capture_onnx, weight_values
 from .onnx_rewrite import OnnxGraph, finalize, replace_with_plugin
 from .region_module import RegionSpec, analyse, build_module, conv_signature, folded_weights
@@ -174,6 +175,23 @@ def _plan_selector(sel: Selector, ctx: _PlanContext, claimed: dict[str, str]) ->
     return site_plans
 
 
+def _check_same_baked(sel: Selector, first: SitePlan, site: SitePlan, weights: dict[str, Any]) -> None:
+    """Every site of a plugin runs site 0's program, baked constants included: sites that bake
+    different weights (``@lift=none`` on a multi-site selector, a Linear's weights) would all get
+    site 0's numbers, so they are refused here rather than found by verify."""
+    import torch
+
+    a, b = first.spec.baked, site.spec.baked
+    differ = len(a) != len(b) or any(
+        tuple(weights[x.name].shape) != tuple(weights[y.name].shape) or not torch.equal(weights[x.name], weights[y.name])
+        for x, y in zip(a, b))
+    if differ:
+        names = ", ".join(y.name for y in b[:3])
+        raise UsageError(f"selector {sel.text!r}: {site.site.module_path or 'a site'} bakes different weights ({names}) "
+                         f"than {first.site.module_path or 'site 0'}; one plugin carries one set of baked constants. "
+                         "Lift them (convs lift by default: drop @lift=none) or give each site its own selector.")
+
+
 def _inventory(gm: Any) -> dict[str, int]:
     return dict(sorted(Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function").items()))
 
@@ -265,6 +283,7 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
         where = sp.site.module_path or sel.text
         pairs = folded_weights(sp.spec, weights)
         gm = build_module(sp.spec, weights)
+        canon_notes = canonicalise(gm)  # checked against the model's own outputs just below
         ins = [values[a.name] for a in sp.spec.activations] + [t for pair in pairs for t in pair]
         outs = [values[o.name] for o in sp.spec.outputs]
         with torch.no_grad():
@@ -289,6 +308,8 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                              f"{[conv_signature(c) for c in sp.spec.convs]}. Split it with @where.")
         if k and len(ins) != len(site_inputs[0]):
             raise UsageError(f"selector {sel.text!r}: sites differ in input count ({len(site_inputs[0])} vs {len(ins)})")
+        if k:
+            _check_same_baked(sel, plan.sites[0], sp, weights)
         modules.append(gm)
         site_inputs.append(ins)
         site_outputs.append(outs)
@@ -323,7 +344,7 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
     cand = Candidate(name=sel.name, namespace=sel.namespace, version="1", selector=sel.text,
                      ops_name=sel.ops_name or sel.kind, around=sel.around, lift=plan.sites[0].lift,  # type: ignore[arg-type]
                      input_roles=roles, sites=infos, op_inventory=_inventory(modules[0]),  # type: ignore[arg-type]
-                     constant_axes=constant_axes, dynamic_dims=dynamic, files=files, notes=notes)
+                     constant_axes=constant_axes, dynamic_dims=dynamic, files=files, notes=canon_notes + notes)
     entry = PluginEntry(name=sel.name, namespace=sel.namespace, version="1", op_type=sel.name, selector=sel.text,
                         sites=len(plan.sites), site_nodes=[s.onnx_node for s in infos], kernelgen_input=files.pt2)
     return cand, entry, futures

@@ -1,0 +1,119 @@
+"""The canonical region graph: one spelling for the same math, and regions cut as zoo code writes them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.conftest import REPO
+from tests.frontend.test_carve import _assert_reproduces_reference
+from tests.helpers import prepare
+from ytk_core.frontend.canonical import canonicalise
+from ytk_hookspecs.models import CandidatesFile
+
+ZOO = REPO / "tests" / "data" / "zoo_style_model.py"
+
+
+def _targets(gm) -> list[str]:
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+class Spellings(nn.Module):
+    def forward(self, x):
+        hs = x * F.relu6(x + 3) / 6
+        hs2 = x * F.hardsigmoid(x)
+        silu = x * torch.sigmoid(x)
+        relu6 = torch.clamp(x, 0, 6)
+        gelu = 0.5 * x * (1 + torch.erf(x / 1.4142135623730951))
+        gelu_t = 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+        ident = F.dropout(x.clone(), 0.1, training=False).contiguous().reshape(x.shape)
+        return hs, hs2, silu, relu6, gelu, gelu_t, ident
+
+
+def test_every_spelling_becomes_one_op():
+    x = torch.randn(2, 8, 5)
+    gm = torch.export.export(Spellings(), (x,)).module()
+    want = gm(x)
+    notes = canonicalise(gm)
+    assert any("activations respelled" in n for n in notes) and any("identities" in n for n in notes)
+    got = gm(x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    t = _targets(gm)
+    assert t.count("aten.hardswish.default") == 2 and "aten.silu.default" in t and "aten.hardtanh.default" in t
+    assert t.count("aten.gelu.default") == 2
+    assert not any(s in " ".join(t) for s in ("clone", "dropout", "contiguous", "erf", "aten.mul", "aten.div"))
+
+
+def test_different_math_is_left_alone():
+    class NotAnActivation(nn.Module):
+        def forward(self, x, y):
+            return x * torch.sigmoid(y), x * 1.5 + 0.25, torch.clamp(x, -1, 6), x + 1e-15, 1.0 / (x.abs() + 1e-12)
+
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    gm = torch.export.export(NotAnActivation(), (x, y)).module()
+    before = _targets(gm)
+    assert canonicalise(gm) == []
+    assert _targets(gm) == before
+
+
+def test_symmetric_zero_pad_moves_into_the_conv():
+    class Padded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 3, groups=8)
+
+        def forward(self, x):
+            return self.conv(F.pad(x, (1, 1, 1, 1))), self.conv(F.pad(x, (0, 1, 0, 1)))
+
+    x = torch.randn(1, 8, 9, 9)
+    gm = torch.export.export(Padded().eval(), (x,)).module()
+    want = gm(x)
+    assert any("padding" in n for n in canonicalise(gm))
+    torch.testing.assert_close(gm(x), want)
+    assert sum(t in ("aten.pad.default", "aten.constant_pad_nd.default") for t in _targets(gm)) == 1  # asymmetric
+
+
+@pytest.mark.slow
+def test_zoo_style_blocks_carve_canonical_and_recognised(tmp_path):
+    """Sibling conv/BN modules of a multi-conv block, the activation in the BN module, hardswish
+    spelled out behind an eval dropout in one block and nn.Hardswish in the other: both depthwise
+    sites carve as one plugin (the same canonical program) that the templates recognise."""
+    from ytk_backend_templates.recognise import load_graph, recognise
+    from ytk_backend_templates.regions import DwConvRegion
+
+    r = prepare(ZOO, tmp_path, ["yasp::Dw=Conv2d@where=*.conv_dw@epilogue",
+                                "yasp::Pw=Conv2d@where=*.0.conv_pw@epilogue"], size="1x16x16")
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(tmp_path / "candidates.json").candidates}
+    dw = cands["Dw"]
+    assert len(dw.sites) == 2 and dw.input_roles == ["activation", "weight", "bias"]
+    assert "aten.hardswish.default" in dw.op_inventory and "aten.clone.default" not in dw.op_inventory
+    assert dw.op_inventory.get("aten._native_batch_norm_legit_no_training.default") is None  # folded
+    region = recognise(load_graph(tmp_path / dw.files.pt2), dw)
+    assert isinstance(region, DwConvRegion) and region.act == "hardswish"
+    assert cands["Pw"].op_inventory.get("aten.relu.default") == 1  # bn1.act came with @epilogue
+    _assert_reproduces_reference(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_block_of_many_convs_is_lifted_pair_by_pair(tmp_path):
+    r = prepare(ZOO, tmp_path, ["yasp::Block=InvertedResidual@where=*.1"], size="1x16x16")
+    assert r.code == 0, r.stderr
+    block = CandidatesFile.read(tmp_path / "candidates.json").candidates[0]
+    assert block.lift == "fold_conv_bn_seq"  # five convs: one folded pair each, not refused
+    assert block.input_roles.count("weight") == 5
+    _assert_reproduces_reference(tmp_path)
+
+
+def test_sites_baking_different_weights_are_refused(tmp_path):
+    """@lift=none keeps each site's conv weights inside its program; one plugin runs site 0's
+    program everywhere, so two sites with different weights must be refused, naming the selector."""
+    from ytk_core.errors import RegionRefused  # noqa: F401  (the CLI shows its one line)
+
+    sel = "yasp::Dw=Conv2d@where=*.conv_dw@epilogue@lift=none"
+    r = prepare(ZOO, tmp_path, [sel], size="1x16x16")
+    assert r.code == 2 and "bakes different weights" in r.stderr and sel in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "candidates.json").exists()
