@@ -105,8 +105,9 @@ class Runtime:
             self._config = load_config()
         return self._config[0]
 
-    def select(self, role: str, flag: str | None, arch: ArchSpec | None = None) -> Selection:
-        sel = select_backend(self.manager, role, flag, self.config, arch)
+    def select(self, role: str, flag: str | None, arch: ArchSpec | None = None,
+               need_available: bool = True) -> Selection:
+        sel = select_backend(self.manager, role, flag, self.config, arch, need_available=need_available)
         if sel.source == "auto":
             self.log.info(f"{role} backend chosen automatically", backend=sel.name, why=sel.reason)
         else:

@@ -8,7 +8,7 @@ role       stage hooks
 =========  ==========================================================
 frontend   :func:`ytk_trace`, :func:`ytk_carve`
 engine     :func:`ytk_engine_compile`, :func:`ytk_engine_profile`
-kernelgen  :func:`ytk_kernelgen_submit`, :func:`ytk_kernelgen_fetch`
+kernelgen  :func:`ytk_kernelgen_submit`, :func:`ytk_kernelgen_fetch`, :func:`ytk_kernelgen_supports`
 builder    :func:`ytk_build_plugin`
 =========  ==========================================================
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import StageContext
     from .models import (Availability, BackendInfo, BuildRequest, BuildResult, CarveRequest,
                          CarveResult, CompileRequest, CompileResult, KernelGenRequest,
-                         KernelGenResult, ProfileRequest, ProfileResult, TraceRequest, TraceResult)
+                         KernelGenResult, ProfileRequest, ProfileResult, SupportAnswer, SupportRequest,
+                         TraceRequest, TraceResult)
 
     RegisterFn = Callable[[BackendInfo, Callable[[], Availability] | None], None]
 
@@ -120,6 +121,29 @@ def ytk_kernelgen_submit(request: "KernelGenRequest", ctx: "StageContext") -> "K
             src = KernelSource(header=h, source=cu, meta=PluginMeta(...))
             src.write(request.output)
             return KernelGenResult(job_id="local-1", status="done", source=request.output)
+    """
+
+
+@hookspec(firstresult=True)
+def ytk_kernelgen_supports(request: "SupportRequest", ctx: "StageContext") -> "SupportAnswer | None":
+    """Say whether this generator would take a region, without a GPU and without generating.
+
+    Called on the selected kernelgen backend by ``ytk embedded propose`` (``request.sketch`` only:
+    what propose knows before any carve) and by the autoloop and ``ytk kernelgen compile --dry-run``
+    after the carve (``request.candidate`` and ``request.reference``, the region's canonical ``.pt2``,
+    too). Answer from the same rules :func:`ytk_kernelgen_submit` applies, so that a region answered
+    ``supported=False`` is one the job would refuse; set ``certain=False`` when the sketch alone
+    cannot decide. Must be fast (no compile, no GPU). Returning ``None`` means "not answered": the
+    core then treats the region as supported and lets the job decide.
+
+    Example::
+
+        @hookimpl
+        def ytk_kernelgen_supports(request, ctx):
+            s = request.sketch
+            if s is not None and s.kind != "depthwise_conv":
+                return SupportAnswer(supported=False, why=f"no kernel for {s.kind}", backend="mygen")
+            return SupportAnswer(supported=True, why="depthwise conv", backend="mygen")
     """
 
 

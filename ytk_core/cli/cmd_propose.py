@@ -9,7 +9,7 @@ import typer
 
 from ..errors import UsageError
 from .embedded import app
-from .options import JsonOpt
+from .options import JsonOpt, KernelgenOpt
 
 
 @app.command("propose")
@@ -45,6 +45,9 @@ def propose(
     verbose: Annotated[bool, typer.Option("--verbose", help="torch-class table and per-proposal detail")] = False,
     top: Annotated[int, typer.Option("--top", help="rows to show per table")] = 20,
     depth: Annotated[int, typer.Option("--depth", help="module-path depth of the --verbose module table")] = 3,
+    kernelgen: KernelgenOpt = None,
+    no_kernelgen_check: Annotated[bool, typer.Option(
+        "--no-kernelgen-check", help="do not ask the kernel generator whether it would take each proposal")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Attribute every measured millisecond to a torch module and say what to plug."""
@@ -68,7 +71,8 @@ def propose(
         raise UsageError("--top must be at least 1 and --depth zero or more")
     opts = ProposeOptions(min_ms=min_ms, family_min_ms=family_min_ms, merge_shape_families=merge_shape_families,
                           roofline_fraction=roofline, launch_ms=launch_ms, plugins=list(plugin or []), namespace=namespace, arch=arch,
-                          precision=precision)  # type: ignore[arg-type]
+                          precision=precision,  # type: ignore[arg-type]
+                          kernelgen=None if no_kernelgen_check else (kernelgen or "auto"))
     report = run_propose(profile, onnx, fx_nodes, plugins, opts, layer_info=layer_info, depth=depth)
     script = None
     if emit_prepare is not None:

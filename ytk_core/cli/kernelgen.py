@@ -42,11 +42,28 @@ def compile_(
     candidates: Annotated[Optional[Path], typer.Option(
         "--candidates", help="candidates.json (default: in the .pt2's prepare dir)")] = None,
     kernelgen: KernelgenOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="say whether the generator would take the region and "
+                                          "as what, without starting a job (exit 3 when it would refuse)")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Generate a kernel for a carved region, then check it against the region's contract."""
+    from ..errors import BackendError
     from ..runtime import emit_json, stdout
-    from ..stages.kernelgen import run_kernelgen_compile
+    from ..stages.kernelgen import run_kernelgen_compile, run_kernelgen_dry_run
+
+    if dry_run:
+        ans = run_kernelgen_dry_run(reference, config, kernelgen, arch, precision, candidates)
+        if json_:
+            emit_json(ans)
+        else:
+            verdict = "would generate" if ans.supported else "would refuse"
+            kind = f" ({ans.kind})" if ans.kind else ""
+            stdout.print(f"{ans.backend}: {verdict}{kind}: {ans.why}" + ("" if ans.certain else " (not certain: "
+                         "the job decides)"), highlight=False, markup=False)
+        if not ans.supported:
+            raise BackendError(f"{ans.backend} would refuse {reference}: {ans.why}", exit_code=3) if not json_ \
+                else SystemExit(3)
+        return
 
     out = run_kernelgen_compile(reference, gpu, output, config, kernelgen, arch, precision, candidates)
     if json_:

@@ -35,6 +35,10 @@ STAGE_HOOKS: dict[str, tuple[str, ...]] = {
     "profile": ("ytk_engine_profile",),
 }
 
+#: Hooks a backend may leave unanswered (None): fetch of a job it does not know, supports when it
+#: cannot tell before the job (the core then lets the job decide).
+OPTIONAL_ANSWERS = ("ytk_kernelgen_fetch", "ytk_kernelgen_supports")
+
 #: Core features are plugins too, registered by the same mechanism third parties use.
 BUILTIN_PLUGINS: dict[str, str] = {"torch-export": "ytk_core.frontend.plugin"}
 
@@ -187,12 +191,12 @@ class BackendManager:
     # -- calling --------------------------------------------------------------------------------
     def call(self, backend: RegisteredBackend, hook: str, **kwargs: Any) -> Any:
         """Call ``hook`` on ``backend`` only (never a broadcast across backends)."""
-        if hook not in {h for hs in STAGE_HOOKS.values() for h in hs} | {"ytk_kernelgen_fetch"}:
+        if hook not in {h for hs in STAGE_HOOKS.values() for h in hs} | set(OPTIONAL_ANSWERS):
             raise ValueError(f"{hook} is not a stage hook")
         others = [p for p in self.pm.get_plugins() if p is not backend.plugin]
         caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
         result = caller(**kwargs)
-        if result is None and hook != "ytk_kernelgen_fetch":  # fetch answers None for "unknown job"
+        if result is None and hook not in OPTIONAL_ANSWERS:
             raise BackendError(f"backend {backend.name!r} returned nothing from {hook}; it does not implement "
                                "this stage")
         return result

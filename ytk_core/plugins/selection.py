@@ -35,8 +35,11 @@ class Selection:
 
 
 def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
-                   config: dict[str, Any] | None = None, arch: ArchSpec | None = None) -> Selection:
-    """Select the backend for ``role``; with ``arch``, availability is judged for that target."""
+                   config: dict[str, Any] | None = None, arch: ArchSpec | None = None,
+                   need_available: bool = True) -> Selection:
+    """Select the backend for ``role``; with ``arch``, availability is judged for that target.
+    ``need_available=False`` lets an explicitly named backend answer questions that need none of
+    what it lacks here (``ytk_kernelgen_supports`` needs no GPU)."""
     candidates = mgr.for_role(role)
     cfg_backends = (config or {}).get("backends", {}) if config else {}
     explicit: tuple[str, str, str] | None = None
@@ -55,6 +58,9 @@ def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
             raise UsageError(f"unknown {role} backend {name!r} (from {where}){extra}. "
                              f"Installed {role} backends: {installed}. See `ytk backends`.")
         av = b.availability(arch)
+        if not av.available and not need_available:
+            return Selection(role=role, backend=b, source=src, reason=f"chosen with {where} (not available here: "
+                                                                      f"{av.reason}; asked only what needs none)")
         if not av.available:
             raise BackendError(f"{role} backend {name!r} (from {where}) is not available on this machine: "
                                f"{av.reason}")

@@ -10,7 +10,7 @@ from ytk_hookspecs.models.base import sha256_file
 from .attribution import attribute
 from .given import given_tables
 from .measurement import Measurement, load_measurement
-from .models import ProposeOptions, ProposeReport
+from .models import Proposal, ProposeOptions, ProposeReport
 from .modules import ModuleIndex, load_fx_nodes
 from .onnx_graph import OnnxGraph
 from .plugged import load_carve, plugged_proposals, plugin_nodes
@@ -85,6 +85,8 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         new, rows = build_tables(judge, regions, outside, {p.name for p in plugged})
         warnings += judge.warnings
         props = plugged + new
+    if opts.kernelgen is not None and not opts.plugins:
+        _ask_kernelgen(props, opts.kernelgen, m.arch, m.precision, warnings)
     cand_ms = sum(p.ms for p in props if not p.already_plugged)
     plugged_ms = sum(p.ms for p in props if p.already_plugged)
     return ProposeReport(
@@ -95,6 +97,27 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         candidates_ms=cand_ms, plugged_ms=plugged_ms, proposals=props, not_worth=rows, glue=att.glue_items(),
         class_table=class_table(mods, att), module_table=module_table(mods, att, depth), layers=att.layers,
         options=opts, summary=summary_line(props, att.total_ms, word, m.simulated), warnings=warnings)
+
+
+def _ask_kernelgen(props: list[Proposal], kernelgen: str, arch: str | None, precision: str,
+                   warnings: list[str]) -> None:
+    """Ask the selected generator about every new proposal (no GPU, no carve: the sketch only)."""
+    from ..errors import YtkError
+    from ..runtime import runtime
+    from ..stages.supports import check_sketch
+
+    try:
+        spec = ArchSpec.parse(arch) if arch else None
+        sel = runtime().select("kernelgen", None if kernelgen == "auto" else kernelgen, spec, need_available=False)
+    except (YtkError, ValueError) as e:
+        warnings.append(f"kernel generator not asked: {str(e).splitlines()[0]}")
+        return
+    for p in props:
+        if p.already_plugged or p.sketch is None:
+            continue
+        ans = check_sketch(p.sketch, sel.name, spec, precision, selection=sel)
+        p.supported, p.support_why, p.support_certain, p.support_backend = (ans.supported, ans.why, ans.certain,
+                                                                             ans.backend)
 
 
 def _check_files(m: Measurement, graph: OnnxGraph, fx: FxNodesFile, onnx: Path, pnodes: set[str],

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ytk_hookspecs.models import Versioned
+from ytk_hookspecs.models import RegionSketch, Versioned
 
 ResolvedBy = Literal["engine", "metadata", "name", "span", "layer-info", "none"]
 RowCategory = Literal["roofline", "under_threshold", "outside_regions", "glue", "cannot_express", "outside_carve"]
@@ -39,6 +39,8 @@ class ProposeOptions(_Model):
     namespace: str = "yasp"
     arch: str | None = Field(None, description="arch spec when the profile carries none (raw trtexec files)")
     precision: Literal["fp16", "fp32"] | None = None
+    kernelgen: str | None = Field(None, description="ask this kernel generator (or 'auto') whether it would take "
+                                                    "each proposal; None: do not ask")
 
     @property
     def own_kernel_ms(self) -> float:
@@ -108,6 +110,11 @@ class Proposal(_Model):
     already_plugged: bool = False
     kernelgen_input: str | None = Field(None, description="the .pt2 to re-run kernel generation against")
     roofline: RooflineFigures | None = None
+    sketch: RegionSketch | None = Field(None, description="what a kernel generator is shown before the carve")
+    supported: bool | None = Field(None, description="the selected kernel generator's answer (None: not asked)")
+    support_why: str = ""
+    support_certain: bool = False
+    support_backend: str = ""
 
     @property
     def site_count(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ytk_hookspecs.models import GpuProperties
+from ytk_hookspecs.models import GpuProperties, RegionSketch
 
 from .attribution import Attribution
 from .families import Family, fold, group_families, tag_ambiguous
@@ -94,7 +94,7 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
             around=f.around, kind=f.kind, dynamic=f.dynamic,
             families=[m.label for m in f.members] if f.dynamic else [f.label],
             sites=[j.site(r) for r in f.regions], ms=f.ms, ms_per_site=[r.ms for r in f.regions],
-            roofline=j.roofline(f.regions, f.ms)))
+            roofline=j.roofline(f.regions, f.ms), sketch=sketch_of(f)))
     props.sort(key=lambda p: -p.ms)
     rows += _roofline_rows(j, at_roof, roof)
     if small:
@@ -111,6 +111,24 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
     rows.append(glue_row(j.att))
     rows += _cannot_rows([r for r in regions if r.cannot is not None])
     return props, [r for r in rows if r.ms > 0 or r.category == "glue"]
+
+
+def sketch_of(f: Family) -> RegionSketch:
+    """What a kernel generator is shown of a family before any carve (its first region's geometry)."""
+    sig = f.regions[0].sig
+
+    def ints(v: object) -> list[int]:
+        return [int(x) for x in v] if isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v) else []
+
+    def dim(v: object) -> int | str | None:
+        return v if isinstance(v, (int, str)) else None
+
+    return RegionSketch(kind=f.kind, ops_name=f.cls, around=f.around, kernel=ints(sig.get("k")),
+                        stride=ints(sig.get("stride")), dilation=ints(sig.get("dilation")), pads=ints(sig.get("pads")),
+                        groups=sig.get("groups") if isinstance(sig.get("groups"), int) else None,
+                        channels_in=None if f.dynamic else dim(sig.get("C")),
+                        channels_out=None if f.dynamic else dim(sig.get("Cout")),
+                        onnx_ops=dict(sig.get("ops") or ()))
 
 
 def _avoid(name: str, taken: set[str]) -> str:

@@ -66,6 +66,19 @@ def _plug_as(p: Proposal) -> str:
     return p.selector
 
 
+def support_lines(r: ProposeReport, top: int) -> list[str]:
+    """Would the selected kernel generator take each proposal (asked before any carve)?"""
+    rows = []
+    asked = [p for p in r.proposals[:top] if p.supported is not None]
+    for p in asked:
+        verdict = ("yes" if p.support_certain else "likely") if p.supported else "no"
+        rows.append([p.name, verdict, p.support_why])
+    if not rows:
+        return []
+    backend = asked[0].support_backend or "kernelgen"
+    return columns([f"KERNEL GENERATOR ({backend})", "TAKES IT", "why"], rows, set())
+
+
 def not_worth_lines(r: ProposeReport, top: int) -> list[str]:
     fmt = _fmt(r.total_ms)
     rows = []
@@ -85,6 +98,11 @@ def render(r: ProposeReport, console: Console, *, verbose: bool = False, top: in
     if hidden > 0:
         console.print(Text(f"  ... {hidden} more row(s); raise --top to see them", style="dim"))
     console.print()
+    asked = support_lines(r, top)
+    for line in asked:
+        console.print(Text(line), highlight=False, crop=False, overflow="ignore")
+    if asked:
+        console.print()
     for line in not_worth_lines(r, top):
         console.print(Text(line), highlight=False, crop=False, overflow="ignore")
     console.print()

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
-from ytk_hookspecs.models import Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport
+from ytk_hookspecs.models import (Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport,
+                                  SupportAnswer, SupportRequest)
 from ytk_hookspecs.models.base import ArtifactError
 
 from ..contracts import ContractReport, check_meta_against_candidate, check_source
@@ -126,6 +127,26 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
         if key is not None and not sel.backend.info.simulated:
             kernel_cache.store(cache_dir(), key, Path(res.source or output), Path(res.report) if res.report else None)
     return out
+
+
+def run_kernelgen_dry_run(reference: Path, config: list[str] | dict[str, str] | None, kernelgen: str | None = None,
+                          arch: str | None = None, precision: str = "fp16",
+                          candidates: Path | None = None) -> "SupportAnswer":
+    """``kernelgen compile --dry-run``: what the selected generator would do with the region, no job."""
+    from ..stages.supports import ask
+
+    cfg = dict(config) if isinstance(config, dict) else parse_config(config)
+    if cfg.get("deployment_target") != "tensorrt":
+        got = cfg.get("deployment_target")
+        raise UsageError(DEPLOYMENT_TARGET_REQUIRED + (f" (got deployment_target={got})" if got else ""))
+    prec = parse_precision(precision)
+    target = parse_arch(arch) if arch else None
+    reference = existing_file(reference, "-r/--reference",
+                              "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
+    cand, _prep = find_candidate(reference, candidates)
+    sel = runtime().select("kernelgen", kernelgen, target, need_available=False)
+    return ask(SupportRequest(candidate=cand, reference=reference.resolve(), precision=prec, config=cfg),  # type: ignore[arg-type]
+               sel.name, target, selection=sel)
 
 
 def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, precision: str) -> None:

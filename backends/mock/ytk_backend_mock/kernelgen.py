@@ -17,7 +17,8 @@ from typing import Any
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidateScore, KernelGenRequest, KernelGenResult,
-                                  KernelPerf, KernelReport, PluginMeta, TensorContract)
+                                  KernelPerf, KernelReport, PluginMeta, SupportAnswer, SupportRequest,
+                                  TensorContract)
 from ytk_hookspecs.models.base import write_bytes_atomic
 
 from .cost_model import LAUNCH_MS, target_gpu
@@ -239,3 +240,19 @@ def fetch(job_id: str, output: Path, ctx: StageContext) -> KernelGenResult | Non
     write_bytes_atomic(rep, (job / "report.json").read_bytes())
     return KernelGenResult(job_id=job_id, status="done", source=out, report=rep,
                            message="SIMULATED placeholder kernel (contract only)")
+
+
+def supports(request: SupportRequest) -> SupportAnswer:
+    """The mock simulates a kernel for any carved region whose contract it can write (its submit's rule)."""
+    cand = request.candidate
+    if cand is None:
+        return SupportAnswer(supported=True, certain=False, backend="mock",
+                             why="the mock simulates a kernel for any region the carve accepts (SIMULATED)")
+    if not cand.sites:
+        return SupportAnswer(supported=False, backend="mock", why=f"region {cand.name} has no sites")
+    try:
+        make_meta(cand, request.precision, 87, SIMULATED_FRACTION[region_kind(cand)])
+    except ValueError as e:
+        return SupportAnswer(supported=False, backend="mock", why=f"the kernel contract cannot express it: {e}")
+    return SupportAnswer(supported=True, backend="mock", kind=region_kind(cand),
+                         why=f"simulates a {region_kind(cand)} kernel (SIMULATED)")

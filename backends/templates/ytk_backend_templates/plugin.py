@@ -46,6 +46,13 @@ def ytk_kernelgen_submit(request: KernelGenRequest, ctx: StageContext) -> Kernel
 
 
 @hookimpl
+def ytk_kernelgen_supports(request, ctx):  # type: ignore[no-untyped-def]
+    from .supports import supports
+
+    return supports(request)
+
+
+@hookimpl
 def ytk_kernelgen_fetch(job_id: str, output, ctx: StageContext):  # type: ignore[no-untyped-def]
     if not str(job_id).startswith(f"{NAME}-"):
         return None

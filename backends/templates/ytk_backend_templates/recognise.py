@@ -322,10 +322,15 @@ def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
 
 def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
     """The region ``g`` computes; :class:`UnsupportedRegion` with the reason when no template fits."""
-    if g.baked:
+    has_conv = any(o.target in _CONV for o in g.ops)
+    if g.baked and has_conv:
         raise UnsupportedRegion(f"the region uses parameters baked into it ({', '.join(g.baked[:3])}) instead of "
                                 "taking them as lifted inputs; carve it with weights lifted (@lift=fold_conv_bn)")
-    if any(o.target in _CONV for o in g.ops):
+    if g.baked:
+        # the carve lifts conv weights only; a Linear / LayerNorm region keeps its parameters inside
+        raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())} (its parameters "
+                                f"{', '.join(g.baked[:3])} stay baked: only conv weights are lifted)")
+    if has_conv:
         region: Region = (_recognise_conv1x1(g) if _is_pointwise(g) else _recognise_dwconv(g))
     elif any(o.target in _MATMUL for o in g.ops):
         region = _recognise_litemla(g)

@@ -9,7 +9,7 @@ from .carve import (PLUGIN_DOMAIN, Candidate, CandidateFiles, CandidatesFile, Ca
 from .engine import (CompileRequest, CompileResult, LayerTime, PluginArtifact, Precision, ProfileRequest,
                      ProfileResult)
 from .kernel import (CandidateScore, KernelGenRequest, KernelGenResult, KernelPerf, KernelReport, PluginMeta,
-                     TensorContract)
+                     RegionSketch, SupportAnswer, SupportRequest, TensorContract)
 from .tensors import TensorInfo
 from .trace import FxNode, FxNodesFile, ModuleFrame, TraceRequest, TraceResult
 

@@ -136,3 +136,47 @@ class KernelGenResult(Versioned):
     source: Path | None = None
     report: Path | None = None
     message: str = ""
+
+
+class RegionSketch(BaseModel):
+    """What propose knows of a region before any carve: enough for a generator to say whether it
+    would take it, without torch and without the region's program."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="depthwise_conv | conv | grouped_conv | gemm | attention")
+    ops_name: str = Field("", description="the torch class of the region's module")
+    around: bool = False
+    kernel: list[int] = Field(default_factory=list, description="conv kernel size (kh, kw)")
+    stride: list[int] = Field(default_factory=list)
+    dilation: list[int] = Field(default_factory=list)
+    pads: list[int] = Field(default_factory=list, description="ONNX pads (begins then ends)")
+    groups: int | None = None
+    channels_in: int | str | None = None
+    channels_out: int | str | None = None
+    onnx_ops: dict[str, int] = Field(default_factory=dict, description="ONNX op type -> count inside the region")
+
+
+class SupportRequest(Versioned):
+    """``ytk_kernelgen_supports``: would this generator take the region?
+
+    Before the carve only ``sketch`` is set (propose, the autoloop choosing what to carve); after it,
+    ``candidate`` and ``reference`` (its ``.pt2``, the canonical region program) are set too.
+    """
+
+    sketch: RegionSketch | None = None
+    candidate: Candidate | None = None
+    reference: Path | None = None
+    precision: Literal["fp16", "fp32"] = "fp16"
+    config: dict[str, str] = Field(default_factory=dict)
+
+
+class SupportAnswer(Versioned):
+    """A generator's answer. ``certain`` is false when only the region's sketch was seen and the
+    program itself decides (e.g. pointwise ops that may spell an activation the generator fuses)."""
+
+    supported: bool
+    why: str
+    backend: str = ""
+    certain: bool = True
+    kind: str | None = Field(None, description="what the generator recognised the region as, when it did")

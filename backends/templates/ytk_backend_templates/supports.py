@@ -1,0 +1,75 @@
+"""The templates' answer to ``ytk_kernelgen_supports``: the recogniser's own rules, without a GPU.
+
+After the carve the answer is the recogniser run on the region's canonical ``.pt2`` (exactly what a
+job would do first). Before it, only propose's sketch is known: the geometry decides (square
+3/5/7 depthwise at stride 1 or 2 with 'same' padding, 1x1 convs dense or grouped, LiteMLA-style
+attention), and the pointwise ops around the conv are judged by what the carve's canonical pass
+turns them into, so that answer is marked not certain.
+"""
+
+from __future__ import annotations
+
+from ytk_hookspecs.errors import UnsupportedRegion
+from ytk_hookspecs.models import RegionSketch, SupportAnswer, SupportRequest
+
+NAME = "templates"
+#: ONNX ops that, around a conv, spell one activation the templates fuse (the carve respells them).
+_ACTIVATION_ONNX = {"Relu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Mul", "Add", "Div", "Sub", "Gelu",
+                    "Erf", "Tanh", "Pow", "BatchNormalization", "Identity", "Cast"}
+
+
+def supports(request: SupportRequest) -> SupportAnswer:
+    if request.reference is not None and request.reference.is_file():
+        return _from_program(request)
+    if request.sketch is not None:
+        return _from_sketch(request.sketch)
+    return SupportAnswer(supported=True, certain=False, backend=NAME, why="nothing to judge before the carve")
+
+
+def _from_program(request: SupportRequest) -> SupportAnswer:
+    from .recognise import load_graph, recognise
+
+    try:
+        region = recognise(load_graph(request.reference), request.candidate)  # type: ignore[arg-type]
+    except UnsupportedRegion as e:
+        return SupportAnswer(supported=False, backend=NAME, why=str(e))
+    return SupportAnswer(supported=True, backend=NAME, kind=region.kind, why=f"recognised as {_describe(region)}")
+
+
+def _describe(region: object) -> str:
+    fields = {k: v for k, v in vars(region).items() if v is not None and k != "kind"}
+    return f"{getattr(region, 'kind', type(region).__name__)}({', '.join(f'{k}={v}' for k, v in fields.items())})"
+
+
+def _from_sketch(s: RegionSketch) -> SupportAnswer:
+    def no(why: str) -> SupportAnswer:
+        return SupportAnswer(supported=False, backend=NAME, why=why)
+
+    extra = sorted(op for op in s.onnx_ops if op not in _ACTIVATION_ONNX | {"Conv"})
+    if s.kind == "depthwise_conv":
+        k = s.kernel
+        if len(k) != 2 or k[0] != k[1] or k[0] not in (3, 5, 7):
+            return no(f"kernel {'x'.join(map(str, k))}: templates cover square 3x3, 5x5 and 7x7 depthwise")
+        if s.stride and (s.stride[0] != s.stride[-1] or s.stride[0] not in (1, 2)):
+            return no(f"stride {'x'.join(map(str, s.stride))}: templates cover stride 1 and 2")
+        if s.dilation and any(d != 1 for d in s.dilation):
+            return no("dilated depthwise conv: templates cover dilation 1")
+        if s.pads and any(p != k[0] // 2 for p in s.pads):
+            return no(f"padding {s.pads}: templates cover 'same' padding k//2 (the carve moves a symmetric pad "
+                      "into the conv, an asymmetric one stays)")
+    elif s.kind in ("conv", "grouped_conv"):
+        if s.kernel and any(d != 1 for d in s.kernel):
+            return no(f"a dense {'x'.join(map(str, s.kernel))} conv: templates cover depthwise kxk and 1x1 convs")
+        if s.stride and any(d != 1 for d in s.stride):
+            return no("a strided 1x1 conv: templates cover stride 1")
+    elif s.kind == "attention":
+        if "Softmax" in s.onnx_ops:
+            return no("softmax attention: templates cover ReLU linear attention (LiteMLA) only")
+        return SupportAnswer(supported=True, certain=False, backend=NAME,
+                             why="attention without softmax: LiteMLA's template decides on the carved program")
+    else:
+        return no(f"no template for a {s.kind} region")
+    if extra:
+        return no(f"ops {', '.join(extra)} in the region: templates fuse one activation after the conv")
+    return SupportAnswer(supported=True, certain=False, backend=NAME,
+                         why=f"{s.kind} geometry is covered; the carved program decides the activation")

@@ -1,0 +1,71 @@
+"""``ytk_kernelgen_supports``: asking a generator before paying for a carve or a job."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import prepare, ytk_inproc
+from ytk_hookspecs.models import CandidatesFile, RegionSketch, SupportAnswer, SupportRequest
+
+ZOO = REPO / "tests" / "data" / "zoo_style_model.py"
+
+
+def _templates(request: SupportRequest) -> SupportAnswer:
+    from ytk_backend_templates.supports import supports
+
+    return supports(request)
+
+
+@pytest.mark.parametrize("sketch, supported", [
+    (RegionSketch(kind="depthwise_conv", kernel=[3, 3], stride=[2, 2], pads=[1, 1, 1, 1], onnx_ops={"Conv": 1}), True),
+    (RegionSketch(kind="depthwise_conv", kernel=[7, 7], stride=[1, 1], pads=[3, 3, 3, 3],
+                  onnx_ops={"Conv": 1, "HardSwish": 1}), True),
+    (RegionSketch(kind="depthwise_conv", kernel=[9, 9], stride=[1, 1], onnx_ops={"Conv": 1}), False),
+    (RegionSketch(kind="depthwise_conv", kernel=[3, 3], stride=[3, 3], onnx_ops={"Conv": 1}), False),
+    (RegionSketch(kind="depthwise_conv", kernel=[3, 3], stride=[1, 1], onnx_ops={"Conv": 1, "LayerNormalization": 1}),
+     False),
+    (RegionSketch(kind="conv", kernel=[1, 1], stride=[1, 1], onnx_ops={"Conv": 1, "Relu": 1}), True),
+    (RegionSketch(kind="conv", kernel=[3, 3], stride=[2, 2], onnx_ops={"Conv": 1}), False),
+    (RegionSketch(kind="gemm", onnx_ops={"Gemm": 1}), False),
+    (RegionSketch(kind="attention", around=True, onnx_ops={"MatMul": 2, "Softmax": 1}), False),
+])
+def test_templates_answer_from_the_sketch(sketch, supported):
+    ans = _templates(SupportRequest(sketch=sketch))
+    assert ans.supported is supported and ans.backend == "templates" and ans.why
+    if supported:
+        assert not ans.certain  # the carved program decides
+
+
+@pytest.mark.slow
+def test_after_the_carve_the_answer_is_the_recogniser(tmp_path):
+    r = prepare(ZOO, tmp_path, ["yasp::Dw=Conv2d@where=*.conv_dw@epilogue", "yasp::SE=SqueezeExcite"],
+                size="1x16x16")
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(tmp_path / "candidates.json").candidates}
+    dw = _templates(SupportRequest(candidate=cands["Dw"], reference=tmp_path / cands["Dw"].files.pt2))
+    assert dw.supported and dw.certain and dw.kind == "dwconv" and "hardswish" in dw.why
+    se = _templates(SupportRequest(candidate=cands["SE"], reference=tmp_path / cands["SE"].files.pt2))
+    assert not se.supported and se.certain and se.why
+    # the CLI's dry run says the same, exits 3 on a refusal, and starts no job
+    ok = ytk_inproc("kernelgen", "compile", "-r", tmp_path / cands["Dw"].files.pt2, "-g", "H200", "--config",
+                    "deployment_target=tensorrt", "-o", tmp_path / "Dw.module_source.py", "--dry-run",
+                    "--kernelgen", "templates")
+    assert ok.code == 0 and "would generate (dwconv)" in ok.stdout, ok.stderr
+    no = ytk_inproc("kernelgen", "compile", "-r", tmp_path / cands["SE"].files.pt2, "-g", "H200", "--config",
+                    "deployment_target=tensorrt", "-o", tmp_path / "SE.module_source.py", "--dry-run",
+                    "--kernelgen", "templates")
+    assert no.code == 3 and "would refuse" in no.stdout and "Traceback" not in no.stderr
+    assert not (tmp_path / "Dw.module_source.py").exists() and not (tmp_path / "SE.module_source.py").exists()
+
+
+def test_a_backend_that_raises_answers_no_rather_than_crashing(monkeypatch):
+    from ytk_core.runtime import runtime
+    from ytk_core.stages import supports as mod
+
+    def boom(*a, **k):
+        raise RuntimeError("bug in a third-party backend")
+
+    monkeypatch.setattr(type(runtime()), "call", boom)
+    ans = mod.check_sketch(RegionSketch(kind="conv"), "mock")
+    assert not ans.supported and "RuntimeError" in ans.why and ans.backend == "mock"

@@ -1,0 +1,49 @@
+"""Ask the selected kernel generator whether it would take a region, before paying for it.
+
+propose asks with a :class:`~ytk_hookspecs.models.RegionSketch` (no carve yet), the autoloop and
+``ytk kernelgen compile --dry-run`` ask again with the carved candidate and its canonical ``.pt2``.
+A generator that does not answer is treated as "supported, not certain": its job decides.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ytk_hookspecs.models import ArchSpec, Candidate, RegionSketch, SupportAnswer, SupportRequest
+
+from ..runtime import runtime
+
+
+def ask(request: SupportRequest, kernelgen: str | None, arch: ArchSpec | None = None,
+        selection: Any = None) -> SupportAnswer:
+    """The selected generator's answer; an error inside a backend becomes a 'not supported' answer
+    naming it (a broken answer must not stop propose or the loop)."""
+    rt = runtime()
+    sel = selection or rt.select("kernelgen", kernelgen, arch)
+    try:
+        ans = rt.call(sel, "ytk_kernelgen_supports", "kernelgen", request=request)
+    except Exception as e:  # a third-party backend's bug is its answer, not the caller's crash
+        rt.log.debug("supports hook raised", backend=sel.name, error=repr(e))
+        return SupportAnswer(supported=False, certain=False, backend=sel.name,
+                             why=f"{sel.name} failed to answer: {type(e).__name__}: {str(e)[:200]}")
+    if ans is None:
+        return SupportAnswer(supported=True, certain=False, backend=sel.name,
+                             why=f"{sel.name} does not say before a job; its job decides")
+    if not isinstance(ans, SupportAnswer):
+        return SupportAnswer(supported=False, certain=False, backend=sel.name,
+                             why=f"{sel.name} answered a {type(ans).__name__}, not a SupportAnswer")
+    return ans if ans.backend else ans.model_copy(update={"backend": sel.name})
+
+
+def check_sketch(sketch: RegionSketch, kernelgen: str | None, arch: ArchSpec | None = None,
+                 precision: str = "fp16", selection: Any = None) -> SupportAnswer:
+    return ask(SupportRequest(sketch=sketch, precision=precision), kernelgen, arch, selection)  # type: ignore[arg-type]
+
+
+def check_support(candidate: Candidate, prepare_dir: Path, kernelgen: str | None, arch: ArchSpec | None = None,
+                  precision: str = "fp16", selection: Any = None) -> SupportAnswer:
+    """After the carve: the candidate and its ``.pt2`` (the canonical region program)."""
+    pt2 = (Path(prepare_dir) / candidate.files.pt2) if candidate.files.pt2 else None
+    return ask(SupportRequest(candidate=candidate, reference=pt2.resolve() if pt2 else None,  # type: ignore[arg-type]
+                              precision=precision), kernelgen, arch, selection)
