@@ -20,6 +20,8 @@ STATE_FILE = "autoloop.json"
 
 PluginStatus = Literal["pending", "generated", "built", "kept", "dropped"]
 RoundStage = Literal["propose", "prepare", "kernelgen", "build", "compile", "verify", "decide", "done"]
+#: Where a candidate was dropped: the round stage, named as the user knows it ("carve", not "prepare").
+DropStage = Literal["propose", "carve", "kernelgen", "build", "compile", "numerics", "decide"]
 
 
 def now() -> str:
@@ -48,6 +50,7 @@ class PluginRecord(_M):
     so_sha256: str | None = None
     plugin_ms: float | None = Field(None, description="its layers' time in the engine it was compiled into")
     reason: str = ""
+    dropped_at: DropStage | None = Field(None, description="the stage that dropped it (with status dropped)")
     replaces: str | None = Field(None, description="re-optimization: the kept plugin this one would replace "
                                                    "(same name and selector, a new kernel)")
     ms_to_beat: float | None = Field(None, description="re-optimization: the plugged kernel's measured ms per site")
@@ -63,6 +66,13 @@ class CompileRecord(_M):
     numerics_note: str = ""
 
 
+class CarveFailure(_M):
+    """A carve of some of a round's selectors that failed, kept so a resumed run does not carve it again."""
+
+    message: str = Field(description="the error, one line")
+    selector: str | None = Field(None, description="the selector the error names, if it names one")
+
+
 class RoundRecord(_M):
     index: int
     stage: RoundStage = "propose"
@@ -70,6 +80,9 @@ class RoundRecord(_M):
     prepare_dir: str | None = None
     selectors: list[str] = Field(default_factory=list)
     prepares: dict[str, str] = Field(default_factory=dict, description="sorted selectors -> prepare dir carved so")
+    carve_failures: dict[str, CarveFailure] = Field(
+        default_factory=dict, description="sorted selectors -> why carving exactly those failed (the carves that "
+                                          "isolate a bad candidate)")
     candidates: list[PluginRecord] = Field(default_factory=list)
     compiles: list[CompileRecord] = Field(default_factory=list)
     result_bundle: str | None = None
