@@ -117,3 +117,15 @@ def test_sites_baking_different_weights_are_refused(tmp_path):
     r = prepare(ZOO, tmp_path, [sel], size="1x16x16")
     assert r.code == 2 and "bakes different weights" in r.stderr and sel in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "candidates.json").exists()
+
+
+@pytest.mark.slow
+def test_a_dynamic_program_that_specialises_on_site_0_is_refused_at_the_carve(tmp_path):
+    """LiteMLA at 384 and 768 channels in one plugin: its reshapes export with a guard on the head
+    count, which fails at the 768-channel sites; refused at the carve, not at the engine compile."""
+    from tests.helpers import EVIT
+
+    sel = "yasp::LiteMLADyn=LiteMLA:around"
+    r = prepare(EVIT, tmp_path, [sel], size="1x64x96")
+    assert r.code == 2 and "does not run at site" in r.stderr and sel in r.stderr, r.stderr[-400:]
+    assert not (tmp_path / "candidates.json").exists()

@@ -31,6 +31,25 @@ def _export(gm: Any, example: list[Any], arg_names: list[str], dynamic: dict[str
     return torch.export.export(gm, tuple(example), strict=False), None
 
 
+def _check_every_site(sel: Selector, program: Any, site_inputs: list[list[Any]]) -> None:
+    """A program exported with dynamic dims can still specialise on site 0 (a reshape's -1 becomes a
+    guard such as ``C // (H * W * C // 1152) == 48``): run it on every other site's inputs so such a
+    plugin is refused here, not at the engine compile after a kernel was generated and built."""
+    import torch
+
+    from ..errors import UsageError
+
+    mod = program.module()
+    for k, ins in enumerate(site_inputs[1:], start=1):
+        try:
+            with torch.no_grad():
+                mod(*ins)
+        except Exception as e:  # a failed guard is an AssertionError; a shape error a RuntimeError
+            raise UsageError(f"selector {sel.text!r}: its region's program, exported once for all sites, does not run "
+                             f"at site {k} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); its sites need "
+                             "programs of their own: split the selector by shape (@where)") from None
+
+
 def _atomic(path: Path, write: Any, suffix: str = ".tmp") -> None:
     """``write(tmp_path)`` then rename: big captures stream to disk instead of through memory."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=suffix, dir=path.parent)
@@ -71,6 +90,8 @@ def write_region_files(sel: Selector, gm: Any, site_inputs: list[list[Any]], sit
     program, note = _export(gm, site_inputs[0], arg_names, dynamic)
     if note:
         notes.append(note)
+    if dynamic:
+        _check_every_site(sel, program, site_inputs)
     base = cdir / sel.name
     pt2 = base.with_suffix(".pt2")
     _save_pt2(program, pt2)

@@ -102,7 +102,7 @@ def fold(families: list[Family], *, own_kernel_ms: float, min_ms: float, merge: 
     """(kernels worth generating, families under the threshold).
 
     Per op: a family of at least ``own_kernel_ms`` keeps its own kernel (unless ``merge``); the rest
-    fold into one dynamic remainder. A remainder (or a lone leftover family) under ``min_ms`` is not
+    fold into one dynamic remainder. Attention families never fold (see below). A remainder (or a lone leftover family) under ``min_ms`` is not
     worth a kernelgen run.
     """
     by_op: dict[tuple[Any, ...], list[Family]] = defaultdict(list)
@@ -111,6 +111,12 @@ def fold(families: list[Family], *, own_kernel_ms: float, min_ms: float, merge: 
     worth: list[Family] = []
     small: list[Family] = []
     for fams in by_op.values():
+        if fams[0].kind == "attention":
+            # an attention block's reshapes bake its head count and width: one program per channel
+            # count (a dynamic one exports with guards that fail at the other sites)
+            for f in fams:
+                (worth if f.ms >= min_ms else small).append(f)
+            continue
         own = [] if merge else [f for f in fams if f.ms >= own_kernel_ms and f.ms >= min_ms]
         rest = [f for f in fams if f not in own]
         worth += own
