@@ -4,11 +4,14 @@
 #   bash benchmarks/device_flow.sh table     the one-run table of runs/flow's engines vs torch and torch.compile
 #   bash benchmarks/device_flow.sh autoloop  ytk autoloop on the worked example (runs/autoloop)
 #   bash benchmarks/device_flow.sh gputests  every GPU test: backends (torch, nvcc, templates) and conformance
-# Several words run in order ("table autoloop"). runs/ is ignored by git, so a machine that is still
-# warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
+#   bash benchmarks/device_flow.sh zoo       per corpus model in ZOO_MODELS (contrib/zoo/<name>.py): ytk autoloop
+#                                            at ZOO_SIZE (default 4x1088x1920) and its one-run table (MAX_AUTOTUNE=1
+#                                            adds torch.compile max-autotune)
+# Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
+# still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch, kernelgen=templates, builder=nvcc. Logs and small artifacts go to $OUT.
 set -u
-what=" ${*:-flow} "
+words=("${@:-flow}")
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 unset PYTHONPATH; source benchmarks/device_env.sh || exit 1
@@ -20,14 +23,14 @@ ARCH=x86_64-sm90-linux-cu130-trt10
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 W=$PWD/runs/flow
-if [[ $what == *" flow "* ]]; then
+do_flow() {
   ARCH=$ARCH GPU=H200 LOG=$OUT/flow.log timeout ${FLOW_TIMEOUT:-540} bash benchmarks/seven_steps.sh "$W" > "$OUT/flow.stdout" 2> "$OUT/flow.stderr"
   echo "seven steps rc=$?"
   cp "$W/run_prepare.sh" "$OUT/" 2>/dev/null
   tar -czf "$OUT/kernel_reports.tgz" -C "$W/gaia" sources 2>/dev/null
   grep -v '^│\|^┃\|^┏\|^┡\|^└' "$OUT/flow.log" | tail -40
-fi
-if [[ $what == *" table "* ]]; then
+}
+do_table() {
   # TABLE_FROM=autoloop: the autoloop's baseline and final engines instead of the seven steps'
   if [ "${TABLE_FROM:-flow}" = autoloop ]; then
     A=$PWD/runs/autoloop
@@ -42,19 +45,44 @@ if [[ $what == *" table "* ]]; then
     --json "$OUT/flow_table.json" > "$OUT/flow_table.txt" 2>&1
   echo "flow_table rc=$?"
   tail -15 "$OUT/flow_table.txt"
-fi
-if [[ $what == *" gputests "* ]]; then
+}
+do_gputests() {
   # backends' GPU tests are marked gpu; the conformance suite runs every backend that can run here
   timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends > "$OUT/gputests.log" 2>&1
   echo "gpu tests rc=$?"
   timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -rs -p no:cacheprovider tests/conformance >> "$OUT/gputests.log" 2>&1
   echo "conformance rc=$?"
   tail -25 "$OUT/gputests.log"
-fi
-if [[ $what == *" autoloop "* ]]; then
+}
+do_autoloop() {
   timeout ${AUTOLOOP_TIMEOUT:-420} ytk autoloop contrib/models/efficientvit_b1/model.py -a "$ARCH" -p fp16 --workdir runs/autoloop \
     --max-rounds "${ROUNDS:-2}" --min-gain-ms "${MIN_GAIN:-0.1}" --json > "$OUT/autoloop.json" 2> "$OUT/autoloop.stderr"
   echo "autoloop rc=$?"
   cp runs/autoloop/report/* "$OUT/" 2>/dev/null
   cat runs/autoloop/report/autoloop_report.md 2>/dev/null | head -80 || tail -30 "$OUT/autoloop.stderr"
-fi
+}
+do_zoo() {
+  for m in ${ZOO_MODELS:?name the corpus models, e.g. ZOO_MODELS=mobilenetv3_large_100}; do
+    local A=$PWD/runs/zoo/$m
+    YTK_EXAMPLE_SIZE=${ZOO_SIZE:-4x1088x1920} timeout ${AUTOLOOP_TIMEOUT:-420} ytk autoloop "contrib/zoo/$m.py" \
+      -a "$ARCH" -p fp16 --workdir "$A" --max-rounds "${ROUNDS:-1}" --min-gain-ms "${MIN_GAIN:-0.05}" --json \
+      > "$OUT/zoo_$m.autoloop.json" 2> "$OUT/zoo_$m.autoloop.stderr"
+    echo "$m autoloop rc=$?"
+    cp "$A/report/autoloop_report.md" "$OUT/zoo_$m.report.md" 2>/dev/null
+    local P
+    P=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["best"]["bundle"])' "$A/autoloop.json") \
+      || { tail -5 "$OUT/zoo_$m.autoloop.stderr"; continue; }
+    YTK_EXAMPLE_SIZE=${ZOO_SIZE:-4x1088x1920} timeout ${TABLE_TIMEOUT:-300} python3 benchmarks/flow_table.py \
+      --base "$A/round0/base.tgz" --plugged "$A/$P" --model "contrib/zoo/$m.py" \
+      --npz "$A/round0/prepare/model.npz" --reference "$A/round0/prepare/model.reference.npz" \
+      ${MAX_AUTOTUNE:+--max-autotune} --json "$OUT/zoo_$m.table.json" > "$OUT/zoo_$m.table.txt" 2>&1
+    echo "$m table rc=$?"
+    grep -v '^{' "$OUT/zoo_$m.table.txt" | tail -9
+  done
+}
+for w in "${words[@]}"; do
+  case $w in
+    flow|table|gputests|autoloop|zoo) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo)"; exit 2 ;;
+  esac
+done
