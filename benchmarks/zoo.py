@@ -1,0 +1,296 @@
+"""The model zoo table: the early flow on every corpus model (contrib/zoo), one row each, one table.
+
+    .venv/bin/pip install -r requirements/zoo.txt          # once: timm and torchvision
+    .venv/bin/python benchmarks/zoo.py --jobs 2            # every model at its small size
+    .venv/bin/python benchmarks/zoo.py --subset ci --json  # what CI runs
+    .venv/bin/python benchmarks/zoo.py --models convnext_atto,deit_tiny_sdpa --workdir runs/zoo
+
+Per model, in a subprocess of its own (``zoo_flow.py``) with a timeout, on the mock backends (a
+simulated DRIVE AGX Orin; ``--arch``): prepare (trace + export) -> compile the baseline -> propose
+(min_ms 0) -> carve each proposal on its own, then all accepted ones together -> the selected kernel
+generator's support answer and the templates recogniser for each carved region. A model that crashes
+or hangs costs its own row only. Results go to stdout, progress to stderr; the exit status is 0 whenever
+the table was produced (failing models are the table's data) and 2 for bad usage. Each model's
+directory (artifacts, ``result.json``, ``log.txt``) is kept under ``--workdir``, and the whole result
+under ``--workdir``/zoo_report.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "contrib" / "zoo")]
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from zoo_registry import SUBSETS, ZOO, ZooEntry  # noqa: E402
+from zoo_results import NO_SUPPORTS_HOOK, ModelRun, ZooReport, one_line  # noqa: E402
+
+ARCH = "arm64-sm87-dos6010-cu114-trt86"
+BACKENDS = {"engine": "mock", "kernelgen": "mock", "builder": "mock"}
+FLOW = REPO / "benchmarks" / "zoo_flow.py"
+EXTRA_HINT = "the zoo needs timm and torchvision: .venv/bin/pip install -r requirements/zoo.txt"
+
+
+class Usage(Exception):
+    """Bad usage: one line to stderr, exit status 2."""
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    pick = ap.add_mutually_exclusive_group()
+    pick.add_argument("--models", help="comma-separated zoo names (default: every model)")
+    pick.add_argument("--subset", choices=sorted(SUBSETS), help="a named subset (ci: a fast one for CI)")
+    ap.add_argument("--jobs", type=int, default=1, help="models run at once (default 1)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds one model may take (default 900)")
+    ap.add_argument("--workdir", type=Path, help="where per-model directories are kept (default: a new temp dir)")
+    ap.add_argument("--size", default="small",
+                    help="small (each model's CI size, the default), default (each model's large size) or BxHxW")
+    ap.add_argument("--arch", default=ARCH, help=f"target arch spec (default {ARCH}, a simulated Orin)")
+    ap.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the tables")
+    return ap.parse_args(argv)
+
+
+def select_models(models: str | None, subset: str | None) -> list[ZooEntry]:
+    by_name = {e.name: e for e in ZOO}
+    if subset:
+        return [by_name[n] for n in SUBSETS[subset]]
+    if not models:
+        return list(ZOO)
+    wanted = [m.strip() for m in models.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in by_name]
+    if unknown or not wanted:
+        raise Usage(f"--models: unknown zoo model(s) {', '.join(unknown) or '(none given)'}; known: "
+                    f"{', '.join(sorted(by_name))}")
+    return [by_name[m] for m in dict.fromkeys(wanted)]
+
+
+def _size_of(zoo: ZooEntry, size: str) -> str:
+    if size == "small":
+        return "x".join(map(str, zoo.small_size))
+    if size == "default":
+        return "x".join(map(str, zoo.default_size))
+    parts = size.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise Usage(f"--size {size!r}: expected small, default or BxHxW (e.g. 1x64x96)")
+    return size.lower()
+
+
+class Runner:
+    """Runs each model's subprocess with a timeout and collects its ModelRun."""
+
+    def __init__(self, workdir: Path, arch: str, size: str, timeout: float, jobs: int, err: Console) -> None:
+        self.workdir, self.arch, self.size, self.timeout, self.jobs, self.err = workdir, arch, size, timeout, jobs, err
+        self.lock = threading.Lock()
+        self.done = 0
+        self.total = 0
+        self.live: set[subprocess.Popen] = set()  # type: ignore[type-arg]
+        self.stopping = False
+
+    def run_all(self, models: list[ZooEntry]) -> list[ModelRun]:
+        self.total = len(models)
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = [pool.submit(self.run_one, m) for m in models]
+            try:
+                return [f.result() for f in futures]
+            except KeyboardInterrupt:
+                # The models run in sessions of their own (so a timeout can kill all of a model's
+                # processes): Ctrl-C does not reach them, so stop them here before the pool waits.
+                self.stopping = True
+                for f in futures:
+                    f.cancel()
+                with self.lock:
+                    for proc in self.live:
+                        _kill_group(proc)
+                raise
+
+    def _env(self, zoo: ZooEntry) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({f"YTK_{role.upper()}": name for role, name in BACKENDS.items()})
+        env["YTK_EXAMPLE_SIZE"] = _size_of(zoo, self.size)
+        # N models at once on C cores: C / N threads each, or they trample on one another.
+        threads = str(max(1, (os.cpu_count() or 1) // self.jobs))
+        env.setdefault("OMP_NUM_THREADS", threads)
+        env.pop("YTK_DISABLE_PLUGIN_AUTOLOAD", None)
+        return env
+
+    def run_one(self, zoo: ZooEntry) -> ModelRun:
+        d = self.workdir / zoo.name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "result.json").unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        self.err.print(f"zoo: start {zoo.name}", highlight=False)
+        with open(d / "log.txt", "wb") as log, self.lock:  # the child keeps its own copy of the file
+            if self.stopping:
+                raise KeyboardInterrupt
+            proc = subprocess.Popen([sys.executable, str(FLOW), zoo.name, "--workdir", str(d), "--arch", self.arch],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=self._env(zoo), cwd=str(d), start_new_session=True)
+            self.live.add(proc)
+        timed_out = False
+        try:
+            code = proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            code = proc.wait()
+        with self.lock:
+            self.live.discard(proc)
+        run = _collect(zoo, d, code, timed_out, self.timeout, _size_of(zoo, self.size))
+        run.wall_s = round(time.perf_counter() - t0, 1)
+        with self.lock:
+            self.done += 1
+            self.err.print(f"zoo: [{self.done}/{self.total}] {zoo.name}: {_progress_line(run)}", highlight=False,
+                           markup=False)
+        return run
+
+
+def _kill_group(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """The model's process and anything it started (its own session): nothing of it may outlive the timeout."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _collect(zoo: ZooEntry, d: Path, code: int, timed_out: bool, timeout: float, size: str) -> ModelRun:
+    """The subprocess's result.json, completed with how the process ended."""
+    path = d / "result.json"
+    try:
+        run = ModelRun.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        run = ModelRun(name=zoo.name, source=zoo.source, family=zoo.family, depthwise=zoo.depthwise,
+                       attention=zoo.attention, size=size, workdir=str(d))
+    if timed_out:
+        run.status = "timeout"
+        run.miss("timeout", f"no result after {timeout:.0f} s (was in stage {run.stage}); see {d / 'log.txt'}")
+    elif run.status == "running":
+        run.status = "crashed"
+        run.miss("crash", f"the model's process ended with status {_exit_text(code)} in stage {run.stage}; "
+                          f"see {d / 'log.txt'}")
+    return run
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"{code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return str(code)
+
+
+def _progress_line(run: ModelRun) -> str:
+    if run.status != "done":
+        first = run.misses[0] if run.misses else None
+        return f"{run.status} at {run.stage} ({run.wall_s:.0f} s)" + (f": {one_line(first.reason, 100)}" if first else "")
+    return f"done ({run.wall_s:.0f} s): {run.proposals} proposal(s), {_n(run, 'carved')} carved"
+
+
+def _n(run: ModelRun, attr: str) -> str:
+    """``ok/of``: of the proposals (carved), else of the carved ones (supported, recognised)."""
+    if run.proposals is None:
+        return "-"
+    if attr == "carved":
+        return f"{sum(1 for c in run.candidates if c.carved)}/{run.proposals}"
+    carved = [c for c in run.candidates if c.carved]
+    if attr == "supported" and run.supports_hook is False:
+        return NO_SUPPORTS_HOOK
+    return f"{sum(1 for c in carved if getattr(c, attr))}/{len(carved)}"
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(report: ZooReport, out: Console) -> None:
+    """The table, then every miss with its reason."""
+    sim = any(r.simulated for r in report.models)
+    gens = sorted({r.kernelgen for r in report.models if r.kernelgen}) or [report.backends["kernelgen"]]
+    t = Table(title=f"zoo: {len(report.models)} models, {report.size_kind} size, {report.arch}, "
+                    f"{'/'.join(sorted(set(report.backends.values())))} backends", title_justify="left")
+    for col, just in (("model", "left"), ("size", "left"), ("ONNX nodes", "right"), ("coverage", "right"),
+                      ("base ms" + (" (SIMULATED)" if sim else ""), "right"), ("proposals", "right"),
+                      ("carved", "right"), ("together", "left"), (f"supported ({'/'.join(gens)})", "right"),
+                      ("templates", "right")):
+        t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    t.add_column("first failure", no_wrap=True, overflow="ellipsis", max_width=60)
+    for r in report.models:
+        first = r.misses[0] if r.misses else None
+        together = {True: "yes", False: "no", None: "-"}[r.carved_together]
+        t.add_row(r.name, r.size, _fmt(r.onnx_nodes, "d"),
+                  "-" if r.coverage is None else f"{100 * r.coverage:.1f}%", _fmt(r.baseline_ms, ".3f"),
+                  _fmt(r.proposals, "d"), _n(r, "carved"), together, _n(r, "supported"), _n(r, "recognised"),
+                  f"{first.stage}: {one_line(first.reason, 60)}" if first else "")
+    out.print(t)
+    misses = sorted(report.misses, key=lambda m: (m.stage, m.reason, m.model))
+    if misses:
+        mt = Table(title=f"misses ({len(misses)}), by stage and reason", title_justify="left")
+        for col in ("stage", "model", "selector", "reason"):
+            mt.add_column(col, overflow="fold")
+        for m in misses:
+            mt.add_row(m.stage, m.model, m.selector or "-", m.reason)
+        out.print(mt)
+    ok = sum(1 for r in report.models if r.flow_ok)
+    props = sum(r.proposals or 0 for r in report.models)
+    carved = sum(1 for r in report.models for c in r.candidates if c.carved)
+    out.print(f"{ok}/{len(report.models)} models through prepare, compile and propose; {carved}/{props} proposals "
+              f"carved; {len(misses)} misses; {report.wall_s:.0f} s with --jobs {report.jobs}"
+              + ("; latencies SIMULATED by the mock engine's cost model" if sim else ""), highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        models = select_models(args.models, args.subset)
+        if args.jobs < 1 or not args.timeout > 0:
+            raise Usage("--jobs must be at least 1 and --timeout more than 0")
+        for zoo in models:
+            _size_of(zoo, args.size)
+        missing = [m for m in ("timm", "torchvision") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise Usage(f"{' and '.join(missing)} not installed; {EXTRA_HINT}")
+    except Usage as e:
+        err.print(f"error: {e}", highlight=False, markup=False)
+        return 2
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="ytk-zoo-"))).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    err.print(f"zoo: {len(models)} model(s), --jobs {args.jobs}, timeout {args.timeout:.0f} s, workdir {workdir}",
+              highlight=False)
+    t0 = time.perf_counter()
+    runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err).run_all(models)
+    report = ZooReport(arch=args.arch, precision="fp16", backends=dict(BACKENDS),
+                       size_kind=args.size if args.size in ("small", "default") else "override", jobs=args.jobs,
+                       timeout_s=args.timeout, workdir=str(workdir), wall_s=round(time.perf_counter() - t0, 1),
+                       models=runs)
+    report.write(workdir / "zoo_report.json")
+    out = Console(soft_wrap=True)
+    if not out.is_terminal:
+        out = Console(soft_wrap=True, width=max(out.width, 220))
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        render(report, out)
+    err.print(f"zoo: per-model directories and zoo_report.json in {workdir}", highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("zoo: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,8 @@
+"""LeViT: timm ``levit_128s`` with random seeded weights, a model of the ytk zoo.
+
+Batch and size 4x224x224 by default; ``YTK_EXAMPLE_SIZE=BxHxW`` picks another (see contrib/zoo/README.md).
+"""
+
+from zoo_common import zoo_model
+
+Model, get_fwd_args = zoo_model("levit_128s")

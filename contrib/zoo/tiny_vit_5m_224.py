@@ -1,0 +1,9 @@
+"""TinyViT: timm ``tiny_vit_5m_224`` with random seeded weights, a model of the ytk zoo.
+
+Attention through F.scaled_dot_product_attention (timm ``fused_attn=True``).
+Batch and size 4x1088x1920 by default; ``YTK_EXAMPLE_SIZE=BxHxW`` picks another (see contrib/zoo/README.md).
+"""
+
+from zoo_common import zoo_model
+
+Model, get_fwd_args = zoo_model("tiny_vit_5m_224")
