@@ -29,6 +29,7 @@ from engine_torch import graphed, time_cuda  # noqa: E402  (the same CUDA-event 
 
 
 def _load_model(path: Path):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(path.resolve().parent))  # as ytk's loader does: a model imports its neighbours
     spec = importlib.util.spec_from_file_location("flow_model", path)
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]

@@ -181,19 +181,36 @@ def grow_epilogue(region: Iterable[str], g: FactGraph) -> set[str]:
         out = grown
 
 
-def _next_epilogue_step(value: str, region: set[str], g: FactGraph) -> list[str]:
-    """The sole consumer of ``value`` (through any identities) when an epilogue may absorb it."""
-    chain: list[str] = []
-    cur = value
-    while True:
-        users = [u for u in g.users.get(cur, []) if u not in region]
-        if len(users) != 1 or len(g.users.get(cur, [])) != 1:
-            return []
-        n = g.nodes[users[0]]
-        chain.append(n.name)
-        if not _identity(n):
-            return chain if _absorbable(n, region | set(chain), g) else []
-        cur = n.name
+def _next_epilogue_step(value: str, region: set[str], g: FactGraph, reach: int = 24) -> list[str]:
+    """The pointwise ops after ``value`` that an epilogue may take in one step: the largest set that
+    closes on one node again (a spelled-out ``x * relu6(x + 3) / 6`` forks and re-joins), whose
+    every input is ``value``, the set itself or a constant, and which nothing outside it consumes."""
+    inside = set(region)
+    seen: list[str] = []
+    todo = sorted(g.users.get(value, []), key=g.order.get)
+    while todo and len(seen) < reach:
+        n = g.nodes[todo.pop(0)]
+        if n.name in inside or n.name in seen or not _absorbable(n, inside | set(seen), g):
+            continue
+        seen.append(n.name)
+        todo = sorted(set(todo) | set(g.users.get(n.name, [])), key=g.order.get)
+    for y in sorted(seen, key=g.order.get, reverse=True):
+        step = _ancestors_within(y, set(seen), g)
+        ok = all(u in step for u in g.users.get(value, [])) and all(
+            u in step for m in step if m != y for u in g.users.get(m, []))
+        if ok:
+            return sorted(step, key=g.order.get)
+    return []
+
+
+def _ancestors_within(y: str, pool: set[str], g: FactGraph) -> set[str]:
+    out, todo = {y}, [y]
+    while todo:
+        for i in g.nodes[todo.pop()].inputs:
+            if i in pool and i not in out:
+                out.add(i)
+                todo.append(i)
+    return out
 
 
 def _value_outputs(region: set[str], g: FactGraph) -> list[str]:
@@ -202,15 +219,11 @@ def _value_outputs(region: set[str], g: FactGraph) -> list[str]:
             if not all(g.nodes[u].base == "getitem" and u in region for u in g.users.get(o, []))]
 
 
-def _absorbable(n: NodeFacts, region: set[str], g: FactGraph) -> bool:
-    if n.op != "call_function":
+def _absorbable(n: NodeFacts, inside: set[str], g: FactGraph) -> bool:
+    """A pointwise op whose every input is already inside (or a weight / constant)."""
+    if n.op != "call_function" or n.base not in EPILOGUE_UNARY | EPILOGUE_BINARY | IDENTITY:
         return False
-    others = [i for i in n.inputs if i not in region]
-    if n.base in EPILOGUE_UNARY:
-        return all(g.is_constant(i) for i in others)
-    if n.base in EPILOGUE_BINARY:
-        return all(g.is_constant(i) for i in others)
-    return False
+    return all(i in inside or g.is_constant(i) for i in n.inputs)
 
 
 def _identity(n: NodeFacts | None) -> bool:
