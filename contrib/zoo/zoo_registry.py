@@ -95,6 +95,8 @@ ZOO: list[ZooEntry] = [
     _timm("poolformer_s12", "PoolFormer", False, note="average-pool token mixer"),
     # hybrids and transformers
     _timm("efficientvit_b0", "EfficientViT (MIT)", True, "linear", note="LiteMLA ReLU linear attention"),
+    _timm("efficientvit_b1", "EfficientViT (MIT)", True, "linear",
+          note="the spec's worked example as the published code writes it"),
     _timm("efficientvit_m0", "EfficientViT (MSRA)", True, "matmul-softmax", img_size=True,
           note="cascaded group attention in 7x7 windows"),
     _timm("mobilevit_xxs", "MobileViT", True, "sdpa", fused_attn=True),
