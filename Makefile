@@ -1,12 +1,13 @@
 # Two commands do all set-up on a fresh machine:
 #   make autoloop   -- install into .venv and run `ytk autoloop` on the worked example
-#   make test       -- install into .venv and run the test suite (what CI runs)
+#   make test       -- install into .venv (plus the model zoo's extra) and run the test suite (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
 ARCH ?= auto
 WORKDIR ?= runs/efficientvit_b1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ytk-installed
+ZOO_STAMP := $(VENV)/.ytk-zoo-installed
 
 $(STAMP): requirements/base.txt requirements/packages.txt pyproject.toml hookspecs/pyproject.toml $(wildcard backends/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -14,12 +15,19 @@ $(STAMP): requirements/base.txt requirements/packages.txt pyproject.toml hookspe
 	$(BIN)/python -m pip install -q -r requirements/base.txt
 	touch $(STAMP)
 
+# The model zoo's extra (timm, torchvision; contrib/zoo): the tests need it, `install` and `autoloop` do not.
+$(ZOO_STAMP): $(STAMP) requirements/zoo.txt
+	$(BIN)/python -m pip install -q -r requirements/zoo.txt
+	touch $(ZOO_STAMP)
+
 install: $(STAMP)
 
-test: $(STAMP)
+install-zoo: $(ZOO_STAMP)
+
+test: $(STAMP) $(ZOO_STAMP)
 	$(BIN)/python -m pytest -q
 
 autoloop: $(STAMP)
 	$(BIN)/ytk autoloop contrib/models/efficientvit_b1/model.py -a $(ARCH) -p fp16 --workdir $(WORKDIR)
 
-.PHONY: install test autoloop
+.PHONY: install install-zoo test autoloop

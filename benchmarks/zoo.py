@@ -7,7 +7,7 @@
 
 Per model, in a subprocess of its own (``zoo_flow.py``) with a timeout, on the mock backends (a
 simulated DRIVE AGX Orin; ``--arch``): prepare (trace + export) -> compile the baseline -> propose
-(min_ms 0) -> carve each proposal on its own, then all accepted ones together -> the selected kernel
+(``--min-ms 0 --launch-ms 0``) -> carve each proposal on its own, then all accepted ones together -> the selected kernel
 generator's support answer and the templates recogniser for each carved region. A model that crashes
 or hangs costs its own row only. Results go to stdout, progress to stderr; the exit status is 0 whenever
 the table was produced (failing models are the table's data) and 2 for bad usage. Each model's
@@ -59,6 +59,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--size", default="small",
                     help="small (each model's CI size, the default), default (each model's large size) or BxHxW")
     ap.add_argument("--arch", default=ARCH, help=f"target arch spec (default {ARCH}, a simulated Orin)")
+    ap.add_argument("--min-ms", type=float, default=0.0,
+                    help="propose: families under this total are not worth a kernel (default 0: small sizes propose)")
+    ap.add_argument("--launch-ms", type=float, default=0.0,
+                    help="propose: kernel-launch floor per site in the roofline bound (default 0; propose's own "
+                         "default, 0.002, makes every family of a small model look at roofline, so nothing is carved)")
     ap.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the tables")
     return ap.parse_args(argv)
 
@@ -91,8 +96,10 @@ def _size_of(zoo: ZooEntry, size: str) -> str:
 class Runner:
     """Runs each model's subprocess with a timeout and collects its ModelRun."""
 
-    def __init__(self, workdir: Path, arch: str, size: str, timeout: float, jobs: int, err: Console) -> None:
+    def __init__(self, workdir: Path, arch: str, size: str, timeout: float, jobs: int, err: Console,
+                 propose: dict[str, float]) -> None:
         self.workdir, self.arch, self.size, self.timeout, self.jobs, self.err = workdir, arch, size, timeout, jobs, err
+        self.propose = propose
         self.lock = threading.Lock()
         self.done = 0
         self.total = 0
@@ -135,8 +142,9 @@ class Runner:
         with open(d / "log.txt", "wb") as log, self.lock:  # the child keeps its own copy of the file
             if self.stopping:
                 raise KeyboardInterrupt
-            proc = subprocess.Popen([sys.executable, str(FLOW), zoo.name, "--workdir", str(d), "--arch", self.arch],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd = [sys.executable, str(FLOW), zoo.name, "--workdir", str(d), "--arch", self.arch,
+                   "--min-ms", str(self.propose["min_ms"]), "--launch-ms", str(self.propose["launch_ms"])]
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=self._env(zoo), cwd=str(d), start_new_session=True)
             self.live.add(proc)
         timed_out = False
@@ -219,8 +227,9 @@ def render(report: ZooReport, out: Console) -> None:
     """The table, then every miss with its reason."""
     sim = any(r.simulated for r in report.models)
     gens = sorted({r.kernelgen for r in report.models if r.kernelgen}) or [report.backends["kernelgen"]]
+    opts = ", ".join(f"{k} {v:g}" for k, v in report.propose.items())
     t = Table(title=f"zoo: {len(report.models)} models, {report.size_kind} size, {report.arch}, "
-                    f"{'/'.join(sorted(set(report.backends.values())))} backends", title_justify="left")
+                    f"{'/'.join(sorted(set(report.backends.values())))} backends, propose {opts}", title_justify="left")
     for col, just in (("model", "left"), ("size", "left"), ("ONNX nodes", "right"), ("coverage", "right"),
                       ("base ms" + (" (SIMULATED)" if sim else ""), "right"), ("proposals", "right"),
                       ("carved", "right"), ("together", "left"), (f"supported ({'/'.join(gens)})", "right"),
@@ -258,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         models = select_models(args.models, args.subset)
         if args.jobs < 1 or not args.timeout > 0:
             raise Usage("--jobs must be at least 1 and --timeout more than 0")
+        if args.min_ms < 0 or args.launch_ms < 0:
+            raise Usage("--min-ms and --launch-ms must be zero or more")
         for zoo in models:
             _size_of(zoo, args.size)
         missing = [m for m in ("timm", "torchvision") if importlib.util.find_spec(m) is None]
@@ -271,10 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     err.print(f"zoo: {len(models)} model(s), --jobs {args.jobs}, timeout {args.timeout:.0f} s, workdir {workdir}",
               highlight=False)
     t0 = time.perf_counter()
-    runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err).run_all(models)
+    propose = {"min_ms": args.min_ms, "launch_ms": args.launch_ms}
+    runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err, propose).run_all(models)
     report = ZooReport(arch=args.arch, precision="fp16", backends=dict(BACKENDS),
                        size_kind=args.size if args.size in ("small", "default") else "override", jobs=args.jobs,
-                       timeout_s=args.timeout, workdir=str(workdir), wall_s=round(time.perf_counter() - t0, 1),
+                       timeout_s=args.timeout, propose=propose, workdir=str(workdir), wall_s=round(time.perf_counter() - t0, 1),
                        models=runs)
     report.write(workdir / "zoo_report.json")
     out = Console(soft_wrap=True)

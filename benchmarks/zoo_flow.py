@@ -1,9 +1,9 @@
 """One zoo model through the early flow, in a process of its own (``benchmarks/zoo.py`` starts one per model).
 
-    python benchmarks/zoo_flow.py NAME --workdir DIR [--arch ARCH]
+    python benchmarks/zoo_flow.py NAME --workdir DIR [--arch ARCH] [--min-ms MS] [--launch-ms MS]
 
-prepare (trace + export) -> compile the baseline -> propose (``min_ms=0``, so that small sizes still
-propose) -> carve every proposal on its own -> for each carved region, the selected kernel generator's
+prepare (trace + export) -> compile the baseline -> propose (``min_ms=0`` and ``launch_ms=0`` by default,
+so that small sizes still propose) -> carve every proposal on its own -> for each carved region, the selected kernel generator's
 support answer and the templates recogniser's -> carve every accepted proposal together. It calls the
 Python functions the CLI calls (``do_prepare``, ``run_compile``, ``propose``, the frontend's ``ytk_carve``
 hook). The backends and the input size come from the environment (``YTK_ENGINE``, ``YTK_EXAMPLE_SIZE``...),
@@ -61,10 +61,11 @@ def describe(exc: BaseException) -> str:
 class Flow:
     """The stages for one model; ``run`` is what it found out so far."""
 
-    def __init__(self, zoo: ZooEntry, workdir: Path, arch: str) -> None:
+    def __init__(self, zoo: ZooEntry, workdir: Path, arch: str, min_ms: float = 0.0, launch_ms: float = 0.0) -> None:
         from zoo_common import input_size
 
         self.zoo, self.workdir, self.arch = zoo, workdir, arch
+        self.min_ms, self.launch_ms = min_ms, launch_ms
         self.base = workdir / "base"
         self.run = ModelRun(name=zoo.name, source=zoo.source, family=zoo.family, depthwise=zoo.depthwise,
                             attention=zoo.attention, size="x".join(map(str, input_size(zoo))), workdir=str(workdir))
@@ -131,7 +132,7 @@ class Flow:
 
         with self.stage("propose"):
             report = propose(self.base / "base.tgz", self.base / "model.onnx", self.base / "fx_nodes.json", None,
-                             ProposeOptions(min_ms=0))
+                             ProposeOptions(min_ms=self.min_ms, launch_ms=self.launch_ms))
             props = [p for p in report.proposals if not p.already_plugged and p.selector]
             self.run.warnings = list(report.warnings)
             self.run.candidates = [CandidateRun(name=p.name, selector=p.selector, kind=p.kind, label=p.label,
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("name", help="a zoo model (contrib/zoo/zoo_registry.py)")
     ap.add_argument("--workdir", type=Path, required=True, help="this model's directory (result.json lands there)")
     ap.add_argument("--arch", default=ARCH)
+    ap.add_argument("--min-ms", type=float, default=0.0, help="propose's --min-ms (default 0)")
+    ap.add_argument("--launch-ms", type=float, default=0.0, help="propose's --launch-ms (default 0)")
     args = ap.parse_args(argv)
     try:
         zoo = entry(args.name)
@@ -263,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
-    flow = Flow(zoo, args.workdir.resolve(), args.arch)
+    flow = Flow(zoo, args.workdir.resolve(), args.arch, args.min_ms, args.launch_ms)
     try:
         flow.go()
     except BaseException as e:  # a harness bug: still leave a result saying so

@@ -107,6 +107,7 @@ class ZooReport(Versioned):
     size_kind: Literal["small", "default", "override"]
     jobs: int
     timeout_s: float
+    propose: dict[str, float] = Field(description="the ProposeOptions the runs used (min_ms, launch_ms)")
     workdir: str
     wall_s: float
     models: list[ModelRun]
