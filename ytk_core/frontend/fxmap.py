@@ -19,8 +19,11 @@ _FX_REF = re.compile(r"%([^\s:]+)")
 NON_COMPUTE_OPS = {"Constant", "Identity"}
 
 
-def onnx_to_fx(model_proto: Any) -> dict[str, str]:
-    """ONNX node name -> FX node name, from the exporter's node metadata."""
+def onnx_to_fx(model_proto: Any, graph: Any = None) -> dict[str, str]:
+    """ONNX node name -> FX node name, from the exporter's node metadata.
+
+    With the FX ``graph``, nodes the ONNX optimizer made without metadata are placed too (see
+    :func:`_place_unmapped`)."""
     out: dict[str, str] = {}
     for node in model_proto.graph.node:
         for p in node.metadata_props:
@@ -28,7 +31,59 @@ def onnx_to_fx(model_proto: Any) -> dict[str, str]:
                 m = _FX_REF.match(p.value)
                 if m:
                     out[node.name] = m.group(1)
+    if graph is not None:
+        out.update(_place_unmapped(model_proto, graph, out))
     return out
+
+
+def _place_unmapped(model_proto: Any, graph: Any, known: dict[str, str]) -> dict[str, str]:
+    """ONNX nodes without exporter metadata, placed on the FX nodes they replace.
+
+    The optimizer rewrites some translations after the fact and the new node carries no metadata:
+    ``x.chunk(3)`` is exported as SplitToSequence + SequenceAt and becomes one ``Split``. Left
+    unmapped, the Split belongs to no region, so a block around a chunk is "not convex" and its
+    chunks have no ONNX tensor. Such a node computes the FX nodes that no ONNX node claims and that
+    lie between its inputs' FX nodes and its consumers' (``split`` and its ``getitem``s): it maps to
+    the first of them, and the getitems inherit it like any tuple element (see build_fx_nodes).
+    """
+    nodes = list(graph.nodes)
+    order = {n.name: i for i, n in enumerate(nodes)}
+    by_name = {n.name: n for n in nodes}
+    claimed = set(known.values())
+    silent = {n.name for n in nodes if n.op == "call_function" and n.name not in claimed}
+    producer = {o: n.name for n in model_proto.graph.node for o in n.output}
+    consumers: dict[str, list[str]] = defaultdict(list)
+    for n in model_proto.graph.node:
+        for i in n.input:
+            consumers[i].append(n.name)
+
+    def fx_of(value: str) -> str | None:
+        return value if value in by_name else known.get(producer.get(value, ""))
+
+    placed: dict[str, str] = {}
+    for node in model_proto.graph.node:
+        if node.name in known or node.op_type in NON_COMPUTE_OPS:
+            continue
+        srcs = {f for f in map(fx_of, node.input) if f}
+        dsts = {known[c] for o in node.output for c in consumers.get(o, []) if c in known}
+        dsts |= {o for o in node.output if o in by_name}
+        down = _reach_silent(srcs, lambda n: n.users, by_name, silent)
+        up = _reach_silent(dsts, lambda n: n.all_input_nodes, by_name, silent)
+        between = down & up
+        if between:
+            placed[node.name] = min(between, key=order.__getitem__)
+    return placed
+
+
+def _reach_silent(start: set[str], step: Any, by_name: dict[str, Any], silent: set[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = [by_name[s] for s in start if s in by_name]
+    while todo:
+        for m in step(todo.pop()):
+            if m.name in silent and m.name not in seen:
+                seen.add(m.name)
+                todo.append(m)
+    return seen
 
 
 def strip_metadata(model_proto: Any) -> None:

@@ -119,8 +119,8 @@ def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
         raise UsageError(f"{request.model_path}: the model returns {len(ref)} tensors but the ONNX graph has "
                          f"{len(out_names)} outputs; return tensors only (a tuple, list or dict of tensors)")
     with ctx.progress("mapping ONNX nodes to torch modules"):
-        onnx_map = onnx_to_fx(proto)
         graph = onnx_program.exported_program.graph
+        onnx_map = onnx_to_fx(proto, graph)
         fx_nodes = build_fx_nodes(graph, onnx_map, type(loaded.model).__name__)
         fx_names = {n.name for n in fx_nodes}
         compute = [n for n in proto.graph.node if n.op_type not in NON_COMPUTE_OPS]
