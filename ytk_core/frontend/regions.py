@@ -19,12 +19,19 @@ from .selectors import Selector
 
 #: Ops an ``:around`` region targets inside a block: attention-style heavy ops. Convolutions are
 #: deliberately not here, so a block's convs stay their own (separately pluggable) regions.
-HEAVY_OPS = ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear", "scaled_dot_product", "_softmax", "softmax",
-             "einsum")
+HEAVY_OPS = ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear", "_softmax", "softmax", "einsum",
+             "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+             "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
 # (A heavy op that takes a parameter is a dense layer, never a seed; see grow_around.)
+#: Ops that compute nothing in eval mode (the exporter emits no ONNX node for them).
+IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "dropout", "lift_fresh_copy")
+#: Plumbing that returns a tuple (``x.chunk(3)``, ``qkv.unbind(0)``): its elements are its getitems.
+TUPLE_PLUMBING_OPS = ("split", "split_with_sizes", "unbind", "chunk")
 CONV_OPS = ("conv2d", "convolution", "conv1d", "conv3d", "_convolution")
 #: What ``:around`` may absorb around the heavy ops: reformats, slicing, casts, pads and pointwise math.
 PLUMBING_OPS = ("view", "reshape", "_unsafe_view", "transpose", "permute", "t.", "slice", "select", "split",
+                "split_with_sizes", "unbind", "chunk",
                 "unsqueeze", "squeeze", "expand", "clone", "contiguous", "alias", "constant_pad_nd", "pad",
                 "_to_copy", "to.", "type_as", "cat", "flatten", "unflatten", "relu", "add", "sub", "mul", "div",
                 "neg", "exp", "pow", "sqrt", "rsqrt", "reciprocal", "clamp", "hardtanh", "sigmoid", "tanh", "gelu",
@@ -222,8 +229,25 @@ def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> l
                 continue
             if nojoin and is_cat(m):
                 continue
-            if m.target is operator.getitem and m.args[0] not in region:
-                continue  # a tuple element joins only with the op that produced the tuple
+            if m.target is operator.getitem and m.args[0] not in region and not _is(m.args[0], TUPLE_PLUMBING_OPS):
+                # A tuple element joins only with the op that produced the tuple (a BatchNorm's
+                # statistics stay with it) -- unless that op is plumbing the region takes next: q, k
+                # and v chunked out of one qkv tensor lead back to the chunk and the qkv reshape.
+                continue
             region.add(m)
             q.append(m)
-    return list(region)
+    return list(_drop_trailing_identities(region))
+
+
+def _drop_trailing_identities(region: set[Any]) -> set[Any]:
+    """Growth stops at the projection after the attention, but it has taken that projection's eval
+    Dropout (a clone) on the way. An identity is no ONNX value of its own (the exporter files it under
+    its consumer), so as the region's output it has no tensor to cut at; its input is the same value."""
+    region = set(region)
+    trailing = [n for n in region if _is(n, IDENTITY_OPS) and n.users and
+                all(u not in region and u.op != "output" for u in n.users)]
+    while trailing:
+        region -= set(trailing)
+        trailing = [m for n in trailing for m in n.all_input_nodes if m in region and _is(m, IDENTITY_OPS) and
+                    all(u not in region and u.op != "output" for u in m.users)]
+    return region
