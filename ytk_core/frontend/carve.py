@@ -3,6 +3,7 @@ kernel generator needs (plugins.json, candidates.json, plugin_candidates/<Name>.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -96,6 +97,10 @@ def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str,
             out.append(n.name)
             continue
         produced = [o for on in onnx_of.get(n.name, []) if on in og.nodes for o in og.nodes[on].output if o in onnx_names]
+        if len(produced) > 1 and n.target is operator.getitem:
+            # q, k, v = x.chunk(3): each getitem is one output of the one Split they all map to
+            produced = [o for o in produced if any(list(og.nodes[on].output).index(o) == n.args[1]
+                                                   for on in onnx_of[n.name] if o in og.nodes[on].output)]
         if len(produced) != 1:
             raise UsageError(f"internal carve error at {where}: cannot find the ONNX tensor of region {what} {n.name}")
         out.append(produced[0])
@@ -162,7 +167,10 @@ def _plan_selector(sel: Selector, ctx: _PlanContext, claimed: dict[str, str]) ->
                              "or optimised away); there is nothing to replace")
         og.check_convex(onnx_nodes, where)
         b = og.boundary(onnx_nodes)
-        if len(b.outputs) > 1:
+        if len(b.outputs) > 1 and sel.kind in ("span", "nodes"):
+            # A block's region may hand several values on (attention output and its weights): one
+            # custom-op node with several outputs. A hand-drawn span that leaks a value more likely
+            # misses a consumer, so it is refused with the edges it would cut.
             leaks = [f"{o} -> {', '.join(c for c in og.consumers.get(o, []) if c not in set(onnx_nodes)) or 'graph output'}"
                      for o in b.outputs]
             raise UsageError(f"selector {sel.text!r}: region {where} has {len(b.outputs)} values used outside it "
