@@ -173,8 +173,11 @@ def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monk
                        1, 0.001, 2, None)
     st = rep.state
     name = poisoned["name"]
-    dropped = {c.name: c.reason for c in st.rounds[0].candidates if c.status == "dropped"}
-    assert name in dropped and dropped[name].startswith("numerics:") and "injected" in dropped[name]
+    dropped = {c.name: c for c in st.rounds[0].candidates if c.status == "dropped"}
+    assert name in dropped and dropped[name].reason.startswith("numerics:") and "injected" in dropped[name].reason
+    assert dropped[name].dropped_at == "numerics"
+    assert any(h.startswith(f"dropped {name} ({dropped[name].selector}): numerics:") for h in st.history)
+    assert any(c.status == "kept" for c in st.rounds[0].candidates)  # the round went on with the others
     assert name not in {p.name for p in st.best.plugins}
     final = EngineBundle.open(tmp_path / "w" / st.best.bundle).manifest
     assert name not in {p.name for p in final.plugins}

@@ -12,17 +12,18 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import ArchSpec, CandidatesFile
 from ytk_hookspecs.models.base import sha256_file
 
 from ..bundle import EngineBundle
-from ..errors import UsageError, YtkError
+from ..errors import BackendError, NumericsFailed, RegionRefused, UsageError, YtkError
 from ..runtime import runtime
 from .control import Clock, checkpoint
-from .state import AutoloopState, BestEngine, CompileRecord, PluginRecord, RoundRecord
+from .isolate import describe, find_culprits, must_stop, named_selector
+from .state import AutoloopState, BestEngine, CarveFailure, CompileRecord, DropStage, PluginRecord, RoundRecord
 from .target import gpu_label
 
 
@@ -67,11 +68,17 @@ class Autoloop:
         if self.s.baseline is not None:
             return
         d = self.w / "round0"
-        prep = self._prepare(d / "prepare", [])
-        rec = self._compile(d / "base.tgz", [], round_index=0, prep=prep)
+        try:
+            prep = self._prepare(d / "prepare", [])
+        except Exception as e:
+            self._stop_on(e, "the baseline cannot be prepared", UsageError)
+        try:
+            rec = self._compile(d / "base.tgz", [], round_index=0, prep=prep)
+        except Exception as e:
+            self._stop_on(e, "the baseline engine cannot be compiled", BackendError)
         if not rec.numerics_passed:
-            raise YtkError(f"the baseline engine itself fails numerics against torch ({rec.numerics_note}); "
-                           "autoloop has nothing trustworthy to improve on")
+            raise NumericsFailed(f"the baseline engine itself fails numerics against torch ({rec.numerics_note}); "
+                                 "autoloop has nothing trustworthy to improve on")
         self.s.baseline = BestEngine(round=0, bundle=rec.bundle, ms=rec.p50_ms, prepare_dir=self.rel(prep))
         self.s.best = self.s.baseline.model_copy(deep=True)
         self.event(f"round 0: baseline {rec.p50_ms:.3f} ms ({self.s.backends['engine']} engine)")
@@ -107,8 +114,28 @@ class Autoloop:
                     "build": self._build, "compile": self._compile_round, "verify": self._verify_round,
                     "decide": self._decide}
         self.log.info(f"round {r.index}: {r.stage}", best_ms=round(self.s.best.ms, 3) if self.s.best else None)
-        handlers[r.stage](r)
-        checkpoint(f"{r.index}:{r.stage}")
+        stage = r.stage
+        try:
+            handlers[stage](r)
+        except Exception as e:
+            # what one candidate does wrong is dropped inside the stage; what escapes stops every candidate
+            self._stop_on(e, f"round {r.index} stopped in its {stage} stage on an internal error", YtkError,
+                          exit_code=1, resume=True)
+        checkpoint(f"{r.index}:{stage}")
+
+    def _stop_on(self, err: Exception, what: str, kind: type[YtkError], exit_code: int | None = None,
+                 resume: bool = False) -> NoReturn:
+        """Stop the loop on ``err``, which no candidate can get past: a ytk error (already one clear
+        paragraph) and a full disk go up as they are; anything else becomes one line of ``kind``, its
+        traceback in the debug log only."""
+        if isinstance(err, StageError) or must_stop(err):
+            raise err
+        self._debug_traceback(what, err)
+        again = "; run the same command again to resume" if resume else ""
+        raise kind(f"{what}: {describe(err)}{again} (-v logs the traceback)", exit_code=exit_code) from None
+
+    def _debug_traceback(self, what: str, err: BaseException) -> None:
+        self.log.debug(f"{what}: {type(err).__name__}", exc_info=err)
 
     def _advance(self, r: RoundRecord, stage: str) -> None:
         r.stage = stage  # type: ignore[assignment]
@@ -123,30 +150,56 @@ class Autoloop:
         assert best is not None
         prep = self.path(best.prepare_dir)
         pj = prep / "plugins.json"
+        opts: dict[str, Any] = {"min_ms": self.limits["min_gain_ms"], "precision": self.s.precision}
+        if "kernelgen" in ProposeOptions.model_fields:  # ask the loop's generator which regions it would take
+            opts["kernelgen"] = self.s.backends["kernelgen"]
         report = propose(self.path(best.bundle), prep / "model.onnx", prep / "fx_nodes.json",
-                         pj if pj.is_file() else None,
-                         ProposeOptions(min_ms=self.limits["min_gain_ms"], precision=self.s.precision))  # type: ignore[arg-type]
+                         pj if pj.is_file() else None, ProposeOptions(**opts))
         dropped_before = {c.selector for rr in self.s.rounds[:-1] for c in rr.candidates if c.status == "dropped"}
         kept = {p.name for p in best.plugins}
         fresh = [p for p in report.candidates if p.selector and p.name not in kept and p.selector not in dropped_before]
         worth = [p for p in fresh if p.ms >= self.limits["min_gain_ms"]]
+        refused = self._refused_by_propose(r, worth)
+        worth = [p for p in worth if p.selector not in {c.selector for c in refused}]
+        fresh = [p for p in fresh if p.selector not in {c.selector for c in refused}]
         reopt = self._reoptimizable(report.plugged)
         if not worth and not reopt:
             if fresh:
                 top = max(p.ms for p in fresh)
                 r.note = (f"best remaining candidate is worth {top:.3f} ms, under --min-gain-ms "
                           f"{self.limits['min_gain_ms']}")
+            elif refused:
+                r.note = "every candidate worth a job is one the carve or the kernel generators refuse"
             else:
                 r.note = "no candidate left to try (every proposal is plugged already or was dropped earlier)"
+            r.candidates = refused
             r.stage = "done"
             self._stop(r.note)
             return
-        r.candidates = [PluginRecord(name=p.name, selector=p.selector, origin_round=r.index, region_ms=p.ms,
-                                     sites=len(p.sites)) for p in worth] + reopt
+        r.candidates = refused + [PluginRecord(name=p.name, selector=p.selector, origin_round=r.index, region_ms=p.ms,
+                                               sites=len(p.sites)) for p in worth] + reopt
         parts = [f"{p.name} ({p.ms:.2f} ms)" for p in worth]
         parts += [f"re-optimize {c.name} ({c.region_ms:.2f} ms, {c.ms_to_beat:.3f} ms/site to beat)" for c in reopt]
         self.event(f"round {r.index}: proposing {', '.join(parts)}")
         self._advance(r, "prepare")
+
+    def _refused_by_propose(self, r: RoundRecord, proposals: list[Any]) -> list[PluginRecord]:
+        """Proposals that propose already knows will be refused, recorded as dropped so no carve or job is
+        spent on them: ``refused`` (why the carve would refuse it), or the loop's generator answering
+        ``supported`` False for certain (``support_certain``; an answer from the sketch alone that is not
+        certain leaves it to the job). Read with getattr: older propose reports carry neither field."""
+        out = []
+        for p in proposals:
+            why = getattr(p, "refused", None)
+            if not (isinstance(why, str) and why.strip()):
+                if getattr(p, "supported", None) is not False or getattr(p, "support_certain", True) is False:
+                    continue
+                by = getattr(p, "support_backend", "") or "the kernel generator"
+                why = f"{by} refuses it: {getattr(p, 'support_why', '') or 'the region is not supported'}"
+            c = PluginRecord(name=p.name, selector=p.selector, origin_round=r.index, region_ms=p.ms, sites=len(p.sites))
+            self._drop(c, "propose", f"propose: {' '.join(why.split())}")
+            out.append(c)
+        return out
 
     def _reoptimizable(self, proposals: list[Any]) -> list[PluginRecord]:
         """Plugged regions whose "ms/site to beat" leaves headroom: the kept kernel declares it reaches
@@ -185,44 +238,122 @@ class Autoloop:
     def _active(self, r: RoundRecord) -> list[PluginRecord]:
         return [c for c in r.candidates if c.status != "dropped"]
 
-    def _drop(self, c: PluginRecord, why: str) -> None:
+    def _drop(self, c: PluginRecord, stage: DropStage, why: str) -> None:
+        """Drop one candidate; the event names its selector, since two rounds' plugins may share a name."""
         c.status = "dropped"
         c.reason = why
-        self.event(f"dropped {c.name}: {why}")
+        c.dropped_at = stage
+        self.event(f"dropped {c.name} ({c.selector}): {why}")
 
-    def _prep_for(self, r: RoundRecord, plugins: list[PluginRecord]) -> Path:
-        """A prepare dir carved with exactly ``plugins`` (the ONNX must hold a node for every plugin and no other)."""
+    def _carve(self, r: RoundRecord, plugins: list[PluginRecord], probe: bool = False) -> Path | CarveFailure:
+        """A prepare dir carved with exactly ``plugins`` (the ONNX holds a node for every plugin and no other),
+        or why carving them fails. Both are recorded in the state, so a resumed run carves nothing twice.
+        ``probe`` carves the best engine's own plugins afresh instead of reusing its prepare dir."""
         sels = [p.selector for p in plugins]
         key = "\n".join(sorted(sels))
         rel = r.prepares.get(key)
         if rel and (self.path(rel) / "prepare.json").is_file():
             return self.path(rel)
+        if key in r.carve_failures:
+            return r.carve_failures[key]
         best = self.s.best
-        if best is not None and sorted(p.selector for p in best.plugins) == sorted(sels) and best.plugins:
+        if not probe and best is not None and best.plugins and sorted(p.selector for p in best.plugins) == sorted(sels):
             return self.path(best.prepare_dir)  # only re-optimizations: the best engine's carve is this carve
-        name = "prepare" if not r.prepares else f"prepare-{len(r.prepares)}"
-        prep = self._prepare(self.w / f"round{r.index}" / name, sels)
+        d = self._fresh_prepare_dir(r)
+        try:
+            prep = self._prepare(d, sels)
+        except Exception as e:
+            if must_stop(e):
+                raise
+            self._debug_traceback(f"round {r.index}: carving {len(sels)} selector(s) failed", e)
+            shutil.rmtree(d, ignore_errors=True)  # a real model's export is large, and this one is of no use
+            failure = CarveFailure(message=describe(e), selector=named_selector(e, sels))
+            r.carve_failures[key] = failure
+            self.save()
+            checkpoint(f"{r.index}:carve")
+            return failure
         r.prepares[key] = self.rel(prep)
         self.save()
+        checkpoint(f"{r.index}:carve")
         return prep
 
-    def _prepare_round(self, r: RoundRecord) -> None:
+    def _fresh_prepare_dir(self, r: RoundRecord) -> Path:
+        taken = set(r.prepares.values())
+        n = len(r.prepares) + len(r.carve_failures)
         while True:
-            try:
-                prep = self._prep_for(r, self._round_plugins(r))
-                break
-            except UsageError as e:
-                culprit = next((c for c in self._active(r) if c.selector in str(e)), None)
-                if culprit is None:
-                    raise
-                self._drop(culprit, f"carve refused it: {str(e).splitlines()[0]}")
-                if not self._active(r):
-                    r.note = "every candidate was refused by the carve"
-                    self._advance(r, "done")
-                    return
-        r.prepare_dir = self.rel(prep)
-        r.selectors = [p.selector for p in self._round_plugins(r)]
-        self._advance(r, "kernelgen")
+            d = self.w / f"round{r.index}" / ("prepare" if n == 0 else f"prepare-{n}")
+            if self.rel(d) not in taken:
+                return d
+            n += 1
+
+    def _prep_for(self, r: RoundRecord, plugins: list[PluginRecord]) -> Path:
+        """``_carve`` for callers that need the dir: a failure is raised."""
+        out = self._carve(r, plugins)
+        if isinstance(out, CarveFailure):
+            if out.selector:
+                raise RegionRefused(out.selector, "carve", out.message)
+            raise UsageError(out.message)
+        return out
+
+    def _prepare_round(self, r: RoundRecord) -> None:
+        """Carve the round's candidates (with the kept plugins). A failure naming a candidate drops it; one
+        naming none is pinned on a candidate by carving parts of the round (``_isolate_carve``)."""
+        stalled = False
+        while self._active(r):
+            plugins = self._round_plugins(r)
+            out = self._carve(r, plugins)
+            if not isinstance(out, CarveFailure):
+                r.prepare_dir = self.rel(out)
+                r.selectors = [p.selector for p in plugins]
+                self._advance(r, "kernelgen")
+                return
+            named = next((c for c in self._active(r) if out.selector and c.selector == out.selector), None)
+            if named is not None:
+                self._drop(named, "carve", f"carve refused it: {out.message}")
+                self.save()
+            elif not self._isolate_carve(r, out):
+                # every part carves and so did the whole, once: a carve that fails only sometimes
+                if stalled:
+                    for c in self._active(r):
+                        self._drop(c, "carve", f"carve refused it: {out.message} (the candidates fail together, "
+                                               "and no part of them fails alone)")
+                    self.save()
+                    break
+                stalled = True
+                r.carve_failures.pop("\n".join(sorted(p.selector for p in plugins)), None)
+        r.note = "every candidate was refused by the carve"
+        self._advance(r, "done")
+
+    def _isolate_carve(self, r: RoundRecord, failure: CarveFailure) -> bool:
+        """The round's carve failed naming no candidate: carve parts of the round until the failure is
+        pinned on candidates, and drop those. Returns whether any was dropped."""
+        cands = self._active(r)
+        self._check_carve_works(r)
+        self.event(f"round {r.index}: the carve of {len(cands)} candidate(s) failed naming none of them "
+                   f"({failure.message}); carving them apart to find which")
+
+        def carve(group: list[PluginRecord]) -> CarveFailure | None:
+            out = self._carve(r, self._round_plugins(r, group))
+            return out if isinstance(out, CarveFailure) else None
+
+        culprits = find_culprits(cands, failure, carve, lambda c: c.selector)
+        for cul in culprits:
+            alongside = f" together with {', '.join(c.name for c in cul.alongside)}" if cul.alongside else ""
+            self._drop(cul.candidate, "carve", f"carve refused it{alongside}: {cul.failure.message}")
+        self.save()
+        return bool(culprits)
+
+    def _check_carve_works(self, r: RoundRecord) -> None:
+        """Before blaming a candidate, carve the best engine's own plugins (none: a plain export): when that
+        fails too no candidate can be carved, and the loop stops rather than drop them all."""
+        kept = list(self.s.best.plugins) if self.s.best else []
+        out = self._carve(r, kept, probe=True)
+        if isinstance(out, CarveFailure):
+            r.carve_failures.clear()  # carved while the carve itself is broken: none of them convicts a candidate
+            self.save()
+            raise UsageError(f"round {r.index}: the carve fails even with no new candidate (the best engine's "
+                             f"{len(kept)} plugin(s) only): {out.message}. No candidate can be tried; fix that and "
+                             "run the same command again to resume")
 
     # -- kernel generation (concurrent) -------------------------------------------------------------
     def _kernelgen(self, r: RoundRecord) -> None:
@@ -240,6 +371,9 @@ class Autoloop:
             if cand is None or not cand.files.pt2:
                 return c, None, "the carve produced no kernel-generation input for it"
             try:
+                refusal = None if c.replaces else self._generator_refuses(cand, prep)
+                if refusal:
+                    return c, None, refusal
                 config = {"deployment_target": "tensorrt"}
                 if c.replaces:  # a generator may search harder, and should fail when it cannot beat this
                     config.update(reoptimize="1", ms_to_beat=f"{c.ms_to_beat:.6f}")
@@ -252,8 +386,11 @@ class Autoloop:
                                             arch=self.s.arch, precision=self.s.precision,
                                             candidates=prep / "candidates.json")
                 return c, out, None
-            except StageError as e:
-                return c, None, str(e).splitlines()[0]
+            except Exception as e:
+                if must_stop(e):
+                    raise
+                self._debug_traceback(f"kernel generation of {c.name} failed", e)
+                return c, None, describe(e)
 
         with ThreadPoolExecutor(max_workers=self.max_jobs) as pool:
             futures = [pool.submit(job, c) for c in todo]
@@ -263,16 +400,16 @@ class Autoloop:
                 c, out, err = fut.result()
                 with self._lock:
                     if err or out is None or out.result.status != "done":
-                        self._drop(c, f"kernel generation: {err or (out.result.message if out else 'no result')}")
+                        self._drop(c, "kernelgen",
+                                   f"kernel generation: {err or (out.result.message if out else 'no result')}")
                     else:
-                        src = Path(out.result.source or src_dir / f"{c.name}.module_source.py")
-                        c.status = "generated"
-                        c.job_id = out.result.job_id
-                        c.source, c.source_sha256 = self.rel(src), sha256_file(src)
-                        c.report = self.rel(Path(out.result.report)) if out.result.report else None
-                        if out.report is not None and out.report.winner:
-                            win = next((x for x in out.report.candidates if x.variant == out.report.winner), None)
-                            c.kernel_ms_per_site = list(win.time_ms_per_site) if win else []
+                        try:
+                            self._record_kernel(c, out, src_dir)
+                        except Exception as e:  # a result that does not hold together is that job's failure
+                            if must_stop(e):
+                                raise
+                            self._debug_traceback(f"recording the kernel of {c.name} failed", e)
+                            self._drop(c, "kernelgen", f"kernel generation: {describe(e)}")
                 self.save()
                 checkpoint(f"{r.index}:kernelgen-job")
         if not self._active(r):
@@ -280,6 +417,29 @@ class Autoloop:
             self._advance(r, "done")
             return
         self._advance(r, "build")
+
+    def _generator_refuses(self, cand: Any, prep: Path) -> str | None:
+        """Ask the generator about the carved region before paying for its job: a certain "no" is the drop
+        reason (an answer that is not certain, or none, leaves it to the job)."""
+        from ..stages.supports import check_support
+
+        gen = self.s.backends["kernelgen"]
+        ans = check_support(cand, prep, gen, ArchSpec.parse(self.s.arch), self.s.precision)  # type: ignore[arg-type]
+        if ans.supported or not ans.certain:
+            return None
+        return f"{ans.backend or gen} refuses the carved region (no job was run): {' '.join(ans.why.split())}"
+
+    def _record_kernel(self, c: PluginRecord, out: Any, src_dir: Path) -> None:
+        src = Path(out.result.source or src_dir / f"{c.name}.module_source.py")
+        source, source_sha256 = self.rel(src), sha256_file(src)
+        kernel_ms: list[float] = []
+        if out.report is not None and out.report.winner:
+            win = next((x for x in out.report.candidates if x.variant == out.report.winner), None)
+            kernel_ms = list(win.time_ms_per_site) if win else []
+        c.status, c.job_id = "generated", out.result.job_id
+        c.source, c.source_sha256 = source, source_sha256
+        c.report = self.rel(Path(out.result.report)) if out.result.report else None
+        c.kernel_ms_per_site = kernel_ms
 
     def _source_ok(self, c: PluginRecord) -> bool:
         from .state import file_ok
@@ -300,11 +460,15 @@ class Autoloop:
                 out = run_build_plugin(self.s.arch, c.name, self.path(c.source or ""), so,
                                        builder=self.s.backends["builder"], candidates=prep / "candidates.json",
                                        precision=self.s.precision)
-            except StageError as e:
-                self._drop(c, f"build: {str(e).splitlines()[0]}")
+                so_rel = self.rel(out.so_path)
+            except Exception as e:
+                if must_stop(e):
+                    raise
+                self._debug_traceback(f"building {c.name} failed", e)
+                self._drop(c, "build", f"build: {describe(e)}")
                 self.save()
                 continue
-            c.status, c.so, c.so_sha256 = "built", self.rel(out.so_path), out.sha256
+            c.status, c.so, c.so_sha256 = "built", so_rel, out.sha256
             self.save()
             checkpoint(f"{r.index}:build-job")
         if not self._active(r):
@@ -352,42 +516,100 @@ class Autoloop:
         kept = [p for p in (self.s.best.plugins if self.s.best else []) if p.name not in replaced]
         return kept + list(new)
 
-    def _compile_round(self, r: RoundRecord) -> None:
-        d = self.w / f"round{r.index}"
+    def _try_compile(self, r: RoundRecord, name: str, plugins: list[PluginRecord]) -> CompileRecord | str:
+        """``_compile`` into round ``r``'s dir; a failure (a ytk error, or a bug anywhere below) comes back as
+        one line, its traceback in the debug log."""
         try:
-            rec = self._compile(d / f"round{r.index}.tgz", self._round_plugins(r), r.index)
-        except StageError as e:
-            for c in self._active(r):
-                self._drop(c, f"engine compile with it failed: {str(e).splitlines()[0]}")
-            r.note = "compile failed"
-            self._advance(r, "done")
-            return
+            return self._compile(self.w / f"round{r.index}" / name, plugins, r.index)
+        except Exception as e:
+            if must_stop(e):
+                raise
+            self._debug_traceback(f"round {r.index}: compiling {name} failed", e)
+            return describe(e)
+
+    def _compile_round(self, r: RoundRecord) -> None:
+        rec = self._try_compile(r, f"round{r.index}.tgz", self._round_plugins(r))
+        if isinstance(rec, str):
+            rec = self._isolate_compile(r, rec)
+            if rec is None:
+                r.note = "no new plugin compiled into the engine"
+                self._advance(r, "done")
+                return
         r.result_bundle, r.result_ms = rec.bundle, rec.p50_ms
         self._advance(r, "verify")
+
+    def _isolate_compile(self, r: RoundRecord, why: str) -> CompileRecord | None:
+        """The engine compile with every new plugin failed: compile each alone (on top of the kept plugins),
+        drop those that fail, and compile the rest together. None when no plugin is left."""
+        self._check_best_compiles(r)
+        if len(self._active(r)) == 1:  # that compile was this plugin alone
+            self._drop(self._active(r)[0], "compile", f"engine compile: {why}")
+            self.save()
+            return None
+        self.event(f"round {r.index}: the engine compile with every new plugin failed ({why}); compiling them one "
+                   "at a time")
+        for c in list(self._active(r)):
+            one = self._try_compile(r, f"check-{c.name}.tgz", self._round_plugins(r, [c]))
+            if isinstance(one, str):
+                self._drop(c, "compile", f"engine compile: {one}")
+                self.save()
+        if not self._active(r):
+            return None
+        rec = self._try_compile(r, f"round{r.index}-compiled.tgz", self._round_plugins(r))
+        if isinstance(rec, str):
+            for c in self._active(r):
+                self._drop(c, "compile", f"engine compile: the plugins compile one at a time but not together: {rec}")
+            self.save()
+            return None
+        return rec
+
+    def _check_best_compiles(self, r: RoundRecord) -> None:
+        """Before blaming a plugin, compile the best engine so far again (the baseline and the kept plugins):
+        when that fails too, no candidate can be tried and the loop stops, its round left to resume."""
+        from ..stages.compile import run_compile
+
+        best = self.s.best
+        assert best is not None
+        prep = self.path(best.prepare_dir)
+        out = self.w / f"round{r.index}" / "best-again.tgz"
+        try:
+            run_compile(self.s.arch, self.s.precision, prep / "model.onnx", prep / "model.npz", out,
+                        [self.path(p.so or "") for p in best.plugins], engine=self.s.backends["engine"])
+        except Exception as e:
+            if must_stop(e):
+                raise
+            self._debug_traceback(f"round {r.index}: compiling the best engine again failed", e)
+            raise BackendError(f"round {r.index}: the engine cannot compile even the best engine so far (the baseline "
+                               f"and {len(best.plugins)} kept plugin(s)): {describe(e)}. No candidate can be tried; "
+                               "run the same command again once the engine works") from None
+        finally:
+            out.unlink(missing_ok=True)
 
     def _verify_round(self, r: RoundRecord) -> None:
         """Numerics gate: a plugin whose engine fails verify never reaches the final engine."""
         rec = next(c for c in r.compiles if c.bundle == r.result_bundle)
         if not rec.numerics_passed:
             for c in list(self._active(r)):
-                one = self._compile(self.w / f"round{r.index}" / f"check-{c.name}.tgz",
-                                    self._round_plugins(r, [c]), r.index)
-                if not one.numerics_passed:
-                    self._drop(c, f"numerics: {one.numerics_note or 'verify failed'}")
-                    self.save()
+                one = self._try_compile(r, f"check-{c.name}.tgz", self._round_plugins(r, [c]))
+                if isinstance(one, str):
+                    self._drop(c, "compile", f"engine compile: {one}")
+                elif not one.numerics_passed:
+                    self._drop(c, "numerics", f"numerics: {one.numerics_note or 'verify failed'}")
+                self.save()
             if not self._active(r):
                 r.note = "every new plugin failed numerics"
                 self._advance(r, "done")
                 return
-            rec = self._compile(self.w / f"round{r.index}" / f"round{r.index}-checked.tgz", self._round_plugins(r),
-                                r.index)
-            if not rec.numerics_passed:
+            checked = self._try_compile(r, f"round{r.index}-checked.tgz", self._round_plugins(r))
+            if isinstance(checked, str) or not checked.numerics_passed:
+                why = (f"engine compile: the plugins compile one at a time but not together: {checked}"
+                       if isinstance(checked, str) else "numerics: the plugins pass one at a time but not together")
                 for c in self._active(r):
-                    self._drop(c, "numerics: the plugins pass one at a time but not together")
+                    self._drop(c, "compile" if isinstance(checked, str) else "numerics", why)
                 r.note = "combined engine failed numerics"
                 self._advance(r, "done")
                 return
-            r.result_bundle, r.result_ms = rec.bundle, rec.p50_ms
+            r.result_bundle, r.result_ms = checked.bundle, checked.p50_ms
         self._advance(r, "decide")
 
     # -- decide -------------------------------------------------------------------------------------
@@ -408,15 +630,19 @@ class Autoloop:
                 losers.append(c)
         for c in losers:
             if c.replaces:
-                self._drop(c, f"re-optimization lost: its layers took {c.plugin_ms:.3f} ms, the plugged kernel's "
-                              f"{c.region_ms:.3f} ms (needs {self.limits['min_gain_ms']} ms less)")
+                self._drop(c, "decide", f"re-optimization lost: its layers took {c.plugin_ms:.3f} ms, the plugged "
+                                        f"kernel's {c.region_ms:.3f} ms (needs {self.limits['min_gain_ms']} ms less)")
             else:
-                self._drop(c, f"lost: its layers took {c.plugin_ms:.3f} ms where the region took {c.region_ms:.3f} ms")
+                self._drop(c, "decide",
+                           f"lost: its layers took {c.plugin_ms:.3f} ms where the region took {c.region_ms:.3f} ms")
         if losers and self._active(r):
-            rec = self._compile(self.w / f"round{r.index}" / f"round{r.index}-winners.tgz", self._round_plugins(r), r.index)
-            if not rec.numerics_passed:
+            rec = self._try_compile(r, f"round{r.index}-winners.tgz", self._round_plugins(r))
+            if isinstance(rec, str):
                 for c in self._active(r):
-                    self._drop(c, f"numerics after dropping losers: {rec.numerics_note}")
+                    self._drop(c, "compile", f"engine compile after dropping the losers: {rec}")
+            elif not rec.numerics_passed:
+                for c in self._active(r):
+                    self._drop(c, "numerics", f"numerics after dropping losers: {rec.numerics_note}")
             else:
                 r.result_bundle, r.result_ms = rec.bundle, rec.p50_ms
         winners = self._active(r)
@@ -441,7 +667,7 @@ class Autoloop:
                        f"{', '.join(c.name for c in winners)}")
         else:
             for c in winners:
-                self._drop(c, f"the engine did not get faster ({best.ms:.3f} -> {r.result_ms:.3f} ms)")
+                self._drop(c, "decide", f"the engine did not get faster ({best.ms:.3f} -> {r.result_ms:.3f} ms)")
             self.event(f"round {r.index}: no gain; best stays {best.ms:.3f} ms")
         r.stage = "done"
         self.save()

@@ -11,7 +11,7 @@ from ytk_hookspecs.models.base import write_text_atomic
 
 from ..stages.verify import VerifyReport, run_verify
 from .charts import latency_by_round, regions_before_after
-from .state import AutoloopState
+from .state import AutoloopState, PluginRecord
 
 REPORT_DIR = "report"
 
@@ -34,6 +34,11 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def dropped_label(c: PluginRecord) -> str:
+    """``Name (stage)``: which candidate, and where the loop let it go."""
+    return f"{c.name} ({c.dropped_at})" if c.dropped_at else c.name
 
 
 def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timing: bool) -> AutoloopReport:
@@ -81,13 +86,20 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
               f"{n.cosine:.6f}" if n.cosine is not None else "-", "yes" if n.passed else "NO"]
              for n in verify.numerics]), ""]
     md += ["## Rounds", "", _md_table(
-        ["round", "p50 ms", "gain ms", "added", "dropped (why)", "note"],
+        ["round", "p50 ms", "gain ms", "added", "dropped (stage)", "note"],
         [["0", f"{base.ms:.3f}" if base else "-", "-", "-", "-", "baseline"]] + [
             [str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
              f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
              ", ".join(c.name + (" (re-optimized)" if c.replaces else "") for c in r.candidates if c.status == "kept") or "-",
-             "; ".join(f"{c.name}: {c.reason}" for c in r.candidates if c.status == "dropped") or "-", r.note or ""]
+             ", ".join(dropped_label(c) for c in r.candidates if c.status == "dropped") or "-", r.note or ""]
             for r in state.rounds]), ""]
+    dropped = [(r.index, c) for r in state.rounds for c in r.candidates if c.status == "dropped"]
+    if dropped:
+        md += ["## Dropped candidates", "", "A candidate refused or beaten at any stage is dropped alone; the round "
+               "goes on with the rest.", "", _md_table(
+            ["round", "plugin", "stage", "why", "selector"],
+            [[str(i), c.name, c.dropped_at or "-", c.reason.replace("|", "\\|"), f"`{c.selector}`"]
+             for i, c in dropped]), ""]
     if kept:
         md += ["## Plugins in the final engine", "", _md_table(
             ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "selector"],

@@ -32,6 +32,7 @@ def autoloop(
 ) -> None:
     """Prepare and compile the baseline, then repeat propose -> carve -> generate -> build -> compile -> verify
     until no gain remains. Kill it at any point and run the same command again: it resumes."""
+    from ..autoloop.report import dropped_label
     from ..autoloop.run import run_autoloop
 
     rep = run_autoloop(model, arch, precision, workdir, {"engine": engine, "kernelgen": kernelgen, "builder": builder},
@@ -49,7 +50,7 @@ def autoloop(
         t.add_row(str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
                   f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
                   ", ".join(c.name + (" (re-optimized)" if c.replaces else "") for c in r.candidates if c.status == "kept") or "-",
-                  ", ".join(c.name for c in r.candidates if c.status == "dropped") or "-")
+                  ", ".join(dropped_label(c) for c in r.candidates if c.status == "dropped") or "-")
     stdout.print(t)
     if rep.baseline_ms and rep.final_ms:
         stdout.print(f"{rep.baseline_ms:.3f} ms -> {rep.final_ms:.3f} ms ({rep.speedup:.2f}x){sim}; stopped: "
