@@ -35,8 +35,9 @@ sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "contrib" / "zoo")]
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from ytk_hookspecs.models.base import ArtifactError  # noqa: E402
 from zoo_registry import SUBSETS, ZOO, ZooEntry  # noqa: E402
-from zoo_results import NO_SUPPORTS_HOOK, ModelRun, ZooReport, one_line  # noqa: E402
+from zoo_results import NO_SUPPORTS_HOOK, Miss, ModelRun, ZooReport, one_line, reason_pattern  # noqa: E402
 
 ARCH = "arm64-sm87-dos6010-cu114-trt86"
 BACKENDS = {"engine": "mock", "kernelgen": "mock", "builder": "mock"}
@@ -65,6 +66,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="propose: kernel-launch floor per site in the roofline bound (default 0; propose's own "
                          "default, 0.002, makes every family of a small model look at roofline, so nothing is carved)")
     ap.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the tables")
+    ap.add_argument("--render", type=Path, metavar="ZOO_REPORT_JSON",
+                    help="run nothing: print the tables (or --json) of an earlier run's zoo_report.json")
     return ap.parse_args(argv)
 
 
@@ -203,7 +206,8 @@ def _exit_text(code: int) -> str:
 def _progress_line(run: ModelRun) -> str:
     if run.status != "done":
         first = run.misses[0] if run.misses else None
-        return f"{run.status} at {run.stage} ({run.wall_s:.0f} s)" + (f": {one_line(first.reason, 100)}" if first else "")
+        why = f": {one_line(first.reason, 100)}" if first else ""
+        return f"{run.status} at {run.stage} ({run.wall_s:.0f} s){why}"
     return f"done ({run.wall_s:.0f} s): {run.proposals} proposal(s), {_n(run, 'carved')} carved"
 
 
@@ -252,6 +256,7 @@ def render(report: ZooReport, out: Console) -> None:
         for m in misses:
             mt.add_row(m.stage, m.model, m.selector or "-", m.reason)
         out.print(mt)
+        render_causes(misses, out)
     ok = sum(1 for r in report.models if r.flow_ok)
     props = sum(r.proposals or 0 for r in report.models)
     carved = sum(1 for r in report.models for c in r.candidates if c.carved)
@@ -260,9 +265,43 @@ def render(report: ZooReport, out: Console) -> None:
               + ("; latencies SIMULATED by the mock engine's cost model" if sim else ""), highlight=False)
 
 
+def _emit(report: ZooReport, as_json: bool) -> None:
+    if as_json:
+        print(report.model_dump_json(indent=2))
+        return
+    out = Console(soft_wrap=True)
+    if not out.is_terminal:
+        out = Console(soft_wrap=True, width=max(out.width, 220))
+    render(report, out)
+
+
+def render_causes(misses: list[Miss], out: Console) -> None:
+    """The misses grouped by stage and cause (the reason with names and numbers masked), most frequent first."""
+    groups: dict[tuple[str, str], list[Miss]] = {}
+    for m in misses:
+        groups.setdefault((m.stage, reason_pattern(m.reason)), []).append(m)
+    t = Table(title=f"misses by cause ({len(groups)} causes)", title_justify="left")
+    t.add_column("stage")
+    t.add_column("misses", justify="right")
+    t.add_column("models", overflow="fold")
+    t.add_column("example reason", overflow="fold")
+    for (stage, _), group in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        models = sorted({m.model for m in group})
+        t.add_row(stage, str(len(group)), ", ".join(models), group[0].reason)
+    out.print(t)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     err = Console(stderr=True, soft_wrap=True)
+    if args.render is not None:
+        try:
+            report = ZooReport.read(args.render)
+        except ArtifactError as e:
+            err.print(f"error: --render: {e}", highlight=False, markup=False)
+            return 2
+        _emit(report, args.json)
+        return 0
     try:
         models = select_models(args.models, args.subset)
         if args.jobs < 1 or not args.timeout > 0:
@@ -277,8 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     except Usage as e:
         err.print(f"error: {e}", highlight=False, markup=False)
         return 2
-    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="ytk-zoo-"))).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="ytk-zoo-"))).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        err.print(f"error: cannot use --workdir {args.workdir}: {e.strerror}", highlight=False, markup=False)
+        return 2
     err.print(f"zoo: {len(models)} model(s), --jobs {args.jobs}, timeout {args.timeout:.0f} s, workdir {workdir}",
               highlight=False)
     t0 = time.perf_counter()
@@ -286,16 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err, propose).run_all(models)
     report = ZooReport(arch=args.arch, precision="fp16", backends=dict(BACKENDS),
                        size_kind=args.size if args.size in ("small", "default") else "override", jobs=args.jobs,
-                       timeout_s=args.timeout, propose=propose, workdir=str(workdir), wall_s=round(time.perf_counter() - t0, 1),
+                       timeout_s=args.timeout, propose=propose, workdir=str(workdir),
+                       wall_s=round(time.perf_counter() - t0, 1),
                        models=runs)
     report.write(workdir / "zoo_report.json")
-    out = Console(soft_wrap=True)
-    if not out.is_terminal:
-        out = Console(soft_wrap=True, width=max(out.width, 220))
-    if args.json:
-        print(report.model_dump_json(indent=2))
-    else:
-        render(report, out)
+    _emit(report, args.json)
     err.print(f"zoo: per-model directories and zoo_report.json in {workdir}", highlight=False)
     return 0
 
@@ -306,3 +344,6 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("zoo: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:  # a bug of this harness: one line, never a traceback
+        print(f"zoo: internal error: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
+        sys.exit(1)

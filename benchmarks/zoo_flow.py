@@ -3,8 +3,9 @@
     python benchmarks/zoo_flow.py NAME --workdir DIR [--arch ARCH] [--min-ms MS] [--launch-ms MS]
 
 prepare (trace + export) -> compile the baseline -> propose (``min_ms=0`` and ``launch_ms=0`` by default,
-so that small sizes still propose) -> carve every proposal on its own -> for each carved region, the selected kernel generator's
-support answer and the templates recogniser's -> carve every accepted proposal together. It calls the
+so that small sizes still propose) -> carve every proposal on its own -> for each carved region, the
+selected kernel generator's support answer and the templates recogniser's -> carve every accepted
+proposal together. It calls the
 Python functions the CLI calls (``do_prepare``, ``run_compile``, ``propose``, the frontend's ``ytk_carve``
 hook). The backends and the input size come from the environment (``YTK_ENGINE``, ``YTK_EXAMPLE_SIZE``...),
 which the parent sets.

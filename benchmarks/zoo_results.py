@@ -118,6 +118,9 @@ class ZooReport(Versioned):
 
 
 _SPACE = re.compile(r"\s+")
+#: What varies between two misses of one cause: quoted text, braces, brackets, dotted/underscored names, numbers.
+_VARYING = [(re.compile(r"'[^']*'"), "'…'"), (re.compile(r"\{[^}]*\}"), "{…}"), (re.compile(r"\[[^\]]*\]"), "[…]"),
+            (re.compile(r"\b[\w*]+(?:[._][\w*]+)+\b"), "X"), (re.compile(r"\d+"), "N")]
 
 
 def one_line(text: str, limit: int = 240) -> str:
@@ -125,3 +128,10 @@ def one_line(text: str, limit: int = 240) -> str:
     line = next((ln for ln in str(text).splitlines() if ln.strip()), "")
     line = _SPACE.sub(" ", line).strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def reason_pattern(reason: str) -> str:
+    """``reason`` with what varies from site to site masked, so that misses of one cause group together."""
+    for pattern, mask in _VARYING:
+        reason = pattern.sub(mask, reason)
+    return reason

@@ -208,3 +208,27 @@ def _every_miss_has_a_reason(run: dict) -> None:
             assert ("templates", c["selector"]) in misses, c
     if run["carved_together"] is False:
         assert any(s == "carve-together" for s, _ in misses), run["name"]
+
+
+def test_render_groups_misses_by_cause(tmp_path: Path) -> None:
+    """--render prints an earlier run's tables: every miss, then the misses grouped by cause."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from zoo_results import CandidateRun, ModelRun, ZooReport
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    run = ModelRun(name="m", source="timm", family="F", depthwise=True, attention="none", size="1x64x96",
+                   workdir=str(tmp_path), status="done", onnx_nodes=10, coverage=1.0, baseline_ms=0.5, simulated=True,
+                   proposals=2, supports_hook=True, kernelgen="mock", carved_together=True)
+    for i, channels in enumerate((672, 120)):
+        sel = f"yasp::C{i}=Conv2d@where=*.{i}"
+        run.candidates.append(CandidateRun(name=f"C{i}", selector=sel, carved=True, supported=True, recognised=False))
+        run.miss("templates", f"channels {channels} -> 28: templates need multiples of 8", sel)
+    report = ZooReport(arch="a", precision="fp16", backends={"engine": "mock"}, size_kind="small", jobs=1,
+                       timeout_s=1, propose={"min_ms": 0, "launch_ms": 0}, workdir=str(tmp_path), wall_s=1,
+                       models=[run])
+    report.write(tmp_path / "zoo_report.json")
+    p = _bench("--render", str(tmp_path / "zoo_report.json"))
+    assert p.returncode == 0, p.stderr
+    assert "2/2" in p.stdout and "0/2" in p.stdout  # carved, recognised
+    assert "misses by cause (1 causes)" in p.stdout and "channels 672 -> 28" in p.stdout
