@@ -20,6 +20,7 @@ from ytk_hookspecs.models.base import sha256_file
 
 from ..bundle import EngineBundle
 from ..errors import BackendError, NumericsFailed, RegionRefused, UsageError, YtkError
+from ..logs import get_logger
 from ..runtime import runtime
 from .control import Clock, checkpoint
 from .isolate import describe, find_culprits, must_stop, named_selector
@@ -40,7 +41,8 @@ class Autoloop:
         self.clock = clock
         self.max_jobs = max(1, max_jobs)
         self.rt = runtime()
-        self.log = self.rt.log.bind(component="autoloop")
+        # bound now, not from the runtime's logger: that one was bound before -v set the level
+        self.log = get_logger(component="autoloop")
         self._lock = threading.Lock()
 
     # -- bookkeeping ----------------------------------------------------------------------------
