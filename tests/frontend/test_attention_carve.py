@@ -111,6 +111,33 @@ class Attention(nn.Module):
         return self.proj_drop(self.proj(x))
 
 
+class WindowAttention(nn.Module):
+    """timm swin_transformer.WindowAttention (not fused): a relative-position bias gathered from a
+    table by a buffer of indices, which the exporter folds into a constant."""
+
+    def __init__(self, dim, heads, window):
+        super().__init__()
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        wh, ww = window
+        self.relative_position_bias_table = nn.Parameter(torch.randn((2 * wh - 1) * (2 * ww - 1), heads) * 0.02)
+        coords = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0)
+        index = (rel[..., 0] + wh - 1) * (2 * ww - 1) + rel[..., 1] + ww - 1
+        self.register_buffer("relative_position_index", index, persistent=False)
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(N, N, -1)
+        attn = self.softmax(attn + bias.permute(2, 0, 1).contiguous().unsqueeze(0))
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, -1))
+
+
 class GluMlp(nn.Module):
     """timm GluMlp: the hidden tensor chunked into value and gate."""
 
@@ -150,7 +177,7 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList(
             [Block(Attention(32, 2, fused=True), 32) for _ in range(2)] +
             [Block(Attention(32, 2, fused=False), 32) for _ in range(2)] +
-            [Block(nn.MultiheadAttention(32, 2, batch_first=True), 32)])
+            [Block(nn.MultiheadAttention(32, 2, batch_first=True), 32), Block(WindowAttention(32, 2, (4, 6)), 32)])
         for m in self.modules():
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.uniform_(-0.5, 0.5)
@@ -231,7 +258,7 @@ def test_chunk_split_maps_to_its_fx_nodes(zoo):
     fx = FxNodesFile.read(zoo / "fx_nodes.json")
     assert fx.unmapped_onnx_nodes == []
     splits = [n for n in fx.nodes if n.target == "aten.split.Tensor"]
-    assert len(splits) == 2 + 5  # two LiteMLAs, five GluMlps
+    assert len(splits) == 2 + 6  # two LiteMLAs, six GluMlps
     by_name = {n.name: n for n in fx.nodes}
     for s in splits:
         assert len(s.onnx_nodes) == 1 and s.onnx_nodes[0].startswith("node_Split")
@@ -296,6 +323,17 @@ def test_multihead_attention_with_weights_is_one_node_with_two_outputs(zoo, tmp_
     assert entry.site_nodes == [node.name]
     io_npz = np.load(prep / mha.files.io_npz)
     assert {"site0.out0", "site0.out1"} <= set(io_npz.files)
+    _pt2_reproduces_every_site(prep)
+    _engine_matches_reference(prep, tmp_path)
+
+
+def test_attention_with_a_folded_constant_bias(zoo, tmp_path):
+    """Swin's bias is gathered from weights alone: the exporter folds it into an initializer, so it
+    has no ONNX tensor to cut at and the region computes it from the baked table and indices."""
+    prep = _carved(zoo, tmp_path, "yasp::Win=WindowAttention:around")
+    win = _candidate(prep, "Win")
+    assert [list(t.shape) for t in win.sites[0].inputs] == [[1, 24, 96]]
+    assert win.op_inventory["aten.index.Tensor"] == 1 and win.op_inventory["aten.softmax.int"] == 1
     _pt2_reproduces_every_site(prep)
     _engine_matches_reference(prep, tmp_path)
 

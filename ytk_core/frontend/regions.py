@@ -88,6 +88,7 @@ class GraphIndex:
                 cname = cls if isinstance(cls, str) else cls.__name__
                 frames.append((_clean_path(path), cname.rsplit(".", 1)[-1]))
             self.stacks[n] = frames
+        self._constant: dict[Any, bool] = {}
         self.instances: dict[str, str] = {}
         for frames in self.stacks.values():
             for path, cls in frames:
@@ -96,6 +97,27 @@ class GraphIndex:
     def weighted(self, n: Any) -> bool:
         """Takes a parameter: a dense layer (GEMM/conv) the engine already runs well, not plumbing."""
         return any(m.op == "placeholder" and m.name in self.weights for m in n.all_input_nodes)
+
+    def constant(self, n: Any) -> bool:
+        """Computed from weights and buffers alone (the exporter folds it into an initializer)."""
+        memo = self._constant
+        todo = [n]
+        while todo:
+            m = todo[-1]
+            if m in memo:
+                todo.pop()
+                continue
+            if m.op != "call_function":
+                memo[m] = m.op == "get_attr" or (m.op == "placeholder" and m.name in self.weights)
+                todo.pop()
+                continue
+            pending = [i for i in m.all_input_nodes if i not in memo]
+            if pending:
+                todo += pending
+                continue
+            memo[m] = all(memo[i] for i in m.all_input_nodes)
+            todo.pop()
+        return memo[n]
 
     def owned_by(self, path: str) -> list[Any]:
         return [n for n in self.calls if any(p == path for p, _ in self.stacks[n])]
@@ -222,6 +244,13 @@ def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> l
         n = q.popleft()
         for m in list(n.all_input_nodes) + list(n.users):
             if m in region or m not in inside or m.op != "call_function":
+                continue
+            if m in n.all_input_nodes and gi.constant(m):
+                # A constant the block computes from its buffers (Swin's relative-position bias: a
+                # gather from its table) has no ONNX tensor to cut at -- the exporter folded it into an
+                # initializer the region reads -- so the region computes it from the baked weights.
+                region.add(m)
+                q.append(m)
                 continue
             if is_conv(m) or (_is(m, HEAVY_OPS) and m not in seeds):
                 continue
