@@ -69,3 +69,13 @@ def test_a_backend_that_raises_answers_no_rather_than_crashing(monkeypatch):
     monkeypatch.setattr(type(runtime()), "call", boom)
     ans = mod.check_sketch(RegionSketch(kind="conv"), "mock")
     assert not ans.supported and "RuntimeError" in ans.why and ans.backend == "mock"
+
+
+def test_templates_refuse_what_their_kernel_space_cannot_build():
+    """C72 depthwise has no tile in the templates' space: a job would fail with 'no variants'
+    after the carve; the answer says so before anything is carved."""
+    ok = _templates(SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[5, 5], stride=[1, 1],
+                                                       channels_in=96, onnx_ops={"Conv": 1})))
+    no = _templates(SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[5, 5], stride=[1, 1],
+                                                       channels_in=72, onnx_ops={"Conv": 1})))
+    assert ok.supported and not no.supported and "72 channels" in no.why

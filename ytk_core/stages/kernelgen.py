@@ -145,8 +145,8 @@ def run_kernelgen_dry_run(reference: Path, config: list[str] | dict[str, str] | 
                               "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
     cand, _prep = find_candidate(reference, candidates)
     sel = runtime().select("kernelgen", kernelgen, target, need_available=False)
-    return ask(SupportRequest(candidate=cand, reference=reference.resolve(), precision=prec, config=cfg),  # type: ignore[arg-type]
-               sel.name, target, selection=sel)
+    return ask(SupportRequest(candidate=cand, reference=reference.resolve(), precision=prec, config=cfg,  # type: ignore[arg-type]
+                              arch=target.spec if target else None), sel.name, target, selection=sel)
 
 
 def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, precision: str) -> None:

@@ -38,7 +38,8 @@ def ask(request: SupportRequest, kernelgen: str | None, arch: ArchSpec | None = 
 
 def check_sketch(sketch: RegionSketch, kernelgen: str | None, arch: ArchSpec | None = None,
                  precision: str = "fp16", selection: Any = None) -> SupportAnswer:
-    return ask(SupportRequest(sketch=sketch, precision=precision), kernelgen, arch, selection)  # type: ignore[arg-type]
+    return ask(SupportRequest(sketch=sketch, precision=precision, arch=arch.spec if arch else None),  # type: ignore[arg-type]
+               kernelgen, arch, selection)
 
 
 def check_support(candidate: Candidate, prepare_dir: Path, kernelgen: str | None, arch: ArchSpec | None = None,
@@ -46,4 +47,4 @@ def check_support(candidate: Candidate, prepare_dir: Path, kernelgen: str | None
     """After the carve: the candidate and its ``.pt2`` (the canonical region program)."""
     pt2 = (Path(prepare_dir) / candidate.files.pt2) if candidate.files.pt2 else None
     return ask(SupportRequest(candidate=candidate, reference=pt2.resolve() if pt2 else None,  # type: ignore[arg-type]
-                              precision=precision), kernelgen, arch, selection)
+                              precision=precision, arch=arch.spec if arch else None), kernelgen, arch, selection)

@@ -33,7 +33,29 @@ def _from_program(request: SupportRequest) -> SupportAnswer:
         region = recognise(load_graph(request.reference), request.candidate)  # type: ignore[arg-type]
     except UnsupportedRegion as e:
         return SupportAnswer(supported=False, backend=NAME, why=str(e))
+    if not _has_variants(region, request.arch):
+        return SupportAnswer(supported=False, backend=NAME, kind=region.kind,
+                             why=f"recognised as {_describe(region)}, but the templates' kernel space has no "
+                                 "variant for it (depthwise tiles need channels in multiples of 16)")
     return SupportAnswer(supported=True, backend=NAME, kind=region.kind, why=f"recognised as {_describe(region)}")
+
+
+def _has_variants(region: object, arch: str | None) -> bool:
+    """Whether the job would have anything to build: the variant space at the target's SM (or, not
+    knowing it, at any SM the templates build for)."""
+    from .variants import region_variants
+
+    sm = _sm(arch)
+    return any(region_variants(region, None, sm=s) for s in ([sm] if sm else [0, 80, 87, 90]))  # type: ignore[arg-type]
+
+
+def _sm(arch: str | None) -> int:
+    from ytk_hookspecs.models import ArchSpec, ArchSpecError
+
+    try:
+        return ArchSpec.parse(arch).sm if arch else 0
+    except ArchSpecError:
+        return 0
 
 
 def _describe(region: object) -> str:
@@ -57,6 +79,12 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         if s.pads and any(p != k[0] // 2 for p in s.pads):
             return no(f"padding {s.pads}: templates cover 'same' padding k//2 (the carve moves a symmetric pad "
                       "into the conv, an asymmetric one stays)")
+        if isinstance(s.channels_in, int):
+            from .regions import DwConvRegion
+
+            probe = DwConvRegion(k=k[0], stride=s.stride[0] if s.stride else 1, act="none", channels=s.channels_in)
+            if not _has_variants(probe, None):
+                return no(f"{s.channels_in} channels: the templates' depthwise tiles need multiples of 16")
     elif s.kind in ("conv", "grouped_conv"):
         if s.kernel and any(d != 1 for d in s.kernel):
             return no(f"a dense {'x'.join(map(str, s.kernel))} conv: templates cover depthwise kxk and 1x1 convs")

@@ -169,6 +169,8 @@ class SupportRequest(Versioned):
     reference: Path | None = None
     precision: Literal["fp16", "fp32"] = "fp16"
     config: dict[str, str] = Field(default_factory=dict)
+    arch: str | None = Field(None, description="the target's arch spec, when known (a generator's kernel space "
+                                               "can depend on the SM)")
 
 
 class SupportAnswer(Versioned):
