@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import errno
+import os
+import re
 import sys
+import traceback
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -73,6 +76,32 @@ def build_app() -> typer.Typer:
     return app
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean(msg: str) -> str:
+    """A message as the user sees it: no ANSI colour codes or control bytes from a library's text."""
+    return _ANSI.sub("", msg)
+
+
+def _print_error(msg: str) -> None:
+    stderr.print(Text.assemble(("error: ", "bold red"), clean(msg)), highlight=False)
+
+
+def _wants_traceback(args: list[str]) -> bool:
+    if os.environ.get("YTK_TRACEBACK") == "1":
+        return True
+    n = 0
+    for a in args:
+        if a == "--":
+            break
+        if a == "--verbose":
+            n += 1
+        elif re.fullmatch(r"-v+", a):
+            n += len(a) - 1
+    return n >= 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: user errors are one paragraph on stderr and a non-zero exit."""
     args = sys.argv[1:] if argv is None else argv
@@ -86,22 +115,50 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except StageError as e:
         msg = e.render() if isinstance(e, YtkError) else str(e)
-        stderr.print(Text.assemble(("error: ", "bold red"), msg), highlight=False)
+        _print_error(msg)
         return e.exit_code
+    except _bad_input_errors() as e:
+        # a parser's own documented error reaching the top: the input was bad, exit 2 like a UsageError
+        _print_error(str(e))
+        return 2
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        where = f" writing {e.filename}" if e.filename else ""
-        stderr.print(Text.assemble(("error: ", "bold red"),
-                                   f"no space left on the device{where} ({e.strerror}); free some space and run "
-                                   "the command again (a partial file is never left behind, and `ytk autoloop` "
-                                   "resumes where it stopped)"), highlight=False)
-        return 1
+        where = f" {e.filename}" if e.filename else ""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            _print_error(f"no space left on the device writing{where} ({e.strerror}); free some space and run "
+                         "the command again (a partial file is never left behind, and `ytk autoloop` "
+                         "resumes where it stopped)")
+            return 1
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                       errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTEMPTY):
+            # A path the user gave (an unwritable -o, a missing folder): bad input, exit 2.
+            _print_error(f"cannot use{where}: {e.strerror or e}; check the path and its permissions")
+            return 2
+        return _internal(e, args)
     except KeyboardInterrupt:
         stderr.print("interrupted")
         return 130
+    except Exception as e:  # noqa: BLE001  -- the last net: never a bare traceback on a user's screen
+        return _internal(e, args)
     finally:
         reset_runtime()
+
+
+def _bad_input_errors() -> tuple[type[BaseException], ...]:
+    from ytk_hookspecs.kernel_source import KernelSourceError
+    from ytk_hookspecs.models import ArchSpecError, ArtifactError
+    from ytk_hookspecs.shape_expr import ShapeExprError
+
+    return (ArtifactError, ArchSpecError, ShapeExprError, KernelSourceError)
+
+
+def _internal(e: BaseException, args: list[str]) -> int:
+    """An error no stage turned into a message is a ytk bug: one line (exit 1), the traceback on -vv."""
+    if _wants_traceback(args):
+        sys.stderr.write("".join(traceback.format_exception(e)))
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    _print_error(f"internal error: {type(e).__name__}{': ' + first if first else ''} (this is a ytk bug; run "
+                 "with -vv, or YTK_TRACEBACK=1, to see the traceback, and please report it)")
+    return 1
 
 
 def entry() -> None:
