@@ -6,6 +6,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -61,8 +62,12 @@ class _ModuleTracker:
             h.remove()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
 def _failure_message(stage: str, e: BaseException, model_path: Path, where: list[tuple[str, str]] | None) -> str:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = _ANSI.sub("", str(e)).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
     first = first[:400]
     loc = ""
     for fr in reversed(traceback.extract_tb(e.__traceback__)):
@@ -82,14 +87,34 @@ def export_program(model: Any, args: tuple[Any, ...], model_path: Path) -> Any:
     """torch.export the model; an untraceable op is an error naming the op's module and line."""
     import torch
 
+    from .loader import user_code
+
     tracker = _ModuleTracker(model)
     try:
-        with quiet_exporter():
-            return torch.export.export(model, args, strict=False)
+        with quiet_exporter(), user_code(model_path, "Model.forward (under torch.export)"):
+            program = torch.export.export(model, args, strict=False)
+    except UsageError:
+        raise
     except Exception as e:
         raise UsageError(_failure_message("torch.export", e, model_path, list(tracker.stack) or None)) from None
     finally:
         tracker.remove()
+    check_outputs(program, model_path)
+    return program
+
+
+def check_outputs(program: Any, model_path: Path) -> None:
+    """Model.forward must return at least one tensor; None, a str or a number is the model's mistake,
+    said as such (the ONNX exporter would otherwise fail later with an unrelated message)."""
+    import torch
+
+    out = [n for n in program.graph.nodes if n.op == "output"]
+    leaves = torch.utils._pytree.tree_leaves(out[0].args[0]) if out and out[0].args else []
+    if any(isinstance(x, torch.fx.Node) for x in leaves):
+        return
+    got = ", ".join(sorted({"None" if x is None else type(x).__name__ for x in leaves})) or "nothing"
+    raise UsageError(f"{model_path}: Model.forward returned {got}, not a tensor; it must return a tensor or a "
+                     "tuple, list or dict of tensors (the model's outputs). Nothing was written.")
 
 
 @contextlib.contextmanager
@@ -125,10 +150,14 @@ def export_onnx(program: Any, args: tuple[Any, ...], model_path: Path, opset: in
     """Export with torch's dynamo ONNX exporter; returns the ONNXProgram (model_proto + decomposed program)."""
     import torch
 
+    from .loader import user_code
+
     try:
-        with quiet_exporter(), exact_constant_matching():
+        with quiet_exporter(), exact_constant_matching(), user_code(model_path, "Model.forward (under ONNX export)"):
             return torch.onnx.export(program, args, dynamo=True, opset_version=opset, optimize=True,
                                      verbose=False, report=False)
+    except UsageError:
+        raise
     except Exception as e:
         msg = str(e)
         op = ""

@@ -5,12 +5,14 @@ Every way this can go wrong is a one-paragraph :class:`UsageError` naming the fi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -34,6 +36,56 @@ def _user_frame(exc: BaseException, path: Path) -> str:
     return ""
 
 
+def _user_line(exc: BaseException, path: Path) -> tuple[int, str] | None:
+    """(line, text) of the innermost traceback frame in the user's file, if any."""
+    for fr in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(fr.filename).resolve() == Path(path).resolve():
+            return fr.lineno or 0, (fr.line or "").strip()
+    return None
+
+
+def raised_by_user(exc: BaseException, path: Path) -> bool:
+    """Whether ``exc`` (a SystemExit or KeyboardInterrupt) is the model's own doing, not a real Ctrl-C.
+
+    ``sys.exit()`` anywhere under the model's code is the model's. A KeyboardInterrupt is the model's
+    when the innermost frame is a ``raise`` statement in model.py; a real Ctrl-C lands on whatever line
+    was running, so one that lands elsewhere (or on a line that does not raise) stays an interrupt.
+    """
+    if isinstance(exc, SystemExit):
+        return True
+    tb = traceback.extract_tb(exc.__traceback__)
+    if not tb:
+        return False
+    last = tb[-1]
+    return (Path(last.filename).resolve() == Path(path).resolve()
+            and (last.line or "").lstrip().startswith("raise"))
+
+
+def user_exit_error(exc: BaseException, path: Path, what: str) -> UsageError:
+    """The UsageError for a ``sys.exit()`` / ``raise KeyboardInterrupt`` inside the user's model code."""
+    where = _user_line(exc, path)
+    at = f" at {Path(path).name}:{where[0]} ({where[1]})" if where else ""
+    if isinstance(exc, SystemExit):
+        act = f"called sys.exit({exc.code!r})" if exc.code is not None else "called sys.exit()"
+    else:
+        act = "raised KeyboardInterrupt"
+    return UsageError(f"{path}: {what} {act}{at}; a model file must not exit or interrupt the process. Remove "
+                      "the call (guard script code with `if __name__ == \"__main__\":`); nothing was written.")
+
+
+@contextlib.contextmanager
+def user_code(path: Path, what: str) -> Iterator[None]:
+    """Run the model's own code: its sys.exit() or KeyboardInterrupt become a UsageError, not ytk's exit."""
+    try:
+        yield
+    except SystemExit as e:
+        raise user_exit_error(e, path, what) from None
+    except KeyboardInterrupt as e:
+        if not raised_by_user(e, path):
+            raise
+        raise user_exit_error(e, path, what) from None
+
+
 def import_model_file(path: Path) -> ModuleType:
     path = Path(path)
     if not path.exists():
@@ -50,7 +102,10 @@ def import_model_file(path: Path) -> ModuleType:
     # The model's own folder goes first on sys.path so it can import its neighbours.
     sys.path.insert(0, str(path.parent))
     try:
-        spec.loader.exec_module(module)
+        with user_code(path, "importing it"):
+            spec.loader.exec_module(module)
+    except UsageError:
+        raise
     except SyntaxError as e:
         raise UsageError(f"{path} has a syntax error at line {e.lineno}: {e.msg}") from None
     except Exception as e:
@@ -76,13 +131,19 @@ def load_model(path: Path) -> LoadedModel:
         raise UsageError(f"{path} does not define {' and '.join(missing)}. A model file needs a `Model` class "
                          "(a torch.nn.Module) and a `get_fwd_args()` function returning its forward arguments.")
     try:
-        model = module.Model()
+        with user_code(rp, "Model()"):
+            model = module.Model()
+    except UsageError:
+        raise
     except Exception as e:
         raise UsageError(f"{path}: Model() failed: {type(e).__name__}: {e}{_user_frame(e, rp)}") from None
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"{path}: Model() returned a {type(model).__name__}, not a torch.nn.Module")
     try:
-        raw = module.get_fwd_args()
+        with user_code(rp, "get_fwd_args()"):
+            raw = module.get_fwd_args()
+    except UsageError:
+        raise
     except Exception as e:
         raise UsageError(f"{path}: get_fwd_args() failed: {type(e).__name__}: {e}{_user_frame(e, rp)}") from None
     args = normalise_args(raw, path)

@@ -18,7 +18,7 @@ from ytk_hookspecs.models.base import sha256_file, write_bytes_atomic
 from ..errors import UsageError
 from .export import export_onnx, export_program
 from .fxmap import NON_COMPUTE_OPS, build_fx_nodes, onnx_to_fx, strip_metadata
-from .loader import load_model
+from .loader import load_model, user_code
 
 FX_NODES = "fx_nodes.json"
 
@@ -108,7 +108,7 @@ def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
         onnx_program = export_onnx(program, loaded.args, loaded.path, request.opset)
     proto = onnx_program.model_proto
     with ctx.progress("computing torch reference outputs"):
-        with torch.no_grad():
+        with torch.no_grad(), user_code(loaded.path, "Model.forward"):
             ref = _flatten_outputs(loaded.model(*loaded.args))
     in_names = [i.name for i in proto.graph.input]
     out_names = [o.name for o in proto.graph.output]
