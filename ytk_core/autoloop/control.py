@@ -29,21 +29,40 @@ class WorkdirLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise UsageError(f"another ytk autoloop (pid {holder}) is running on {self.path.parent}; wait for it "
+                                 "or use another --workdir") from None
+            # The holder we waited on may have unlinked the file between our open and our flock: then we
+            # hold a lock on a dead inode, so open the path again.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
             os.close(fd)
-            raise UsageError(f"another ytk autoloop (pid {holder}) is running on {self.path.parent}; wait for it or "
-                             "use another --workdir") from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self.fd = fd
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        """Release the lock however the run ended (an error included) and leave no lock file behind.
+
+        The file is unlinked while still locked, so no other autoloop can lock it in between; one that
+        opened it just before sees the inode gone and opens the path again (see ``__enter__``).
+        """
         if self.fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
             os.close(self.fd)  # closing releases the flock; a SIGKILLed holder releases it too
             self.fd = None
 

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ytk_hookspecs.models import Versioned
 from ytk_hookspecs.models.base import sha256_file
 
+from ..errors import UsageError
+
 STATE_FILE = "autoloop.json"
 
 PluginStatus = Literal["pending", "generated", "built", "kept", "dropped"]
@@ -119,7 +121,12 @@ class AutoloopState(Versioned):
 
     def save(self, workdir: Path) -> None:
         self.updated = now()
-        self.write(Path(workdir) / STATE_FILE)
+        p = Path(workdir) / STATE_FILE
+        if p.exists() and not p.is_file():
+            # e.g. a directory named autoloop.json: the state can neither be read nor replaced.
+            raise UsageError(f"{p} is not a file (a directory or something else is in the way of the autoloop "
+                             "state); move it aside or use another --workdir")
+        self.write(p)
 
 
 def file_ok(workdir: Path, rel: str | None, sha: str | None) -> bool:

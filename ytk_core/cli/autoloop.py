@@ -34,6 +34,10 @@ def autoloop(
     until no gain remains. Kill it at any point and run the same command again: it resumes."""
     from ..autoloop.report import dropped_label
     from ..autoloop.run import run_autoloop
+    from ..stages.inputs import parse_arch
+
+    if arch != "auto":
+        parse_arch(arch)  # a malformed -a is a UsageError (exit 2) before the workdir is even locked
 
     rep = run_autoloop(model, arch, precision, workdir, {"engine": engine, "kernelgen": kernelgen, "builder": builder},
                        max_rounds, min_gain_ms, max_jobs, time_budget)

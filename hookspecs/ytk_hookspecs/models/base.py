@@ -56,11 +56,16 @@ class Versioned(BaseModel):
         """Read and validate; any problem is an :class:`ArtifactError` naming the file."""
         p = Path(path)
         try:
-            raw = p.read_text()
+            raw = p.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ArtifactError(f"{p}: file not found (expected a {cls.__name__} JSON file)") from None
+        except IsADirectoryError:
+            raise ArtifactError(f"{p}: is a directory, not a {cls.__name__} JSON file") from None
         except OSError as e:
             raise ArtifactError(f"{p}: cannot read: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ArtifactError(f"{p}: not a valid {cls.__name__}: not UTF-8 text (a bad byte at offset "
+                                f"{e.start}); the file is corrupt") from None
         try:
             return cls.model_validate_json(raw)
         except ValidationError as e:
