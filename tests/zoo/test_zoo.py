@@ -177,7 +177,7 @@ def test_a_model_past_its_timeout_is_a_row_with_a_reason(tmp_path: Path) -> None
 @needs_zoo_extra
 @pytest.mark.slow
 def test_ci_subset_table(tmp_path: Path) -> None:
-    p = _bench("--subset", "ci", "--json", "--workdir", str(tmp_path), "--timeout", "420", timeout=900)
+    p = _bench("--subset", "ci", "--jobs", "2", "--json", "--workdir", str(tmp_path), "--timeout", "420", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Traceback" not in p.stdout + p.stderr
     report = json.loads(p.stdout)
