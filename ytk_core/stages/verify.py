@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..runtime import runtime
 from .host_timing import HostTiming, find_prepare_manifest, time_torch_host
 from .inputs import existing_file
-from .numerics import OutputNumerics, compare, tolerance_for
+from .numerics import OutputNumerics, compare, tolerance_for, unexpected
 
 
 class LatencyRow(BaseModel):
@@ -74,9 +74,24 @@ class VerifyReport(Versioned):
     layers: list[BundleLayers]
     passed: bool
     host_note: str = ""
+    #: one line per reason the outputs could not all be compared (empty reference, an output only
+    #: one side has, a shape or dtype that differs); any of them fails verify
+    problems: list[str] = Field(default_factory=list)
 
     def failures(self) -> list[OutputNumerics]:
         return [n for n in self.numerics if not n.passed]
+
+    def failure_lines(self) -> list[str]:
+        """Every reason verify failed, one line each: ``problems``, then the outputs scored out of
+        tolerance (or non-finite)."""
+        scored = [n for n in self.failures() if n.problem in ("", "non-finite")]
+        lines = list(self.problems)
+        if scored:
+            lines.append(f"numerics failed for {len(scored)} output(s): " + "; ".join(
+                f"{n.implementation} {n.output} ({n.detail}; tolerance {n.tolerance.describe()})" for n in scored))
+        if not lines and not self.passed:
+            lines.append("verify failed")
+        return lines
 
 
 def latency_row(implementation: str, label: str, kind: str, device: str, simulated: bool, times: list[float],
@@ -117,7 +132,35 @@ def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_r
                        layers=sorted(prof.layers, key=lambda x: -x.median_ms)[:max(0, layers_top)])
     outs = b.outputs()
     tol = tolerance_for(m.precision, max_rel_err, min_cosine)
-    return row, top, [compare(impl, name, outs.get(name), r, tol) for name, r in ref.items()]
+    scored = [compare(impl, name, outs.get(name), r, tol) for name, r in ref.items()]
+    scored += [unexpected(impl, name, got, tol) for name, got in outs.items() if name not in ref]
+    return row, top, scored
+
+
+def _problems(reference: Path, ref: dict[str, np.ndarray], numerics: list[OutputNumerics],
+              impls: list[str]) -> list[str]:
+    """One line per bundle and kind of structural failure, naming the outputs."""
+    lines = []
+    if not ref:
+        made = sorted({n.output for n in numerics})
+        lines.append(f"reference {reference} holds no outputs, so nothing was compared (the engine produces "
+                     f"{', '.join(made) or 'none either'}); pass the model.reference.npz that `ytk embedded "
+                     "prepare` wrote beside the ONNX")
+    for impl in impls:
+        mine = [n for n in numerics if n.implementation == impl]
+        missing = [n.output for n in mine if n.problem == "missing"]
+        extra = [n.output for n in mine if n.problem == "unexpected"]
+        differ = [f"{n.output} ({n.detail})" for n in mine if n.problem in ("shape", "dtype")]
+        if missing:
+            lines.append(f"{impl}: the engine does not produce {len(missing)} output(s) the reference holds: "
+                         + ", ".join(missing))
+        if extra and ref:
+            lines.append(f"{impl}: the reference lacks {len(extra)} output(s) the engine produces: "
+                         + ", ".join(extra) + "; is it the reference of this model?")
+        if differ:
+            lines.append(f"{impl}: shape or dtype differs from the reference for {len(differ)} output(s): "
+                         + "; ".join(differ))
+    return lines
 
 
 def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
@@ -150,10 +193,12 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     numerics: list[OutputNumerics] = []
     layer_tops: list[BundleLayers] = []
     bundle_rows: list[LatencyRow] = []
+    impls: list[str] = []
     progress = runtime().context(None, "verify").progress("scoring bundles", total=len(bundles))
     with progress as task:
         for b, label in zip(bundles, _labels(bundles)):
             row, top, scored = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top)
+            impls.append(row.implementation)
             bundle_rows.append(row)
             layer_tops.append(top)
             numerics.extend(scored)
@@ -166,5 +211,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             speedups.append(Speedup(baseline=base.implementation, implementation=r.implementation,
                                     baseline_p50_ms=base.p50_ms, p50_ms=r.p50_ms, speedup=base.p50_ms / r.p50_ms,
                                     simulated=base.simulated or r.simulated))
+    problems = _problems(Path(reference), ref, numerics, impls)
     return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
-                        layers=layer_tops, passed=all(n.passed for n in numerics), host_note=host_note)
+                        layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics),
+                        host_note=host_note, problems=problems)
