@@ -120,6 +120,7 @@ class ZooReport(Versioned):
 _SPACE = re.compile(r"\s+")
 #: What varies between two misses of one cause: quoted text, braces, brackets, dotted/underscored names, numbers.
 _VARYING = [(re.compile(r"'[^']*'"), "'…'"), (re.compile(r"\{[^}]*\}"), "{…}"), (re.compile(r"\[[^\]]*\]"), "[…]"),
+            (re.compile(r"\([^()]*\)"), "(…)"), (re.compile(r"\bNone\b"), "[…]"),
             (re.compile(r"\b[\w*]+(?:[._][\w*]+)+\b"), "X"), (re.compile(r"\d+"), "N")]
 
 
@@ -134,4 +135,4 @@ def reason_pattern(reason: str) -> str:
     """``reason`` with what varies from site to site masked, so that misses of one cause group together."""
     for pattern, mask in _VARYING:
         reason = pattern.sub(mask, reason)
-    return reason
+    return reason.rstrip("…")[:90]  # the start says what went wrong; one_line() cut the ends at different places
