@@ -176,10 +176,7 @@ class EngineBundle:
             raise ArtifactError(f"{p}: not a readable engine bundle (corrupt or truncated .tgz: {e})") from None
         if MANIFEST not in members:
             raise ArtifactError(f"{p}: not an engine bundle (no {MANIFEST})")
-        try:
-            manifest = BundleManifest.model_validate_json(members[MANIFEST])
-        except Exception as e:
-            raise ArtifactError(f"{p}: its {MANIFEST} is invalid: {e}") from None
+        manifest = read_manifest(p, members[MANIFEST])
         import hashlib
 
         for name, digest in manifest.members.items():
@@ -211,25 +208,53 @@ class EngineBundle:
         return _model(self, BENCHMARK, BenchmarkRecord)
 
     def layer_info(self) -> Any:
-        import json
-
-        return json.loads(self.read_bytes(LAYER_INFO)) if self.has(LAYER_INFO) else None
+        return self._json(LAYER_INFO)
 
     def raw_profile(self) -> Any:
         """The engine's own per-layer timing dump, when the engine wrote one."""
+        return self._json(RAW_PROFILE)
+
+    def _json(self, name: str) -> Any:
         import json
 
-        return json.loads(self.read_bytes(RAW_PROFILE)) if self.has(RAW_PROFILE) else None
+        if not self.has(name):
+            return None
+        try:
+            return json.loads(self.read_bytes(name))
+        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ArtifactError(f"{self.path}: its {name} is not valid JSON ({type(e).__name__}: "
+                                f"{str(e)[:200]})") from None
 
     def outputs(self) -> dict[str, np.ndarray]:
-        with np.load(io.BytesIO(self.read_bytes(OUTPUTS)), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+        """The engine's outputs: numeric arrays only (an object array or a damaged npz is an ArtifactError)."""
+        try:
+            with np.load(io.BytesIO(self.read_bytes(OUTPUTS)), allow_pickle=False) as z:
+                out = {k: z[k] for k in z.files}
+        except ArtifactError:
+            raise
+        except Exception as e:  # noqa: BLE001  -- numpy/zipfile raise many types on a crafted npz
+            raise ArtifactError(f"{self.path}: its {OUTPUTS} is not a readable npz of numeric arrays "
+                                f"({type(e).__name__}: {str(e)[:200]})") from None
+        bad = [k for k, a in out.items() if a.dtype.kind not in "biuf"]
+        if bad:
+            raise ArtifactError(f"{self.path}: its {OUTPUTS} holds non-numeric arrays {sorted(bad)[:5]} "
+                                f"(dtype {out[sorted(bad)[0]].dtype})")
+        return out
 
     def extract(self, name: str, dest: Path) -> Path:
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(self.read_bytes(name))
         return dest
+
+
+def read_manifest(path: Path, data: bytes) -> BundleManifest:
+    """Parse a bundle's manifest.json; anything wrong with it is an :class:`ArtifactError`."""
+    try:
+        return BundleManifest.model_validate_json(data)
+    except Exception as e:  # noqa: BLE001  -- pydantic, a decode error, a too-deep document
+        first = (str(e).strip().splitlines() or [type(e).__name__])
+        raise ArtifactError(f"{path}: its {MANIFEST} is invalid: {' '.join(first[:3])[:400]}") from None
 
 
 def _model(b: EngineBundle, name: str, cls: type[Versioned]) -> Any:

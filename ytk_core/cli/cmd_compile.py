@@ -24,6 +24,8 @@ def compile_(
     custom_plugin: Annotated[Optional[list[Path]], typer.Option("--custom-plugin", help="plugin .so (repeatable)")] = None,
     iterations: Annotated[int, typer.Option("--iterations", help="benchmark iterations")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="iterations run before measuring")] = 3,
+    allow_unused_plugin: Annotated[bool, typer.Option(
+        "--allow-unused-plugin", help="a --custom-plugin that serves no custom-op node is a warning, not an error")] = False,
     engine: EngineOpt = None,
     top: Annotated[int, typer.Option("--top", help="slowest layers to list")] = 5,
     json_: JsonOpt = False,
@@ -31,12 +33,18 @@ def compile_(
     """Build an engine on the target, profile it, and write the engine bundle.
 
     Every custom-op node of the ONNX must be served by one --custom-plugin .so, matched on
-    (namespace, name, version), input arity and dtypes before anything is built.
+    (namespace, name, version), input arity and dtypes before anything is built; a --custom-plugin
+    that serves no node is an error (exit 2) unless --allow-unused-plugin.
     """
     from ..runtime import emit_json
     from ..stages.compile import run_compile
 
-    out = run_compile(arch, precision, onnx, npz, output, custom_plugin or [], iterations, warmup, engine)
+    if onnx.is_file() and npz.is_file():
+        from ..stages.npz_inputs import check_npz_inputs
+
+        check_npz_inputs(onnx, npz)  # a crafted npz is one clear error before any backend reads it
+    out = run_compile(arch, precision, onnx, npz, output, custom_plugin or [], iterations, warmup, engine,
+                      allow_unused_plugin=allow_unused_plugin)
     if json_:
         emit_json({"bundle": str(out.bundle), "manifest": out.manifest.model_dump(mode="json"),
                    "totals": out.totals(), "plugin_nodes": out.plugin_nodes, "warnings": out.warnings,

@@ -1,0 +1,152 @@
+"""Issue 29, item 5: no traceback ever reaches a user. Each crafted input below once printed a raw
+Python traceback (exit 1); each must now be one clear line and a documented exit code."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import ytk_inproc
+
+ARCH = "arm64-sm87-dos6010-cu114-trt86"
+TINY = REPO / "tests" / "data" / "tiny_dw_model.py"
+MOCK = {"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock", "YTK_EXAMPLE_SIZE": "1x32x32"}
+
+
+def one_line_error(r, code: int) -> str:
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.code == code, (r.code, r.stderr)
+    errs = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errs) == 1, r.stderr
+    assert "\x1b[" not in errs[0]
+    return errs[0]
+
+
+def model_file(tmp_path: Path, name: str, init: str = "", forward: str = "return x * 2", top: str = "") -> Path:
+    p = tmp_path / f"{name}.py"
+    p.write_text(
+        "import sys\nimport torch\n" + top + "\n"
+        "class Model(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        + (f"        {init}\n" if init else "") +
+        "    def forward(self, x):\n"
+        f"        {forward}\n"
+        "def get_fwd_args():\n"
+        "    return (torch.randn(1, 3, 8, 8),)\n")
+    return p
+
+
+def prepare(model: Path, out: Path):
+    return ytk_inproc("embedded", "prepare", model, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz",
+                      "--reference-out", out / "r.npz", **MOCK)
+
+
+# -- autoloop -------------------------------------------------------------------------------------------
+
+
+def test_autoloop_bad_arch_is_usage_error_and_leaves_no_lock(tmp_path):
+    wd = tmp_path / "w"
+    r = ytk_inproc("autoloop", TINY, "-a", "foo", "--workdir", wd, **MOCK)
+    assert "-a/--arch" in one_line_error(r, 2)
+    assert not (wd / ".autoloop.lock").exists()
+
+
+def test_autoloop_lock_released_after_an_error(tmp_path):
+    from ytk_core.autoloop.control import LOCK_FILE, WorkdirLock
+
+    with pytest.raises(RuntimeError):
+        with WorkdirLock(tmp_path):
+            assert (tmp_path / LOCK_FILE).exists()
+            raise RuntimeError("boom")
+    assert not (tmp_path / LOCK_FILE).exists()
+    with WorkdirLock(tmp_path):  # and it can be taken again
+        pass
+
+
+@pytest.mark.parametrize("kind", ["non-utf8", "directory"])
+def test_autoloop_bad_state_file(tmp_path, kind):
+    wd = tmp_path / "w"
+    wd.mkdir()
+    if kind == "directory":
+        (wd / "autoloop.json").mkdir()
+    else:
+        (wd / "autoloop.json").write_bytes(b'{"model": "\xff\xfe"}')
+    r = ytk_inproc("autoloop", TINY, "-a", ARCH, "--workdir", wd, **MOCK)
+    assert "autoloop.json" in one_line_error(r, 2)
+    assert not (wd / ".autoloop.lock").exists()
+
+
+# -- the user's model must not decide ytk's exit ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, kw, says", [
+    ("exit0_fwd", {"forward": "sys.exit(0)"}, "sys.exit(0)"),
+    ("exit3_fwd", {"forward": "sys.exit(3)"}, "sys.exit(3)"),
+    ("exit0_import", {"top": "sys.exit(0)"}, "sys.exit(0)"),
+    ("exit0_init", {"init": "sys.exit()"}, "sys.exit()"),
+    ("kbi_init", {"init": "raise KeyboardInterrupt"}, "KeyboardInterrupt"),
+    ("none_fwd", {"forward": "return None"}, "returned None"),
+    ("str_fwd", {"forward": "return 'hello'"}, "returned str"),
+])
+def test_prepare_user_exit_is_usage_error(tmp_path, name, kw, says):
+    m = model_file(tmp_path, name, **kw)
+    r = prepare(m, tmp_path / "out")
+    line = one_line_error(r, 2)
+    assert says in line and m.name in line, line
+    assert "data-dependent" not in line
+    assert not (tmp_path / "out" / "m.onnx").exists()
+
+
+def test_autoloop_user_exit0_is_not_success(tmp_path):
+    m = model_file(tmp_path, "exit0", forward="sys.exit(0)")
+    r = ytk_inproc("autoloop", m, "-a", ARCH, "--workdir", tmp_path / "w", **MOCK)
+    assert "sys.exit(0)" in one_line_error(r, 2)
+    assert not (tmp_path / "w" / ".autoloop.lock").exists()
+
+
+def test_real_ctrl_c_is_still_an_interrupt(tmp_path):
+    """A KeyboardInterrupt that is not a `raise` in model.py (a real Ctrl-C) still exits 130."""
+    from ytk_core.frontend.loader import user_code
+
+    def deep():
+        raise KeyboardInterrupt  # not in model.py: stands for a signal landing in library code
+
+    with pytest.raises(KeyboardInterrupt):
+        with user_code(tmp_path / "model.py", "Model()"):
+            deep()
+
+
+# -- paths ----------------------------------------------------------------------------------------------
+
+
+def test_unwritable_output_path(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    r = prepare(TINY, blocker / "sub")
+    one_line_error(r, 2)
+
+
+def test_unexpected_exception_is_one_line_exit_1(monkeypatch, capsys):
+    import importlib
+
+    appmod = importlib.import_module("ytk_core.cli.app")
+
+    def boom(*a, **k):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(appmod, "build_app", boom)
+    code = appmod.main(["backends"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "internal error: KeyError" in err
+    code = appmod.main(["-vv", "backends"])
+    assert "Traceback" in capsys.readouterr().err  # -vv shows it
+
+
+def test_ansi_codes_are_stripped():
+    from ytk_core.cli.app import clean
+
+    assert clean("\x1b[1;31mred\x1b[0m text") == "red text"
