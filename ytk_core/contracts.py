@@ -284,6 +284,7 @@ class MatchResult:
     matches: dict[str, PluginFile] = field(default_factory=dict)  # node name -> plugin
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unused: list[PluginFile] = field(default_factory=list)  # plugins no node resolves to (also warned)
 
 
 def match_plugins(nodes: Iterable[CustomNode], plugins: Sequence[PluginFile], precision: str,
@@ -325,6 +326,7 @@ def match_plugins(nodes: Iterable[CustomNode], plugins: Sequence[PluginFile], pr
         res.errors.append(_no_plugin_message(group, plugins, supplied))
     for key, p in by_key.items():
         if key not in used:
+            res.unused.append(p)
             res.warnings.append(f"plugin {plugin_label(p.description)} ({p.path}) matches no custom-op node of this "
                                 "ONNX; it is passed to the engine but nothing uses it")
     return res

@@ -85,10 +85,39 @@ def test_a_better_kernel_gives_a_faster_simulated_engine(ytk, fixture_dir):
     assert times["fast"] < times["slow"]
 
 
-def test_plugin_that_matches_no_node_is_a_warning(ytk, fixture_dir, mock_plugin):
-    r = _compile(ytk, fixture_dir / "base", fixture_dir / "b.tgz", mock_plugin)
+def _error_lines(stderr: str) -> list[str]:
+    lines = stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    return [line for line in lines[start:] if line.strip()]
+
+
+def test_plugin_that_matches_no_node_is_an_error_unless_allowed(ytk, fixture_dir, mock_plugin):
+    """A scripted flow must not ship the baseline engine under an optimised name."""
+    out = fixture_dir / "b.tgz"
+    r = _compile(ytk, fixture_dir / "base", out, mock_plugin)
+    assert r.code == 2 and "Traceback" not in r.stderr
+    (line,) = _error_lines(r.stderr)
+    assert f"--custom-plugin yasp::{PLUGIN} v1 ({mock_plugin}) matches no custom-op node of" in line
+    assert "it has no custom-op node at all" in line and "--allow-unused-plugin" in line
+    assert not out.exists(), "nothing is compiled"
+    r = _compile(ytk, fixture_dir / "base", out, mock_plugin, extra=("--allow-unused-plugin",))
     assert r.code == 0, r.stderr
-    assert "matches no custom-op node" in r.stderr
+    assert "matches no custom-op node" in r.stderr and "Traceback" not in r.stderr
+    assert out.is_file()
+
+
+def test_unused_plugin_beside_used_ones_is_named_with_the_nodes_the_onnx_has(ytk, fixture_dir, mock_plugin):
+    other = build_mock_plugin(ytk, fixture_dir, name="Unrelated")
+    out = fixture_dir / "c.tgz"
+    r = _compile(ytk, fixture_dir / "carved", out, mock_plugin, other)
+    assert r.code == 2 and "Traceback" not in r.stderr
+    (line,) = _error_lines(r.stderr)
+    assert f"yasp::Unrelated v1 ({other}) matches no custom-op node" in line
+    assert f"its custom-op node(s) are yasp::{PLUGIN} v1: " in line and PLUGIN in line.split("are", 1)[1]
+    assert f"({mock_plugin})" not in line, "the plugin that is used is not named"
+    r = _compile(ytk, fixture_dir / "carved", out, mock_plugin, other, extra=("--allow-unused-plugin", "--json"))
+    assert r.code == 0, r.stderr
+    assert any("Unrelated" in w and "matches no custom-op node" in w for w in r.json()["warnings"])
 
 
 def test_wrong_arity_plugin_is_refused_naming_node_and_plugin(ytk, fixture_dir, tmp_path):

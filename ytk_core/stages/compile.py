@@ -22,7 +22,7 @@ from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE, RAW_PROFILE, BenchmarkRecord,
                       BundleManifest, EngineBundle, BundlePlugin, LayerProfile, write_bundle)
-from ..contracts import PluginFile, custom_nodes, match_plugins
+from ..contracts import CustomNode, PluginFile, custom_nodes, match_plugins, plugin_label
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
 from .inputs import bundle_label, existing_file, output_file, parse_arch, parse_precision
@@ -84,8 +84,11 @@ def _check_inputs(onnx: Path, npz: Path) -> None:
 
 def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
                 custom_plugins: list[Path] | None = None, iterations: int = 10, warmup: int = 3,
-                engine: str | None = None) -> CompileOutcome:
-    """Check, build, profile and write the engine bundle atomically; returns what was written."""
+                engine: str | None = None, allow_unused_plugin: bool = False) -> CompileOutcome:
+    """Check, build, profile and write the engine bundle atomically; returns what was written.
+
+    A plugin that serves no custom-op node of ``onnx`` is an error (the engine would be the
+    baseline under an optimised name) unless ``allow_unused_plugin``, when it is a warning."""
     rt = runtime()
     target = parse_arch(arch)
     prec = parse_precision(precision)
@@ -103,6 +106,8 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
     if match.errors:
         raise YtkError(f"{len(match.errors)} plugin problem(s) found before building the engine (nothing was "
                        "compiled):\n  - " + "\n  - ".join(match.errors))
+    if match.unused and not allow_unused_plugin:
+        raise UsageError(_unused_message(match.unused, nodes, onnx))
     for w in match.warnings:
         rt.log.warning(w)
     plugin_nodes: dict[str, list[str]] = {}
@@ -150,6 +155,21 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         shutil.rmtree(workdir, ignore_errors=True)
     return CompileOutcome(bundle=output, manifest=manifest, profile=profile, benchmark=bench,
                           engine_selection=sel.describe(), warnings=list(match.warnings), plugin_nodes=plugin_nodes)
+
+
+def _unused_message(unused: list[PluginFile], nodes: list[CustomNode], onnx: Path) -> str:
+    """One line: the plugins no node uses, and the custom-op nodes this ONNX does have."""
+    plugins = ", ".join(f"{plugin_label(p.description)} ({p.path})" for p in unused)
+    if nodes:
+        by_label: dict[str, list[str]] = {}
+        for n in nodes:
+            by_label.setdefault(n.label, []).append(n.name)
+        have = "; ".join(f"{label}: {', '.join(names)}" for label, names in by_label.items())
+        has = f"its custom-op node(s) are {have}"
+    else:
+        has = "it has no custom-op node at all (is it the baseline, not the carved ONNX?)"
+    return (f"--custom-plugin {plugins} matches no custom-op node of {onnx}, so the engine would not use it; "
+            f"{has}. Pass the ONNX carved for it, or --allow-unused-plugin to compile anyway")
 
 
 def _check_honest(name: str, declared_simulated: bool, cres: CompileResult, pres: ProfileResult,
