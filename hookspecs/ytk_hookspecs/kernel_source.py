@@ -36,17 +36,30 @@ class KernelSource:
     def read(cls, path: str | Path) -> "KernelSource":
         p = Path(path)
         try:
-            text = p.read_text()
+            data = p.read_bytes()
         except OSError as e:
             raise KernelSourceError(f"{p}: cannot read kernel source: {e.strerror}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise KernelSourceError(f"{p}: not a UTF-8 text file (byte 0x{data[e.start]:02x} at offset "
+                                    f"{e.start}); a kernel source bundle is UTF-8 Python") from None
         return cls.parse(text, origin=str(p))
 
     @classmethod
     def parse(cls, text: str, origin: str = "<source>") -> "KernelSource":
+        if not isinstance(text, str):
+            raise KernelSourceError(f"{origin}: kernel source must be text, not {type(text).__name__}")
         try:
             tree = ast.parse(text)
         except SyntaxError as e:
             raise KernelSourceError(f"{origin}: not a Python file (line {e.lineno}): {e.msg}") from None
+        except (ValueError, MemoryError, RecursionError) as e:
+            # NUL bytes (ValueError), a megabyte-long expression (MemoryError) or deep nesting
+            # (RecursionError): the parser gives up; say so instead of a traceback.
+            raise KernelSourceError(f"{origin}: not a kernel source bundle: Python cannot parse it "
+                                    f"({type(e).__name__}{': ' + str(e)[:200] if str(e) else ''}); a bundle "
+                                    "is three plain string constants") from None
         found: dict[str, str] = {}
         generator = "unknown"
         for node in tree.body:
@@ -66,10 +79,16 @@ class KernelSource:
             meta_raw = yaml.safe_load(found["PLUGIN_META_YAML"])
         except yaml.YAMLError as e:
             raise KernelSourceError(f"{origin}: plugin_meta.yaml block is not valid YAML: {e}") from None
+        except (RecursionError, MemoryError) as e:
+            raise KernelSourceError(f"{origin}: plugin_meta.yaml block is too deeply nested or too large "
+                                    f"to read ({type(e).__name__})") from None
         if not isinstance(meta_raw, dict):
             raise KernelSourceError(f"{origin}: plugin_meta.yaml block must be a mapping")
         try:
             meta = PluginMeta.model_validate(meta_raw)
+        except (RecursionError, MemoryError) as e:
+            raise KernelSourceError(f"{origin}: plugin_meta.yaml is too deeply nested or too large to check "
+                                    f"({type(e).__name__})") from None
         except ValidationError as e:
             first = e.errors()[0]
             loc = ".".join(str(x) for x in first["loc"])

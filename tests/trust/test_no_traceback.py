@@ -150,3 +150,21 @@ def test_ansi_codes_are_stripped():
     from ytk_core.cli.app import clean
 
     assert clean("\x1b[1;31mred\x1b[0m text") == "red text"
+
+
+# -- kernel source bundles ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, data", [
+    ("non_utf8", b"CUDA_HEADER = '\xff'\n"),
+    ("huge_expression", ("x = " + "1+" * 500_000 + "1\n").encode()),
+    ("deep_nesting", ("x = " + "-" * 200_000 + "1\n").encode()),
+    ("nul_byte", b"CUDA_HEADER = ''\x00\n"),
+])
+def test_crafted_module_source_in_build_plugin(tmp_path, kind, data):
+    src = tmp_path / "P.module_source.py"
+    src.write_bytes(data)
+    r = ytk_inproc("embedded", "build-plugin", "-a", ARCH, "--plugin-name", "P", "-s", src, "-o", tmp_path / "P.so",
+                   "--builder", "mock", **MOCK)
+    assert "P.module_source.py" in one_line_error(r, 2)
+    assert not (tmp_path / "P.so").exists()
