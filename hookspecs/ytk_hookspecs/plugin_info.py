@@ -24,16 +24,28 @@ class PluginInfoError(ValueError):
     pass
 
 
+def c_string_literal(text: str) -> str:
+    """``text`` as a C/C++ string literal, quotes included, that cannot end early or inject code.
+
+    Only printable ASCII other than ``"``, ``\\`` and ``?`` is written as itself; every other byte of
+    the UTF-8 (newlines, NUL, non-ASCII, ``?`` that could start a trigraph such as ``??/``, a
+    backslash or a quote) is a three-digit octal escape, which no following character can extend.
+    """
+    out = []
+    for b in text.encode("utf-8"):
+        c = chr(b)
+        out.append(c if 0x20 <= b < 0x7F and c not in '"\\?' else f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
 def c_snippet(desc: PluginDescription) -> str:
     """C/C++ source to compile into a plugin so that it describes itself."""
-    payload = desc.model_dump_json()
-    # A C string literal: escape backslashes and quotes; the JSON has no raw newlines.
-    lit = payload.replace("\\", "\\\\").replace('"', '\\"')
+    lit = c_string_literal(desc.model_dump_json())
     return (
         "/* ytk plugin self-description (read from the ELF section without loading the .so) */\n"
         "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
         f'__attribute__((used, section("{SECTION}"), visibility("default")))\n'
-        f'const char ytk_plugin_info_json[] = "{lit}";\n'
+        f'const char ytk_plugin_info_json[] = {lit};\n'
         f'__attribute__((visibility("default"))) const char* {SYMBOL}(void) {{ return ytk_plugin_info_json; }}\n'
         "#ifdef __cplusplus\n}\n#endif\n"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +22,7 @@ from ytk_hookspecs import StageContext
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import ArchSpec, ArchSpecError, BuildRequest, BuildResult, PluginDescription
+from ytk_hookspecs.models.kernel import C_IDENTIFIER
 from ytk_hookspecs.plugin_info import c_snippet
 
 _MACHINE = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -41,8 +43,18 @@ def describe(src: KernelSource, arch: ArchSpec, source_sha256: str) -> PluginDes
         launcher=m.launcher, builder="mock", source_sha256=source_sha256, meta_yaml=src.meta_yaml())
 
 
+def _ident(value: str, field: str) -> str:
+    """A contract field pasted into the C file as a name: a C identifier, or the build stops."""
+    if not re.fullmatch(C_IDENTIFIER, value or ""):
+        raise StageError(f"plugin_meta {field} {value!r} is not a C identifier; refusing to paste it into C")
+    return value
+
+
 def _c_file(src: KernelSource, desc: PluginDescription) -> str:
     m = src.meta
+    _ident(m.launcher, "launcher")
+    if m.workspace:
+        _ident(m.workspace, "workspace")
     lines = [
         "/* ytk mock plugin: self-description + contract symbols, no GPU code (SIMULATED target). */",
         "#include <stddef.h>", "#include <stdint.h>", "", c_snippet(desc), "",

@@ -76,7 +76,11 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
     except KernelSourceError as e:
         raise StageError(str(e)) from None
     if src.meta.plugin_name != request.plugin_name:
-        src = src.renamed(request.plugin_name)
+        try:
+            src = src.renamed(request.plugin_name)
+        except ValueError as e:  # pydantic's ValidationError: the name is no C identifier
+            raise StageError(f"plugin name {request.plugin_name!r} is not a valid plugin name (a C identifier): "
+                             f"{str(e).splitlines()[0]}") from None
     sha = hashlib.sha256(Path(request.source).read_bytes()).hexdigest()
     desc = describe(src, arch, sha, builder=f"ytk-backend-nvcc (nvcc {nvcc_version(nvcc)})", engine_api=api)
     t0 = time.perf_counter()

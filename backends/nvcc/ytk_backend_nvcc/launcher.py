@@ -15,6 +15,7 @@ than an error. torch is imported lazily so that this module imports on a machine
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 from ytk_hookspecs import shape_expr
 from ytk_hookspecs.errors import ContractViolation, StageError
 from ytk_hookspecs.models import PluginDescription, PluginMeta
+from ytk_hookspecs.models.kernel import C_IDENTIFIER
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,8 +76,12 @@ class LauncherLibrary:
             self._err.restype = ctypes.c_char_p
 
     def _symbol(self, name: str) -> Any:
+        if not isinstance(name, str) or not re.fullmatch(C_IDENTIFIER, name):
+            raise ContractViolation(f"{self.path}: symbol {name!r} is not a C identifier")
         try:
-            return getattr(self._lib, name)
+            # Item access always looks the name up in the library; getattr would return the CDLL's own
+            # attributes for names like '_handle' or '_name'.
+            return self._lib[name]
         except AttributeError:
             raise ContractViolation(
                 f"{self.path}: plugin {self.meta.plugin_name!r} declares the extern \"C\" symbol {name!r} "

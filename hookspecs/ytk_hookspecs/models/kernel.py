@@ -26,6 +26,10 @@ TensorFormat = Literal["kLINEAR", "kHWC8", "kCHW32", "kHWC"]
 KernelDtype = Literal["float16", "float32", "int32", "int8"]
 
 
+#: A C identifier: what a contract field must be when a builder pastes it into generated C/C++.
+C_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class TensorContract(BaseModel):
     """One input or output of the plugin as the engine must feed it."""
 
@@ -59,8 +63,9 @@ class PluginMeta(Versioned):
     outputs: list[TensorContract]
     accumulation: KernelDtype = "float32"
     extents: dict[str, str] = Field(description="name -> expression over input dims, in launcher order")
-    launcher: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    workspace: str | None = None
+    launcher: str = Field(pattern=C_IDENTIFIER)
+    # Pasted into generated C as a function name, like launcher: the same identifier check.
+    workspace: str | None = Field(default=None, pattern=C_IDENTIFIER)
     constraints: list[str] = Field(default_factory=list)
     perf: KernelPerf | None = None
 
