@@ -168,3 +168,26 @@ def test_crafted_module_source_in_build_plugin(tmp_path, kind, data):
                    "--builder", "mock", **MOCK)
     assert "P.module_source.py" in one_line_error(r, 2)
     assert not (tmp_path / "P.so").exists()
+
+
+def test_foreign_sys_exit_anywhere_is_an_error(monkeypatch, capsys, tmp_path):
+    """A sys.exit() from code ytk runs outside the model loader (any stage) is not ytk's exit status."""
+    import importlib
+
+    import typer
+
+    appmod = importlib.import_module("ytk_core.cli.app")
+    other = tmp_path / "user_code.py"
+    other.write_text("import sys\ndef go(**kw):\n    sys.exit(0)\n")
+    ns: dict = {}
+    exec(compile(other.read_text(), str(other), "exec"), ns)
+
+    class Cmd:
+        main = staticmethod(ns["go"])
+
+    monkeypatch.setattr(typer.main, "get_command", lambda _app: Cmd())
+    assert appmod.main(["backends"]) == 2
+    err = capsys.readouterr().err
+    assert "user_code.py:3" in err and "sys.exit(0)" in err and "Traceback" not in err
+    monkeypatch.undo()
+    assert appmod.main(["--version"]) == 0  # ytk's own exits are untouched

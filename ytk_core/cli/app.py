@@ -112,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         cmd.main(args=args, prog_name="ytk", standalone_mode=True)
         return 0
     except SystemExit as e:
+        foreign = _foreign_exit(e)
+        if foreign:
+            # A sys.exit() in the user's code (or a library) must not decide ytk's exit status.
+            _print_error(f"{foreign} called sys.exit({e.code!r}) while ytk was running it; ytk's exit status is "
+                         "its own, so this is an error. Remove the call from that code.")
+            return 2
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except StageError as e:
         msg = e.render() if isinstance(e, YtkError) else str(e)
@@ -141,6 +147,21 @@ def main(argv: list[str] | None = None) -> int:
         return _internal(e, args)
     finally:
         reset_runtime()
+
+
+def _foreign_exit(e: SystemExit) -> str | None:
+    """'file:line' when ``e`` was raised outside click/typer (which turn ytk's own exits into
+    SystemExit), i.e. by code ytk ran for the user; None for ytk's own exits."""
+    import click
+
+    tb = traceback.extract_tb(e.__traceback__)
+    if not tb:
+        return None
+    last = tb[-1]
+    ours = [os.path.dirname(click.__file__), os.path.dirname(typer.__file__), os.path.dirname(__file__)]
+    if any(os.path.abspath(last.filename).startswith(d + os.sep) for d in ours):
+        return None
+    return f"{last.filename}:{last.lineno}"
 
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
