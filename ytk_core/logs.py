@@ -48,7 +48,13 @@ def configure(verbosity: int = 0, fmt: str = "auto") -> None:
 
 
 def get_logger(**bind: Any) -> Any:
-    return structlog.get_logger("ytk").bind(**bind)
+    """A logger with ``bind`` in its context that follows the configuration current when it logs.
+
+    It is a lazy proxy, not a logger bound now: a logger made before ``configure`` ran (the runtime's
+    and the backend manager's are made while the CLI is built, before ``-v`` and ``--log-format`` take
+    effect) still honours them. Calling ``.bind()`` on it fixes the configuration of that moment.
+    """
+    return structlog.get_logger("ytk", **bind)
 
 
 def bind(**kw: Any) -> None:

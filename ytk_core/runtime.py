@@ -91,6 +91,7 @@ class Runtime:
         self._config: tuple[dict[str, Any], Path | None] | None = None
         self.json_output = False
         bind(run_id=self.run_id)
+        # made while the CLI is built, before -v and --log-format: get_logger's follows them anyway
         self.log = get_logger()
 
     @property
