@@ -126,6 +126,7 @@ class WindowAttention(nn.Module):
         self.register_buffer("relative_position_index", index, persistent=False)
         self.qkv = nn.Linear(dim, dim * 3)
         self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(0.0)
         self.softmax = nn.Softmax(dim=-1)
 
     def forward(self, x):
@@ -135,7 +136,7 @@ class WindowAttention(nn.Module):
         attn = (q * self.scale) @ k.transpose(-2, -1)
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(N, N, -1)
         attn = self.softmax(attn + bias.permute(2, 0, 1).contiguous().unsqueeze(0))
-        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, -1))
+        return self.proj_drop(self.proj((attn @ v).transpose(1, 2).reshape(B, N, -1)))
 
 
 class GluMlp(nn.Module):
@@ -164,6 +165,8 @@ class Block(nn.Module):
             y, w = self.attn(h, h, h, need_weights=True)  # the head-averaged weights leave the block too
         else:
             y, w = self.attn(h), None
+        if isinstance(self.attn, WindowAttention):  # Swin's window reverse: views the optimizer merges away
+            y = y.view(y.shape[0], 4, 6, -1).view(h.shape)
         x = x + y
         return x + self.mlp(x), w
 
@@ -323,6 +326,7 @@ def test_multihead_attention_with_weights_is_one_node_with_two_outputs(zoo, tmp_
     assert entry.site_nodes == [node.name]
     io_npz = np.load(prep / mha.files.io_npz)
     assert {"site0.out0", "site0.out1"} <= set(io_npz.files)
+    assert "Returns a tuple of 2 tensors" in (prep / mha.files.reference_py).read_text()
     _pt2_reproduces_every_site(prep)
     _engine_matches_reference(prep, tmp_path)
 
@@ -335,6 +339,18 @@ def test_attention_with_a_folded_constant_bias(zoo, tmp_path):
     assert [list(t.shape) for t in win.sites[0].inputs] == [[1, 24, 96]]
     assert win.op_inventory["aten.index.Tensor"] == 1 and win.op_inventory["aten.softmax.int"] == 1
     _pt2_reproduces_every_site(prep)
+    _engine_matches_reference(prep, tmp_path)
+
+
+def test_block_ending_in_an_eval_dropout(zoo, tmp_path):
+    """The block's last op is its eval Dropout's clone, whose consumer the optimizer merged away: the
+    region's output is that clone's input tensor."""
+    fx = FxNodesFile.read(zoo / "fx_nodes.json")
+    drop = next(n for n in fx.nodes if n.module_path == "blocks.5.attn.proj_drop")
+    assert drop.onnx_nodes == []  # no ONNX node of its own, nor one of its consumer's to inherit
+    prep = _carved(zoo, tmp_path, "yasp::Win=WindowAttention")
+    win = _candidate(prep, "Win")
+    assert win.sites[0].outputs[0].name == drop.args[0] and win.op_inventory["aten.linear.default"] == 2
     _engine_matches_reference(prep, tmp_path)
 
 

@@ -24,7 +24,7 @@ from .capture import capture, capture_onnx, weight_values
 from .onnx_rewrite import OnnxGraph, finalize, replace_with_plugin
 from .region_module import RegionSpec, analyse, build_module, conv_signature, folded_weights
 from .region_rules import FactGraph, grow_epilogue, whole_onnx_nodes
-from .regions import GraphIndex, Site, match_sites
+from .regions import GraphIndex, Site, is_identity, match_sites
 from .selectors import Selector, parse_selector
 
 PLUGINS_JSON = "plugins.json"
@@ -93,6 +93,9 @@ def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str,
     """ONNX tensor name for each FX boundary value (value names normally equal FX node names)."""
     out = []
     for n in fx_nodes:
+        # An eval Dropout's clone is no ONNX value of its own: its consumers read its input's tensor.
+        while n.name not in onnx_names and is_identity(n) and n.args and hasattr(n.args[0], "name"):
+            n = n.args[0]
         if n.name in onnx_names:
             out.append(n.name)
             continue

@@ -57,6 +57,11 @@ def is_conv(node: Any) -> bool:
     return node.op == "call_function" and _is(node, CONV_OPS)
 
 
+def is_identity(node: Any) -> bool:
+    """Computes nothing in eval mode (an eval Dropout's clone): the exporter emits no ONNX value for it."""
+    return node.op == "call_function" and _is(node, IDENTITY_OPS)
+
+
 def is_cat(node: Any) -> bool:
     return node.op == "call_function" and op_name(node).split(".")[0] in ("cat", "concat")
 
@@ -273,10 +278,10 @@ def _drop_trailing_identities(region: set[Any]) -> set[Any]:
     Dropout (a clone) on the way. An identity is no ONNX value of its own (the exporter files it under
     its consumer), so as the region's output it has no tensor to cut at; its input is the same value."""
     region = set(region)
-    trailing = [n for n in region if _is(n, IDENTITY_OPS) and n.users and
+    trailing = [n for n in region if is_identity(n) and n.users and
                 all(u not in region and u.op != "output" for u in n.users)]
     while trailing:
         region -= set(trailing)
-        trailing = [m for n in trailing for m in n.all_input_nodes if m in region and _is(m, IDENTITY_OPS) and
+        trailing = [m for n in trailing for m in n.all_input_nodes if m in region and is_identity(m) and
                     all(u not in region and u.op != "output" for u in m.users)]
     return region
