@@ -68,12 +68,15 @@ def _save_pt2(program: Any, path: Path) -> None:
     _atomic(path, lambda tmp: torch.export.save(program, tmp), suffix=".tmp.pt2")
 
 
-def reference_source(sel: Selector, gm: Any, arg_names: list[str], shapes: list[list[list[int]]]) -> str:
+def reference_source(sel: Selector, gm: Any, arg_names: list[str], shapes: list[list[list[int]]],
+                     n_outputs: int = 1) -> str:
     code = gm.print_readable(print_output=False)
     site_lines = "\n".join(f"#   site {k}: " + ", ".join(f"{n}{list(s)}" for n, s in zip(arg_names, ss))
                            for k, ss in enumerate(shapes))
+    outs = (f"Returns a tuple of {n_outputs} tensors, the custom-op node's outputs in order.\n" if n_outputs > 1
+            else "")
     return (f'"""Torch reference of plugin {sel.name} (selector {sel.text}).\n\n'
-            "Inputs, in the custom-op node's order: " + ", ".join(arg_names) + ".\n"
+            "Inputs, in the custom-op node's order: " + ", ".join(arg_names) + ".\n" + outs +
             "Load the runnable program with torch.export.load('<Name>.pt2').module().\n"
             '"""\n# Input shapes per site:\n' + site_lines + "\n\nimport torch\nfrom torch import device  # noqa: F401\n\n"
             + code + "\n")
@@ -117,7 +120,8 @@ def write_region_files(sel: Selector, gm: Any, site_inputs: list[list[Any]], sit
         else:
             futures.append(writer.submit(_atomic, path, fn))
     ref = Path(str(base) + ".reference.py")
-    write_text_atomic(ref, reference_source(sel, gm, arg_names, [[list(t.shape) for t in ins] for ins in site_inputs]))
+    write_text_atomic(ref, reference_source(sel, gm, arg_names, [[list(t.shape) for t in ins] for ins in site_inputs],
+                                            len(site_outputs[0])))
     rel = lambda p: str(p.relative_to(prep))  # noqa: E731
     return (CandidateFiles(pt2=rel(pt2), io_npz=rel(io_npz), inputs_pt=rel(inputs_pt), reference_py=rel(ref)), notes,
             futures)
