@@ -103,7 +103,7 @@ def test_carve_error_naming_nobody_is_isolated(ytk, tmp_path, monkeypatch):
 def test_unexpected_carve_error_pinned_on_the_right_candidate_and_resumed(tmp_path, monkeypatch):
     """Four candidates; a KeyError escapes the carve whenever one of them is in it. Killed after the first
     isolation carve, the resumed run carves none of the recorded ones again and drops only that one."""
-    import ytk_core.autoloop.loop as loop_mod
+    import ytk_core.autoloop.carving as carving_mod
     from ytk_core.autoloop.run import run_autoloop
     from ytk_core.autoloop.state import STATE_FILE, AutoloopState
 
@@ -118,7 +118,7 @@ def test_unexpected_carve_error_pinned_on_the_right_candidate_and_resumed(tmp_pa
     class Killed(BaseException):
         pass
 
-    real_checkpoint, seen = loop_mod.checkpoint, []
+    real_checkpoint, seen = carving_mod.checkpoint, []
 
     def checkpoint(point: str) -> None:
         seen.append(point)
@@ -126,14 +126,14 @@ def test_unexpected_carve_error_pinned_on_the_right_candidate_and_resumed(tmp_pa
             raise Killed(point)
         real_checkpoint(point)
 
-    monkeypatch.setattr(loop_mod, "checkpoint", checkpoint)
+    monkeypatch.setattr(carving_mod, "checkpoint", checkpoint)
     w = tmp_path / "w"
     with pytest.raises(Killed):
         run_autoloop(MIXED, ORIN, "fp16", w, dict(MOCK), 1, 0.001, 2, None)
     before = AutoloopState.read(w / STATE_FILE).rounds[0]
     recorded = set(before.prepares) | set(before.carve_failures)
     assert len(recorded) == 3
-    monkeypatch.setattr(loop_mod, "checkpoint", real_checkpoint)
+    monkeypatch.setattr(carving_mod, "checkpoint", real_checkpoint)
     calls.clear()
     rep = run_autoloop(MIXED, ORIN, "fp16", w, dict(MOCK), 1, 0.001, 2, None)
     assert not recorded & {"\n".join(c) for c in calls}  # nothing recorded before the kill was carved again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from ytk_hookspecs.models import ArchSpec, ArtifactError
@@ -10,7 +11,7 @@ from ytk_hookspecs.models.base import sha256_file
 from ..errors import UsageError
 from ..runtime import runtime
 from .control import Clock, WorkdirLock, parse_duration
-from .loop import Autoloop, clean_stale, resolve_backends
+from .loop import Autoloop
 from .report import AutoloopReport, build_report
 from .state import STATE_FILE, AutoloopState
 from .target import detect_arch
@@ -82,3 +83,25 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
                        backends=backends, limits=limits)
     st.save(workdir)
     return st
+
+
+def resolve_backends(arch: str, flags: dict[str, str | None]) -> dict[str, str]:
+    """The engine, kernel generator and builder a new autoloop uses (a resumed one keeps its own)."""
+    rt = runtime()
+    spec = ArchSpec.parse(arch)
+    out = {}
+    for role in ("engine", "kernelgen", "builder"):
+        sel = rt.select(role, flags.get(role), spec)
+        out[role] = sel.name
+        rt.log.info(f"autoloop {role}: {sel.name}", why=sel.reason)
+    return out
+
+
+def clean_stale(workdir: Path) -> None:
+    """Remove temp files a killed run left behind (atomic writes never leave a half file in place)."""
+    for p in Path(workdir).rglob(".*.tmp*"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+    for p in Path(workdir).rglob(".*.build-*"):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)

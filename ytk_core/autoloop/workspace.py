@@ -1,0 +1,90 @@
+"""The autoloop's workdir and state, as every stage of a round uses them.
+
+A stage records what it did in the state and saves it at once, so a killed run resumes where it
+stopped. It lets a candidate go through ``drop`` and ends the loop through ``stop``; both are written
+to the state's event log as well as the log.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from .control import Clock
+from .state import AutoloopState, DropStage, PluginRecord, RoundRecord, RoundStage
+
+
+class Workspace:
+    """The state of one autoloop, the workdir its paths are relative to, its clock and its logger."""
+
+    def __init__(self, state: AutoloopState, workdir: Path, clock: Clock, log: Any) -> None:
+        self.state = state
+        self.workdir = Path(workdir)
+        self.clock = clock
+        self.log = log
+        # kernel generation jobs finish on worker threads: one at a time records its result or saves
+        self.lock = threading.Lock()
+
+    # -- the state file ---------------------------------------------------------------------------
+    def save(self) -> None:
+        with self.lock:
+            self.state.elapsed_s = self.clock.spent
+            self.state.save(self.workdir)
+
+    def advance(self, rnd: RoundRecord, stage: RoundStage) -> None:
+        rnd.stage = stage
+        self.save()
+
+    @property
+    def limits(self) -> dict[str, float]:
+        return self.state.limits
+
+    # -- paths ------------------------------------------------------------------------------------
+    def rel(self, path: Path) -> str:
+        """``path`` as the state records it: relative to the workdir, so the workdir can move."""
+        return str(Path(path).resolve().relative_to(self.workdir.resolve()))
+
+    def path(self, rel: str) -> Path:
+        return self.workdir / rel
+
+    def round_dir(self, index: int) -> Path:
+        return self.workdir / f"round{index}"
+
+    # -- events -----------------------------------------------------------------------------------
+    def event(self, msg: str) -> None:
+        self.state.history.append(msg)
+        self.log.info(msg)
+
+    def debug_traceback(self, what: str, err: BaseException) -> None:
+        """An error that became one line of a drop reason or a stop message keeps its traceback here (-v)."""
+        self.log.debug(f"{what}: {type(err).__name__}", exc_info=err)
+
+    def stop(self, why: str) -> None:
+        """End the loop normally: no further round starts, and a rerun only reports."""
+        self.state.finished = True
+        self.state.stop_reason = why
+        self.event(f"stopped: {why}")
+        self.save()
+
+    # -- candidates -------------------------------------------------------------------------------
+    @staticmethod
+    def active(rnd: RoundRecord) -> list[PluginRecord]:
+        """The round's candidates still in it."""
+        return [c for c in rnd.candidates if c.status != "dropped"]
+
+    def drop(self, cand: PluginRecord, stage: DropStage, why: str) -> None:
+        """Drop one candidate; the event names its selector, since two rounds' plugins may share a name."""
+        cand.status = "dropped"
+        cand.reason = why
+        cand.dropped_at = stage
+        self.event(f"dropped {cand.name} ({cand.selector}): {why}")
+
+    def round_plugins(self, rnd: RoundRecord, only: list[PluginRecord] | None = None) -> list[PluginRecord]:
+        """The kept plugins plus this round's (or ``only`` those); a re-optimization stands in for the
+        plugin it would replace."""
+        new = only if only is not None else self.active(rnd)
+        replaced = {c.replaces for c in new if c.replaces}
+        best = self.state.best
+        kept = [p for p in (best.plugins if best else []) if p.name not in replaced]
+        return kept + list(new)
