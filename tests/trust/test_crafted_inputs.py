@@ -117,6 +117,4 @@ def test_crafted_bundle_in_propose(fx, tmp_path, kind):
     b = _crafted(fx, tmp_path, kind)
     r = ytk_inproc("embedded", "propose", "--profile", b, "--onnx", fx / "base" / "model.onnx", "--fx-nodes",
                    fx / "base" / "fx_nodes.json", **MOCK)
-    # layers_nope: ytk_core/propose/measurement.py does not validate profile.json's layers (a fix there is
-    # pending, owned by the propose refactor), so it is the one-line internal error (exit 1) for now.
-    one_line_error(r, 1 if kind == "layers_nope" else 2)
+    one_line_error(r, 2)

@@ -116,9 +116,15 @@ def _needs_layer_info(profile_json: bytes) -> bool:
     """Layer info only helps layers that name no ONNX node themselves."""
     from .trt_names import parse_layer_name
 
-    data = json.loads(profile_json)
-    return any(not ly.get("onnx_nodes") and not ly.get("metadata") and parse_layer_name(ly.get("name", "")).kind ==
-               "compute" for ly in data.get("layers", []))
+    try:
+        data = json.loads(profile_json)
+    except (ValueError, UnicodeDecodeError):
+        return False  # LayerProfile's validation below says what is wrong with it
+    layers = data.get("layers") if isinstance(data, dict) else None
+    if not isinstance(layers, list):
+        return False
+    return any(isinstance(ly, dict) and not ly.get("onnx_nodes") and not ly.get("metadata") and
+               parse_layer_name(str(ly.get("name", ""))).kind == "compute" for ly in layers)
 
 
 def _stream_members(p: Path, wanted: set[str], needs_info) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
