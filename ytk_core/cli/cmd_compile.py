@@ -39,10 +39,6 @@ def compile_(
     from ..runtime import emit_json
     from ..stages.compile import run_compile
 
-    if onnx.is_file() and npz.is_file():
-        from ..stages.npz_inputs import check_npz_inputs
-
-        check_npz_inputs(onnx, npz)  # a crafted npz is one clear error before any backend reads it
     out = run_compile(arch, precision, onnx, npz, output, custom_plugin or [], iterations, warmup, engine,
                       allow_unused_plugin=allow_unused_plugin)
     if json_:

@@ -63,23 +63,11 @@ def _read_plugins(paths: list[Path]) -> list[PluginFile]:
 
 
 def _check_inputs(onnx: Path, npz: Path) -> None:
-    import onnx as onnx_lib
+    """Every caller (the CLI, the autoloop) gets the same check: the ONNX reads, and the npz holds
+    exactly its inputs, numeric, of their dtype and shape (a crafted npz is one clear error)."""
+    from .npz_inputs import check_npz_inputs
 
-    try:
-        model = onnx_lib.load(str(onnx), load_external_data=False)
-    except Exception as e:
-        raise UsageError(f"--onnx {onnx}: not a readable ONNX model ({type(e).__name__}: {e})") from None
-    inits = {t.name for t in model.graph.initializer}
-    wanted = [i.name for i in model.graph.input if i.name not in inits]
-    try:
-        with np.load(npz, allow_pickle=False) as z:
-            have = set(z.files)
-    except Exception as e:
-        raise UsageError(f"--npz {npz}: not a readable .npz ({type(e).__name__}: {e})") from None
-    missing = [w for w in wanted if w not in have]
-    if missing:
-        raise UsageError(f"--npz {npz} lacks input(s) {', '.join(missing)} of {onnx.name} (it has "
-                         f"{', '.join(sorted(have)) or 'nothing'}); use the npz prepare wrote beside this ONNX")
+    check_npz_inputs(onnx, npz)
 
 
 def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
