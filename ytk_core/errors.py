@@ -28,6 +28,18 @@ class BackendError(YtkError):
     exit_code = 3
 
 
+class KernelJobFailed(BackendError):
+    """A kernel generation job that ran and failed. The message reads on its own at the CLI; ``job_id``,
+    ``backend`` and ``detail`` (the generator's own words) let a caller that already says "kernel
+    generation" (the autoloop's drop reasons) word it without saying so twice."""
+
+    def __init__(self, job_id: str, backend: str, detail: str) -> None:
+        super().__init__(f"kernel generation failed (job {job_id}, backend {backend}): {detail}")
+        self.job_id = job_id
+        self.backend = backend
+        self.detail = detail
+
+
 class NotImplementedYet(YtkError):
     """A command whose stage a later milestone implements; says so plainly."""
 

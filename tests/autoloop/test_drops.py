@@ -218,6 +218,25 @@ def test_kernel_generation_job_raising_drops_only_it(ytk, tmp_path):
                   "kernel generation: RuntimeError: the generator tripped over its own feet (planted)")
 
 
+def test_a_failed_kernel_generation_job_is_said_once(ytk, tmp_path):
+    """A job the generator reports failed: its drop reason names the job and the generator's words, and
+    says "kernel generation" once (the report's why column and the event log read it as it is)."""
+    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_hookspecs.models import KernelGenResult
+
+    def submit(request, ctx):  # type: ignore[no-untyped-def]
+        if request.plugin_name == BAD:
+            return KernelGenResult(job_id="failgen-7", status="failed", message="no variant beats torch (planted)")
+        return mock_plugin.ytk_kernelgen_submit(request, ctx)
+
+    _install(failgen=_backend("failgen", "kernelgen", ytk_kernelgen_submit=submit))
+    w = tmp_path / "w"
+    reason = "kernel generation: job failgen-7 (backend failgen) failed: no variant beats torch (planted)"
+    bad = check_dropped(cli(ytk, w, kernelgen="failgen"), w, "kernelgen", reason)
+    assert bad["reason"] == reason
+    assert f"| 1 | {BAD} | kernelgen | {reason} | `{BAD_SEL}` |" in (w / "report" / "autoloop_report.md").read_text()
+
+
 def test_build_raising_drops_only_it(ytk, tmp_path):
     import ytk_backend_mock.plugin as mock_plugin
 

@@ -31,6 +31,12 @@ def describe(err: BaseException) -> str:
     text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
     if not isinstance(err, StageError):
         text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return one_line(text)
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of a drop reason: its lines joined, cut at MAX_REASON characters."""
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
     return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."
 
 

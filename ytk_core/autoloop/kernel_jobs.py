@@ -17,8 +17,9 @@ from typing import Any
 from ytk_hookspecs.models import ArchSpec, CandidatesFile
 from ytk_hookspecs.models.base import sha256_file
 
+from ..errors import KernelJobFailed
 from .control import checkpoint
-from .isolate import describe, must_stop
+from .isolate import describe, must_stop, one_line
 from .state import PluginRecord, RoundRecord, file_ok
 from .target import gpu_label
 from .workspace import Workspace
@@ -31,6 +32,15 @@ class RoundJobs:
     prep: Path  # the round's prepare dir (its candidates.json and plugin_candidates/*.pt2)
     src_dir: Path  # where the generated sources go
     gpu: str  # ``kernelgen compile -g``
+
+
+def job_failure(err: BaseException) -> str:
+    """Why a kernel generation job failed, in one line. A failed job reads ``job ID (backend B) failed:
+    ...``: the drop reason already starts with "kernel generation:", so the stage's own "kernel
+    generation failed" is not said twice."""
+    if isinstance(err, KernelJobFailed):
+        return one_line(f"job {err.job_id} (backend {err.backend}) failed: {err.detail}")
+    return describe(err)
 
 
 class KernelJobs:
@@ -82,7 +92,7 @@ class KernelJobs:
             if must_stop(e):
                 raise
             ws.debug_traceback(f"kernel generation of {cand.name} failed", e)
-            return cand, None, describe(e)
+            return cand, None, job_failure(e)
 
     def _job_config(self, cand: PluginRecord) -> dict[str, str]:
         config = {"deployment_target": "tensorrt"}

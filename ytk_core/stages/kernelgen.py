@@ -20,7 +20,7 @@ from ytk_hookspecs.models import (Candidate, CandidatesFile, KernelGenRequest, K
 from ytk_hookspecs.models.base import ArtifactError
 
 from ..contracts import ContractReport, check_meta_against_candidate, check_source
-from ..errors import BackendError, UsageError, YtkError
+from ..errors import BackendError, KernelJobFailed, UsageError, YtkError
 from ..runtime import runtime
 from .inputs import existing_file, output_file, parse_arch, parse_config, parse_precision
 
@@ -121,7 +121,7 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
     out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name if cand else None,
                            warnings=warnings)
     if res.status == "failed":
-        raise BackendError(f"kernel generation failed (job {res.job_id}, backend {sel.name}): {res.message}")
+        raise KernelJobFailed(res.job_id, sel.name, res.message)
     if res.status == "done":
         _check_result(out, Path(output), cand, prec)
         if key is not None and not sel.backend.info.simulated:
