@@ -199,7 +199,7 @@ def _install(**mods):  # type: ignore[no-untyped-def]
     from ytk_core.plugins import BackendManager
     from ytk_core.runtime import reset_runtime, runtime
 
-    configure(0, "auto")  # loggers bind when the runtime is built: to stderr, as main() would, not stdout
+    configure(0, "auto")  # logs to stderr, as main() would, not to the stdout the test reads
     reset_runtime()
     runtime()._mgr = BackendManager(extra_plugins=mods)
 
