@@ -43,7 +43,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="debug log lines (-vv: also the traceback of an internal error)")] = 0,
+    verbose: Annotated[int, typer.Option(
+        "-v", "--verbose", count=True, help="debug log lines (-vv: also the traceback of an internal error)")] = 0,
     quiet: Annotated[int, typer.Option("-q", "--quiet", count=True, help="less log output")] = 0,
     log_format: Annotated[str, typer.Option("--log-format", help="auto, console or json")] = "auto",
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
