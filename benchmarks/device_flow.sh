@@ -6,7 +6,9 @@
 #   bash benchmarks/device_flow.sh gputests  every GPU test: backends (torch, nvcc, templates) and conformance
 #   bash benchmarks/device_flow.sh zoo       per corpus model in ZOO_MODELS (contrib/zoo/<name>.py): ytk autoloop
 #                                            at ZOO_SIZE (default 4x1088x1920) and its one-run table (MAX_AUTOTUNE=1
-#                                            adds torch.compile max-autotune)
+#                                            adds torch.compile max-autotune; ZOO_NO_TABLE=1 skips the table;
+#                                            each model's workdir is removed after its table unless ZOO_KEEP=1)
+#   bash benchmarks/device_flow.sh zootable  the tables again for ZOO_MODELS whose autoloop ran on this warm machine
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
 # still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch, kernelgen=templates, builder=nvcc. Logs and small artifacts go to $OUT.
@@ -61,6 +63,18 @@ do_autoloop() {
   cp runs/autoloop/report/* "$OUT/" 2>/dev/null
   cat runs/autoloop/report/autoloop_report.md 2>/dev/null | head -80 || tail -30 "$OUT/autoloop.stderr"
 }
+zoo_table() {  # the one-run table of runs/zoo/$1's base and best bundles
+  local m=$1 A=$PWD/runs/zoo/$1 P
+  P=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["best"]["bundle"])' "$A/autoloop.json") \
+    || { echo "$m: no autoloop result in $A"; tail -5 "$OUT/zoo_$m.autoloop.stderr" 2>/dev/null; return; }
+  YTK_EXAMPLE_SIZE=${ZOO_SIZE:-4x1088x1920} timeout ${TABLE_TIMEOUT:-300} python3 benchmarks/flow_table.py \
+    --base "$A/round0/base.tgz" --plugged "$A/$P" --model "contrib/zoo/$m.py" \
+    --npz "$A/round0/prepare/model.npz" --reference "$A/round0/prepare/model.reference.npz" \
+    ${MAX_AUTOTUNE:+--max-autotune} --json "$OUT/zoo_$m.table${MAX_AUTOTUNE:+_ma}.json" \
+    > "$OUT/zoo_$m.table${MAX_AUTOTUNE:+_ma}.txt" 2>&1
+  echo "$m table rc=$?"
+  grep -v '^{' "$OUT/zoo_$m.table${MAX_AUTOTUNE:+_ma}.txt" | tail -9
+}
 do_zoo() {
   for m in ${ZOO_MODELS:?name the corpus models, e.g. ZOO_MODELS=mobilenetv3_large_100}; do
     local A=$PWD/runs/zoo/$m
@@ -69,20 +83,17 @@ do_zoo() {
       > "$OUT/zoo_$m.autoloop.json" 2> "$OUT/zoo_$m.autoloop.stderr"
     echo "$m autoloop rc=$?"
     cp "$A/report/autoloop_report.md" "$OUT/zoo_$m.report.md" 2>/dev/null
-    local P
-    P=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["best"]["bundle"])' "$A/autoloop.json") \
-      || { tail -5 "$OUT/zoo_$m.autoloop.stderr"; continue; }
-    YTK_EXAMPLE_SIZE=${ZOO_SIZE:-4x1088x1920} timeout ${TABLE_TIMEOUT:-300} python3 benchmarks/flow_table.py \
-      --base "$A/round0/base.tgz" --plugged "$A/$P" --model "contrib/zoo/$m.py" \
-      --npz "$A/round0/prepare/model.npz" --reference "$A/round0/prepare/model.reference.npz" \
-      ${MAX_AUTOTUNE:+--max-autotune} --json "$OUT/zoo_$m.table.json" > "$OUT/zoo_$m.table.txt" 2>&1
-    echo "$m table rc=$?"
-    grep -v '^{' "$OUT/zoo_$m.table.txt" | tail -9
+    [ -n "${ZOO_NO_TABLE:-}" ] || zoo_table "$m"
+    # a full-size workdir holds GBs of captures and bundles: the next model needs the disk (ZOO_KEEP=1 keeps it)
+    [ -n "${ZOO_KEEP:-}${ZOO_NO_TABLE:-}" ] || rm -rf "$A"
   done
+}
+do_zootable() {  # the tables again, for models whose autoloop ran earlier on this (still warm) machine
+  for m in ${ZOO_MODELS:?name the corpus models}; do zoo_table "$m"; done
 }
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|autoloop|zoo) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo)"; exit 2 ;;
+    flow|table|gputests|autoloop|zoo|zootable) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo, zootable)"; exit 2 ;;
   esac
 done

@@ -172,6 +172,34 @@ def test_carve_broken_for_everything_stops_the_loop(ytk, tmp_path, monkeypatch):
     assert GOOD in {p["name"] for p in r.json()["state"]["best"]["plugins"]}
 
 
+def test_a_disk_too_full_for_the_carve_stops_the_loop_and_blames_nobody(ytk, tmp_path, monkeypatch):
+    """The carve's captures would not fit (a planted 0 bytes free once the baseline is done): the loop
+    stops with the disk-full line and exit 1 before writing them, drops no candidate and leaves no
+    half-carved dir; once there is room the same command resumes the round."""
+    disk = {"full": True}
+
+    def plant(selectors):  # type: ignore[no-untyped-def]
+        if selectors and disk["full"]:
+            monkeypatch.setenv("YTK_FREE_BYTES", "0")
+
+    _prepare_calls(monkeypatch, plant)
+    w = tmp_path / "w"
+    r = cli(ytk, w)
+    assert r.code == 1, r.stderr[-2000:]
+    assert "no space left on the device writing" in r.stderr and "region(s) need ~" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    st = json.loads((w / "autoloop.json").read_text())
+    rnd = st["rounds"][0]
+    assert rnd["stage"] == "prepare" and not rnd["carve_failures"] and not rnd["prepares"]
+    assert all(c["status"] != "dropped" for c in rnd["candidates"])
+    assert not list((w / "round1").glob("prepare*")), "the carve that could not fit is not left behind"
+    disk["full"] = False
+    monkeypatch.delenv("YTK_FREE_BYTES")
+    r = cli(ytk, w)
+    assert r.code == 0, r.stderr[-3000:]
+    assert GOOD in {p["name"] for p in r.json()["state"]["best"]["plugins"]}
+
+
 # -- kernel generation and build -------------------------------------------------------------------------
 
 
@@ -213,9 +241,19 @@ def test_kernel_generation_job_raising_drops_only_it(ytk, tmp_path):
         return mock_plugin.ytk_kernelgen_submit(request, ctx)
 
     _install(badgen=_backend("badgen", "kernelgen", ytk_kernelgen_submit=submit))
-    r = cli(ytk, tmp_path / "w", kernelgen="badgen")
-    check_dropped(r, tmp_path / "w", "kernelgen",
-                  "kernel generation: RuntimeError: the generator tripped over its own feet (planted)")
+    w = tmp_path / "w"
+    r = cli(ytk, w, kernelgen="badgen")
+    check_dropped(r, w, "kernelgen", "kernel generation: RuntimeError: the generator tripped over its own feet (planted)")
+    # the round carved twice (with and without the dropped one); the finished round keeps the captures of
+    # the best engine's carve only, and every carve's ONNX and JSON
+    st = r.json()["state"]
+    carves = sorted(st["rounds"][0]["prepares"].values())
+    assert len(carves) == 2 and st["best"]["prepare_dir"] in carves
+    for rel in carves:
+        cdir = w / rel / "plugin_candidates"
+        captures = [*cdir.glob("*.io.npz"), *cdir.glob("*.inputs.pt")]
+        assert (w / rel / "model.onnx").is_file() and list(cdir.glob("*.pt2"))
+        assert bool(captures) == (rel == st["best"]["prepare_dir"]), (rel, captures)
 
 
 def test_a_failed_kernel_generation_job_is_said_once(ytk, tmp_path):

@@ -50,10 +50,10 @@ class Carver:
         try:
             prep = self.prepare(out_dir, sels)
         except Exception as e:
+            shutil.rmtree(out_dir, ignore_errors=True)  # a real model's export is large, and this one is of no use
             if must_stop(e):
                 raise
             ws.debug_traceback(f"round {rnd.index}: carving {len(sels)} selector(s) failed", e)
-            shutil.rmtree(out_dir, ignore_errors=True)  # a real model's export is large, and this one is of no use
             failure = CarveFailure(message=describe(e), selector=named_selector(e, sels))
             rnd.carve_failures[key] = failure
             ws.save()

@@ -108,6 +108,10 @@ class Autoloop:
             # what one candidate does wrong is dropped inside the stage; what escapes stops every candidate
             self._stop_on(e, f"round {rnd.index} stopped in its {stage} stage on an internal error", YtkError,
                           exit_code=1, resume=True)
+        if rnd.stage == "done":
+            freed = self.ws.prune_captures(rnd)
+            if freed:
+                self.log.info(f"round {rnd.index}: freed {freed / 1e9:.1f} GB of region captures no later round reads")
         checkpoint(f"{rnd.index}:{stage}")
 
     def _stop_on(self, err: Exception, what: str, kind: type[YtkError], exit_code: int | None = None,

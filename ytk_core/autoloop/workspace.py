@@ -36,6 +36,22 @@ class Workspace:
         rnd.stage = stage
         self.save()
 
+    def prune_captures(self, rnd: RoundRecord) -> int:
+        """A finished round's carves, except the best engine's, lose their captured region inputs and
+        outputs (``*.io.npz``, ``*.inputs.pt``: GBs each at full size, and only the round's own kernel jobs
+        read them); their ONNX, JSON, programs and sources stay for the record. Returns the bytes freed."""
+        from ..frontend.carve import CANDIDATES_DIR
+
+        keep = {self.state.best.prepare_dir} if self.state.best else set()
+        dirs = set(rnd.prepares.values()) | ({rnd.prepare_dir} if rnd.prepare_dir else set())
+        freed = 0
+        for rel in sorted(dirs - keep):
+            cdir = self.path(rel) / CANDIDATES_DIR
+            for f in [*cdir.glob("*.io.npz"), *cdir.glob("*.inputs.pt")]:
+                freed += f.stat().st_size
+                f.unlink(missing_ok=True)
+        return freed
+
     @property
     def limits(self) -> dict[str, float]:
         return self.state.limits

@@ -18,6 +18,7 @@ from ytk_hookspecs.models import (Candidate, CandidatesFile, CarveRequest, Carve
                                   PluginEntry, PluginsFile, SiteInfo, TensorInfo)
 from ytk_hookspecs.models.base import ArtifactError, sha256_file, write_bytes_atomic
 
+from ..diskspace import ensure_free_space
 from ..errors import RegionRefused, UsageError
 from .canonical import canonicalise
 from .capture import capture, capture_onnx, weight_values
@@ -249,6 +250,7 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
     remove_carve_artifacts(prep)
     cdir = prep / CANDIDATES_DIR
     cdir.mkdir(parents=True, exist_ok=True)
+    ensure_free_space(cdir, _capture_bytes(plans, values), f"the captured inputs and outputs of {len(plans)} region(s)")
     candidates, entries, value_infos = [], [], {}
     pending: list[Future] = []
     with ctx.progress("exporting regions and rewriting the ONNX", total=len(plans)) as task, \
@@ -278,6 +280,17 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
     PluginsFile(onnx=onnx_name, plugins=entries).write(prep / PLUGINS_JSON)
     return CarveResult(plugins=prep / PLUGINS_JSON, candidates=prep / CANDIDATES_JSON, onnx=Path(request.onnx),
                        custom_nodes=sum(len(p.sites) for p in plans), wall_s=time.perf_counter() - t0)
+
+
+def _capture_bytes(plans: list[PluginPlan], values: dict[str, Any]) -> int:
+    """What the region files will take on disk: every site's inputs twice (``io.npz`` and ``inputs.pt``)
+    and its outputs once; the programs and lifted weights are small beside them."""
+    total = 0
+    for plan in plans:
+        for sp in plan.sites:
+            total += 2 * sum(int(values[a.name].nbytes) for a in sp.spec.activations)
+            total += sum(int(values[o.name].nbytes) for o in sp.spec.outputs)
+    return total
 
 
 def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, Any], og: OnnxGraph, prep: Path,

@@ -194,3 +194,12 @@ def test_opset11_style_attributes(tmp_path):
         h.make_node("Sub", ["sm", "m"], ["y"], name="sub"),
     ]
     check(tmp_path, nodes, {"x": ([2, 3, 4], F32)}, ["y", "b"], opset=11)
+
+
+def test_cumsum_every_mode(tmp_path):
+    """EdgeNeXt's position encoding builds coordinates with CumSum; each of its attribute modes."""
+    nodes = [h.make_node("CumSum", ["x", f"ax{a}"], [f"c{a}{e}{r}"], name=f"cumsum{a}{e}{r}", exclusive=e, reverse=r)
+             for a in (1, 3) for e in (0, 1) for r in (0, 1)]
+    inits = {"ax1": np.array(1, np.int64), "ax3": np.array(-1, np.int64)}
+    outs = [n.output[0] for n in nodes]
+    check(tmp_path, nodes, {"x": ([2, 5, 3, 7], F32)}, outs, inits)

@@ -65,3 +65,24 @@ def _arg(fn: Runtime) -> Runtime:
 
 op("ArgMax", layer_type="TopK")(_arg(torch.argmax))
 op("ArgMin", layer_type="TopK")(_arg(torch.argmin))
+
+
+@op("CumSum", params=(1,), layer_type="Scan")
+def _cumsum(ctx: NodeCtx) -> Runtime:
+    """Prefix sums along a constant axis (position encodings build their coordinates this way); the sum
+    runs in fp32 whatever the engine's precision, since a half-precision running sum drifts."""
+    ax = normalize_axis(ctx.ints(1, "axis")[0], ctx.rank(0))
+    exclusive, reverse = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
+
+    def run(x: torch.Tensor, *_: object) -> torch.Tensor:
+        acc = x.float() if x.is_floating_point() and x.element_size() < 4 else x
+        if reverse:
+            acc = acc.flip(ax)
+        out = torch.cumsum(acc, dim=ax)
+        if exclusive:  # shifted by one, a zero first: exact, unlike subtracting x again
+            n = out.shape[ax]
+            out = torch.cat([torch.zeros_like(out.narrow(ax, 0, 1)), out.narrow(ax, 0, n - 1)], dim=ax)
+        if reverse:
+            out = out.flip(ax)
+        return out.to(x.dtype)
+    return run

@@ -1,0 +1,41 @@
+"""Free disk space, checked before a step writes gigabytes.
+
+A full-size carve writes every region's captured inputs and outputs (GBs); a disk that fills halfway
+through leaves torch's archive writer in a state it cannot recover from (it aborts the process when it
+is later freed). So the writer asks first: a step that cannot fit stops with one clear line, the same
+``ENOSPC`` that a full disk raises, and the callers' handling of a full disk (the CLI's message, the
+autoloop stopping rather than blaming a candidate) applies unchanged.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+#: Kept free beyond what a step needs: logs, engine bundles and the next step's small files.
+MARGIN_BYTES = 1 << 30
+
+
+class DiskFull(OSError):
+    """``OSError(ENOSPC)`` whose message says what needed the space, how much, and how much is free."""
+
+    def __init__(self, path: Path, need: int, free: int, what: str) -> None:
+        super().__init__(errno.ENOSPC, f"{what} need ~{_gb(need)} there, {_gb(free)} is free "
+                                       f"and {_gb(MARGIN_BYTES)} is kept spare", str(path))
+        self.need = need
+        self.free = free
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def ensure_free_space(path: Path, need: int, what: str) -> None:
+    """Raise :class:`DiskFull` unless ``need`` bytes (plus a margin) fit on the disk holding ``path``.
+    ``YTK_FREE_BYTES`` overrides the free space measured (tests plant a full disk with it)."""
+    override = os.environ.get("YTK_FREE_BYTES")
+    free = int(override) if override else shutil.disk_usage(path).free
+    if need + MARGIN_BYTES > free:
+        raise DiskFull(Path(path), need, free, what)
