@@ -6,7 +6,9 @@
 Every row is timed in the same process on the same GPU with CUDA events over --iterations runs
 after --warmup, and the rows are interleaved over --rounds so that clock drift hits them alike.
 Engines replay their CUDA graph (as the bundle's own benchmark does); torch rows run the same
-model.py in fp16 channels_last, captured in a CUDA graph too (eager) or compiled by inductor.
+model.py in fp16 channels_last, captured in a CUDA graph too (eager; where the model cannot be
+captured, e.g. it copies a host tensor in forward, it runs without one and the row says so) or
+compiled by inductor.
 """
 
 from __future__ import annotations
@@ -81,7 +83,12 @@ def main() -> int:
         x = args[0].cuda().half().contiguous(memory_format=torch.channels_last)
         m16 = model.cuda().half().to(memory_format=torch.channels_last)
         with torch.no_grad():
-            fns["torch eager fp16 CL (CUDA graph)"] = graphed(lambda inp: m16(inp), x)
+            try:
+                fns["torch eager fp16 CL (CUDA graph)"] = graphed(lambda inp: m16(inp), x)
+            except RuntimeError as e:  # e.g. a host-to-device copy inside forward (timm EdgeNeXt's pos encoding)
+                torch.cuda.synchronize()
+                print(f"torch eager: CUDA graph capture failed ({str(e).splitlines()[0][:120]}); timed without one")
+                fns["torch eager fp16 CL (no graph: capture failed)"] = lambda: m16(x)
             if not a.no_compile:
                 cm = torch.compile(m16)
                 for _ in range(3):

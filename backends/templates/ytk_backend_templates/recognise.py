@@ -18,6 +18,7 @@ from ytk_hookspecs.pt2 import load_exported
 from ytk_hookspecs.errors import UnsupportedRegion
 from ytk_hookspecs.models import Candidate
 
+from . import emit_dwconv
 from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape
 
 _CONV = {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"}
@@ -336,10 +337,10 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
         region = _recognise_litemla(g)
     else:
         raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())}")
+    shapes = site_shapes(g, candidate)
+    channels = {shape.inputs[0][1] for shape in shapes if shape.inputs and len(shape.inputs[0]) == 4}
     if candidate is not None:
         _check_candidate(region, g, candidate)
-        shapes = site_shapes(g, candidate)
-        channels = {shape.inputs[0][1] for shape in shapes}
         axes = candidate.constant_axes[0] if candidate.constant_axes else []
         if isinstance(region, Conv1x1Region):
             channels |= {-shape.inputs[1][0] for shape in shapes}  # output channels vary too
@@ -354,6 +355,14 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
                 raise UnsupportedRegion("the sites do not share one output/input channel ratio per group")
         if len(channels) > (2 if isinstance(region, Conv1x1Region) else 1) or (len(axes) > 1 and not axes[1]):
             region = _with_dynamic_channels(region)
+    odd = sorted({abs(c) for c in channels if isinstance(c, int) and c % 8})
+    if odd:  # every template takes and gives fp16 kHWC8 activations (the contract's layout rule)
+        raise UnsupportedRegion(f"{'a site has ' if len(shapes) > 1 else ''}{odd[0]} channels: the templates' "
+                                "kernels take fp16 kHWC8 activations, whose channels must be a multiple of 8")
+    if isinstance(region, DwConvRegion) and region.channels and not emit_dwconv.variant_space(region):
+        # no channel block tiles this C (they are 16..128 wide): the runtime-C kernels, whose partial
+        # channel blocks are guarded, take it at one shape as they take a dynamic remainder's
+        region = _with_dynamic_channels(region)
     return region
 
 

@@ -36,7 +36,7 @@ def _from_program(request: SupportRequest) -> SupportAnswer:
     if not _has_variants(region, request.arch):
         return SupportAnswer(supported=False, backend=NAME, kind=region.kind,
                              why=f"recognised as {_describe(region)}, but the templates' kernel space has no "
-                                 "variant for it (depthwise tiles need channels in multiples of 16)")
+                                 "variant for it")
     return SupportAnswer(supported=True, backend=NAME, kind=region.kind, why=f"recognised as {_describe(region)}")
 
 
@@ -79,12 +79,9 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         if s.pads and any(p != k[0] // 2 for p in s.pads):
             return no(f"padding {s.pads}: templates cover 'same' padding k//2 (the carve moves a symmetric pad "
                       "into the conv, an asymmetric one stays)")
-        if isinstance(s.channels_in, int):
-            from .regions import DwConvRegion
-
-            probe = DwConvRegion(k=k[0], stride=s.stride[0] if s.stride else 1, act="none", channels=s.channels_in)
-            if not _has_variants(probe, None):
-                return no(f"{s.channels_in} channels: the templates' depthwise tiles need multiples of 16")
+        if isinstance(s.channels_in, int) and s.channels_in % 8:
+            return no(f"{s.channels_in} channels: the templates' kernels take fp16 kHWC8 activations, whose "
+                      "channels must be a multiple of 8")
     elif s.kind in ("conv", "grouped_conv"):
         if s.kernel and any(d != 1 for d in s.kernel):
             return no(f"a dense {'x'.join(map(str, s.kernel))} conv: templates cover depthwise kxk and 1x1 convs")

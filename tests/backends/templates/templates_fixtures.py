@@ -172,6 +172,9 @@ GPU_DW_REGIONS = [
     ("DwAct3x3s1silu", 3, 1, "silu", 64, True, [(1, 64, 7, 9)], 2),
     ("DwAct3x3s1gelu", 3, 1, "gelu", 64, True, [(1, 64, 7, 9)], 2),
     ("DwAct5x5s2relu", 5, 2, "relu", 64, False, [(1, 64, 15, 13)], 2),
+    # channels no 16-wide block tiles (MobileNetV3's 72, EdgeNeXt's 88): the runtime-C kernels
+    ("DwConv5x5s2C72", 5, 2, "hardswish", 72, True, [(1, 72, 13, 17)], 0),
+    ("DwConv7x7s1C88", 7, 1, "gelu", 88, True, [(2, 88, 9, 13)], 3),
 ]
 # 1x1 regions: (plugin name, activation, per-group in/out (0: dense), bias, shapes (N, C, H, W, CO), max variants)
 GPU_PW_REGIONS = [

@@ -57,6 +57,34 @@ def test_dynamic_remainder_makes_channels_a_runtime_extent(tmp_path: Path) -> No
     assert [t.dtype for t in meta.inputs] == ["float16", "float32", "float32"]
 
 
+@pytest.mark.parametrize("c,k,s", [(24, 3, 1), (72, 5, 2), (88, 7, 1)])
+def test_channels_no_block_tiles_take_the_runtime_channel_kernels(tmp_path: Path, c: int, k: int, s: int) -> None:
+    from ytk_backend_templates.variants import region_variants
+
+    pt2, cand = dw_fixture(tmp_path, "Dw", k, s, "relu", [(1, c, 9, 11)])
+    r = recognise(load_graph(pt2), cand)
+    assert r == DwConvRegion(k=k, stride=s, act="relu", channels=None)
+    assert region_variants(r, sm=90)
+    meta = plugin_meta(r, "Dw", candidate=cand)
+    rep = check_meta(meta)
+    rep.extend(check_meta_against_candidate(meta, cand, "fp16"))
+    assert rep.ok, rep.errors
+
+
+@pytest.mark.parametrize("shapes", [[(1, 30, 9, 11)], [(1, 24, 9, 11), (1, 30, 5, 6)]], ids=["one", "one-site-of-two"])
+def test_channels_that_are_not_a_multiple_of_8_are_refused(tmp_path: Path, shapes) -> None:  # type: ignore[no-untyped-def]
+    """EdgeNeXt's split convs have 30 channels: kHWC8 cannot carry them, and a dynamic remainder with one
+    such site must be refused before a job, not by the engine compile."""
+    from ytk_backend_templates.supports import supports
+    from ytk_hookspecs.models import SupportRequest
+
+    pt2, cand = dw_fixture(tmp_path, "DwConv3x3s1Dyn" if len(shapes) > 1 else "Dw", 3, 1, "relu", shapes)
+    with pytest.raises(UnsupportedRegion, match="30 channels.*kHWC8.*multiple of 8"):
+        recognise(load_graph(pt2), cand)
+    ans = supports(SupportRequest(candidate=cand, reference=pt2))
+    assert not ans.supported and "multiple of 8" in ans.why
+
+
 def test_pointwise_dense_constant_and_dynamic(tmp_path: Path) -> None:
     pt2, cand = pw_fixture(tmp_path / "a", "Conv1x1s1C16to64", "hardswish", [(1, 16, 8, 8, 64), (2, 16, 4, 4, 64)])
     r = recognise(load_graph(pt2), cand)
