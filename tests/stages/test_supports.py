@@ -71,11 +71,12 @@ def test_a_backend_that_raises_answers_no_rather_than_crashing(monkeypatch):
     assert not ans.supported and "RuntimeError" in ans.why and ans.backend == "mock"
 
 
-def test_templates_refuse_what_their_kernel_space_cannot_build():
-    """C72 depthwise has no tile in the templates' space: a job would fail with 'no variants'
-    after the carve; the answer says so before anything is carved."""
-    ok = _templates(SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[5, 5], stride=[1, 1],
-                                                       channels_in=96, onnx_ops={"Conv": 1})))
+def test_templates_refuse_what_their_kernel_layout_cannot_carry():
+    """C72 depthwise has no constant-C tile but the runtime-C kernels take it; C30 cannot be kHWC8 at
+    all: a job would fail after the carve (or the engine compile would), so the answer says so before."""
+    ok = [_templates(SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[5, 5], stride=[1, 1],
+                                                        channels_in=c, onnx_ops={"Conv": 1}))) for c in (96, 72)]
     no = _templates(SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[5, 5], stride=[1, 1],
-                                                       channels_in=72, onnx_ops={"Conv": 1})))
-    assert ok.supported and not no.supported and "72 channels" in no.why
+                                                       channels_in=30, onnx_ops={"Conv": 1})))
+    assert all(a.supported for a in ok) and not no.supported
+    assert "30 channels" in no.why and "multiple of 8" in no.why
