@@ -151,6 +151,44 @@ def test_nojoin_and_escape_hatch_on_worked_example(tmp_path):
     _assert_reproduces_reference(tmp_path)
 
 
+def _files(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_recarve_leaves_the_carved_directory_as_it_was(tmp_path):
+    """All-or-nothing: a carve that fails (here a span that leaks) after a good one must not leave an
+    uncarved ONNX, nor delete the candidates, plugins.json or prepare.json the good one wrote."""
+    r = prepare(VIT, tmp_path, ["yasp::Mlp1=linear_6...linear_7"], size="1x64x64")
+    assert r.code == 0, r.stderr
+    before = _files(tmp_path)
+    assert {"model.onnx", "candidates.json", "plugins.json", "prepare.json"} <= set(before)
+    r = prepare(VIT, tmp_path, ["yasp::Leak=linear_9...linear_10"], size="1x64x64")
+    assert r.code != 0 and "cut those edges" in r.stderr
+    assert _files(tmp_path) == before
+    assert not list(tmp_path.glob(".ytk-staging-*"))
+    # and a good re-carve replaces the old carve's files whole
+    r = prepare(VIT, tmp_path, ["yasp::Soft=call:torch.softmax@where=*blocks.0.attn"], size="1x64x64")
+    assert r.code == 0, r.stderr
+    assert not (tmp_path / "plugin_candidates" / "Mlp1.pt2").exists()
+    assert (tmp_path / "plugin_candidates" / "Soft.pt2").is_file()
+    assert [c.name for c in CandidatesFile.read(tmp_path / "candidates.json").candidates] == ["Soft"]
+
+
+def test_a_staging_directory_left_by_a_killed_prepare_is_removed(tmp_path):
+    from ytk_core.staging import Staged
+
+    stale = tmp_path / ".ytk-staging-999999999-deadbeef"
+    (stale / "plugin_candidates").mkdir(parents=True)
+    (stale / "model.onnx").write_bytes(b"half")
+    (tmp_path / "prepare.json").write_text("{}")
+    with Staged(tmp_path, marker=tmp_path / "prepare.json") as st:
+        assert not stale.exists()
+        st.path(tmp_path / "model.onnx").write_bytes(b"new")
+        raise_at = st.dir
+    assert not raise_at.exists()  # not committed: nothing moved, the staging directory is gone
+    assert not (tmp_path / "model.onnx").exists() and (tmp_path / "prepare.json").read_text() == "{}"
+
+
 def test_mobilenet_carve(tmp_path):
     r = prepare(MNV3, tmp_path, ["yasp::SE=SqueezeExcite@lift=fold_conv_bn_seq",
                                  "yasp::Dw5s1=ConvBNAct@where=*features.4.dw,*features.5.dw",

@@ -50,24 +50,30 @@ class PluginPlan:
     sites: list[SitePlan]
 
 
-def remove_carve_artifacts(prep_dir: Path, keep: set[str] | None = None) -> None:
-    """Delete what an earlier carve in this directory wrote (only its own files; kernels and .so stay)."""
+def carve_artifact_paths(prep_dir: Path, keep: set[str] | None = None) -> list[Path]:
+    """What an earlier carve in this directory wrote (only its own files; kernels and .so stay)."""
     cj = prep_dir / CANDIDATES_JSON
     keep = keep or set()
+    out: list[Path] = []
     if cj.is_file():
         try:
             old = CandidatesFile.read(cj)
             for c in old.candidates:
                 if c.name in keep:
                     continue
-                for rel in (c.files.pt2, c.files.io_npz, c.files.inputs_pt, c.files.reference_py):
-                    if rel:
-                        (prep_dir / rel).unlink(missing_ok=True)
+                out += [prep_dir / rel for rel in (c.files.pt2, c.files.io_npz, c.files.inputs_pt,
+                                                   c.files.reference_py) if rel]
         except ArtifactError:
             pass
     if not keep:
-        for name in (PLUGINS_JSON, CANDIDATES_JSON):
-            (prep_dir / name).unlink(missing_ok=True)
+        out += [prep_dir / PLUGINS_JSON, cj]
+    return out
+
+
+def remove_carve_artifacts(prep_dir: Path, keep: set[str] | None = None) -> None:
+    """Delete what an earlier carve in this directory wrote (only its own files; kernels and .so stay)."""
+    for path in carve_artifact_paths(prep_dir, keep):
+        path.unlink(missing_ok=True)
 
 
 def _trace_state(request: CarveRequest, fx: FxNodesFile) -> Any:

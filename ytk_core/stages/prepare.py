@@ -44,31 +44,35 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
         for s in selectors:
             parse_selector(s)
     front = rt.frontend()
-    trace: TraceResult = rt.call(front, "ytk_trace", "trace", workdir=prep_dir,
-                                 request=TraceRequest(model_path=model, onnx_out=onnx_out, npz_out=npz_out,
-                                                      reference_out=reference_out))
-    carve: CarveResult | None = None
-    from ..frontend.carve import remove_carve_artifacts
+    from ..frontend.carve import carve_artifact_paths
+    from ..frontend.trace import check_writable
 
-    if selectors:
-        try:
-            carve = rt.call(front, "ytk_carve", "carve", workdir=prep_dir,
-                            request=CarveRequest(prepare_dir=prep_dir, onnx=onnx_out, fx_nodes=trace.fx_nodes,
+    check_writable(onnx_out, npz_out, reference_out, prep_dir / PREPARE_MANIFEST)
+    from ..staging import Staged
+
+    # Everything lands at once or not at all: a failed trace or carve leaves the directory's previous
+    # outputs (an earlier carve's ONNX, candidates and manifest) exactly as they were.
+    with Staged(prep_dir, marker=prep_dir / PREPARE_MANIFEST) as st:
+        trace: TraceResult = rt.call(front, "ytk_trace", "trace", workdir=st.dir,
+                                     request=TraceRequest(model_path=model, onnx_out=st.path(onnx_out),
+                                                          npz_out=st.path(npz_out),
+                                                          reference_out=st.path(reference_out)))
+        carve: CarveResult | None = None
+        if selectors:
+            carve = rt.call(front, "ytk_carve", "carve", workdir=st.dir,
+                            request=CarveRequest(prepare_dir=st.dir, onnx=trace.onnx, fx_nodes=trace.fx_nodes,
                                                  selectors=selectors))
-        except BaseException:
-            # The plain export stands; an older carve's files must not sit beside it as if they described it.
-            remove_carve_artifacts(prep_dir)
-            (prep_dir / PREPARE_MANIFEST).unlink(missing_ok=True)
-            raise
-    else:
-        remove_carve_artifacts(prep_dir)
-    manifest = PrepareManifest(
-        model=str(Path(model).resolve()), model_sha256=sha256_file(model), env=torch_env(),
-        onnx=_rel(onnx_out, prep_dir), npz=_rel(npz_out, prep_dir), reference=_rel(reference_out, prep_dir),
-        fx_nodes=_rel(trace.fx_nodes, prep_dir), plugins=_rel(carve.plugins, prep_dir) if carve else None,
-        candidates=_rel(carve.candidates, prep_dir) if carve else None, selectors=list(selectors),
-        torch_version=_torch_version())
-    manifest.write(prep_dir / PREPARE_MANIFEST)
+            carve = carve.model_copy(update={k: st.final(getattr(carve, k)) for k in ("plugins", "candidates", "onnx")})
+        trace = trace.model_copy(update={k: st.final(getattr(trace, k)) for k in ("onnx", "npz", "reference",
+                                                                                  "fx_nodes")})
+        manifest = PrepareManifest(
+            model=str(Path(model).resolve()), model_sha256=sha256_file(model), env=torch_env(),
+            onnx=_rel(onnx_out, prep_dir), npz=_rel(npz_out, prep_dir), reference=_rel(reference_out, prep_dir),
+            fx_nodes=_rel(trace.fx_nodes, prep_dir), plugins=_rel(carve.plugins, prep_dir) if carve else None,
+            candidates=_rel(carve.candidates, prep_dir) if carve else None, selectors=list(selectors),
+            torch_version=_torch_version())
+        manifest.write(st.path(prep_dir / PREPARE_MANIFEST))
+        st.commit(replaced=carve_artifact_paths(prep_dir))
     return PrepareOutcome(trace=trace, carve=carve, manifest=manifest, prep_dir=prep_dir,
                           wall_s=time.perf_counter() - t0)
 

@@ -1,0 +1,108 @@
+"""All-or-nothing outputs for a stage that writes several files.
+
+The stage writes into a staging directory inside the directory its outputs belong to (same file
+system, so every move is a rename); only when it has finished are the files moved into place, the
+completion marker last. A stage that fails, is interrupted or killed leaves the previous outputs as
+they were; a staging directory left by a killed process is removed by the next stage in that
+directory.
+
+    with Staged(prep_dir, marker=prep_dir / "prepare.json") as st:
+        onnx = st.path(prep_dir / "model.onnx")       # write here ...
+        ...
+        st.commit(replaced=old_files)                 # ... and everything lands at once
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+PREFIX = ".ytk-staging-"
+
+
+class Staged:
+    def __init__(self, home: Path, marker: Path | None = None) -> None:
+        self.home = Path(home) if str(home) else Path(".")
+        self.marker = Path(marker) if marker is not None else None
+        self.dir = self.home / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._outside: dict[Path, Path] = {}  # staged path -> final path, for outputs outside ``home``
+        self._committed = False
+
+    def __enter__(self) -> "Staged":
+        self.home.mkdir(parents=True, exist_ok=True)
+        remove_stale(self.home)
+        self.dir.mkdir()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, final: Path) -> Path:
+        """Where the stage writes what belongs at ``final``."""
+        final = Path(final)
+        try:
+            rel = final.resolve().relative_to(self.home.resolve())
+        except ValueError:
+            staged = self.dir / ".outside" / str(len(self._outside)) / final.name
+            self._outside[staged] = final
+            return staged
+        return self.dir / rel
+
+    def final(self, staged: Path) -> Path:
+        """Where a file written at ``staged`` will be after the commit."""
+        staged = Path(staged)
+        if staged in self._outside:
+            return self._outside[staged]
+        return self.home / Path(staged).relative_to(self.dir)
+
+    def commit(self, replaced: Iterable[Path] = ()) -> None:
+        """Move every staged file into place (the marker last), then delete ``replaced`` files the
+        commit did not overwrite. The old marker goes first: a crash half-way leaves no marker, so the
+        directory never claims to be complete while it is mixed."""
+        if self.marker is not None:
+            self.marker.unlink(missing_ok=True)
+        files = sorted((p for p in self.dir.rglob("*") if p.is_file() or p.is_symlink()),
+                       key=lambda p: (self.marker is not None and self.final(p) == self.marker, str(p)))
+        written = set()
+        for p in files:
+            dest = self.final(p)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(p, dest)
+            written.add(dest.resolve())
+        for old in replaced:
+            if Path(old).resolve() not in written:
+                Path(old).unlink(missing_ok=True)
+        self._committed = True
+
+
+def remove_stale(home: Path) -> None:
+    """Staging directories in ``home`` whose process is gone (killed mid-stage)."""
+    remove_dead(home, PREFIX)
+
+
+def remove_dead(home: Path, prefix: str) -> None:
+    """Entries ``<prefix><pid>-...`` in ``home`` (temp files or directories named after the process that
+    writes them) whose process is gone."""
+    for d in Path(home).glob(f"{prefix}*"):
+        pid = d.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            d.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
