@@ -39,3 +39,20 @@ def test_reuse_is_renamed_and_keys_separate_problems(tmp_path):
     assert rep is not None and rep.name == "B.report.json"
     assert KernelSource.read(out).meta.plugin_name == "B"
     assert kernel_cache.lookup(tmp_path / "cache", "nope", "B", out) is None
+
+
+def test_a_store_killed_half_way_leaves_nothing_behind_for_long(tmp_path):
+    """A kill inside store() leaves its temp entry; the next store sweeps temp entries of dead processes
+    (and never a live writer's)."""
+    import os
+
+    kernels = tmp_path / "cache" / "kernels"
+    dead = kernels / f"{kernel_cache.TMP_PREFIX}999999999-1-abc"
+    live = kernels / f"{kernel_cache.TMP_PREFIX}{os.getppid()}-1-def"
+    for d in (dead, live):
+        d.mkdir(parents=True)
+        (d / "source.module_source.py").write_text("# half")
+    src = _src("A").write(tmp_path / "A.module_source.py")
+    kernel_cache.store(tmp_path / "cache", "k1", src, None)
+    assert not dead.exists() and live.exists()
+    assert sorted(p.name for p in kernels.iterdir()) == sorted(["k1", live.name])

@@ -13,10 +13,15 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import Candidate
+
+
+#: A store writes its entry under this name (with its process id) and renames it into place.
+TMP_PREFIX = ".tmp-"
 
 
 def enabled() -> bool:
@@ -56,10 +61,14 @@ def lookup(root: Path, key: str, plugin_name: str, output: Path) -> Path | None:
 
 
 def store(root: Path, key: str, source: Path, report: Path | None) -> None:
+    from ..staging import remove_dead
+
     entry = root / "kernels" / key
-    tmp = entry.with_name(entry.name + ".tmp")
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead(entry.parent, TMP_PREFIX)  # what a store killed half-way left
+    tmp = entry.with_name(f"{TMP_PREFIX}{os.getpid()}-{threading.get_ident()}-{key}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir()
     shutil.copyfile(source, tmp / "source.module_source.py")
     if report is not None and Path(report).is_file():
         shutil.copyfile(report, tmp / "report.json")
