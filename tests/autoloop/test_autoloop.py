@@ -246,3 +246,51 @@ def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
     assert st.best.ms < next(rr.result_ms for rr in st.rounds if rr.index == 1)
     # each plugin is re-optimized at most once
     assert len({c.replaces for c in reopt}) == len(reopt)
+
+
+def test_a_damaged_state_resumes_from_the_last_good_one(finished, tmp_path):
+    """autoloop.json damaged at rest (a truncated copy, a bad edit): the resume takes autoloop.prev.json,
+    one save older, says so, and keeps that good copy while the damaged file is replaced."""
+    import shutil
+
+    w = tmp_path / "damaged"
+    shutil.copytree(finished[0], w)
+    prev = w / "autoloop.prev.json"
+    assert prev.is_file() and AutoloopState.read(prev).finished is not None
+    good = state(w)
+    (w / STATE_FILE).write_bytes((w / STATE_FILE).read_bytes()[:200])  # truncated
+    r = autoloop(w, "--json")
+    assert r.code == 0, r.stderr[-2000:]
+    assert "resuming from the last good state autoloop.prev.json" in r.stderr and "Traceback" not in r.stderr
+    st = state(w)
+    assert st.finished and st.best.bundle == good.best.bundle
+    # both damaged: one clear line, exit 2
+    for f in (w / STATE_FILE, prev):
+        f.write_text("{not json")
+    r = autoloop(w)
+    assert r.code == 2 and "no good autoloop.prev.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_round0_prepare_is_recorded_and_not_traced_again(tmp_path):
+    w = tmp_path / "r0"
+    r = autoloop(w, crash_at="0:prepare")
+    assert r.code == -9
+    st = state(w)
+    assert st.round0_prepare == "round0/prepare" and st.baseline is None
+    onnx = w / "round0" / "prepare" / "model.onnx"
+    stamp = onnx.stat().st_mtime_ns
+    r = autoloop(w, "--max-rounds", "1")
+    assert r.code == 0, r.stderr[-2000:]
+    assert onnx.stat().st_mtime_ns == stamp  # the resumed run compiled the baseline from the recorded prepare
+    assert state(w).baseline is not None
+
+
+def test_a_killed_prepare_leaves_no_staging_directory_behind(tmp_path):
+    """A staging directory of a process that is gone (a kill mid-prepare) is removed on the next run."""
+    w = tmp_path / "stale"
+    stale = w / "round1" / "prepare" / ".ytk-staging-999999999-0badc0de"
+    stale.mkdir(parents=True)
+    (stale / "model.onnx").write_bytes(b"half")
+    r = autoloop(w, "--max-rounds", "1")
+    assert r.code == 0, r.stderr[-2000:]
+    assert not list(w.rglob(".ytk-staging-*"))

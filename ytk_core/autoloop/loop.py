@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from ytk_hookspecs.errors import StageError
 
+from ..artifacts import PREPARE_MANIFEST
 from ..errors import BackendError, NumericsFailed, UsageError, YtkError
 from ..logs import get_logger
 from .carving import Carver
@@ -55,10 +56,17 @@ class Autoloop:
         if state.baseline is not None:
             return
         round_dir = self.ws.round_dir(0)
-        try:
-            prep = self.carver.prepare(round_dir / "prepare", [])
-        except Exception as e:
-            self._stop_on(e, "the baseline cannot be prepared", UsageError)
+        rel = state.round0_prepare
+        if rel and (self.ws.path(rel) / PREPARE_MANIFEST).is_file():
+            prep = self.ws.path(rel)  # a resumed run: the model was traced already (and has not changed)
+        else:
+            try:
+                prep = self.carver.prepare(round_dir / "prepare", [])
+            except Exception as e:
+                self._stop_on(e, "the baseline cannot be prepared", UsageError)
+            state.round0_prepare = self.ws.rel(prep)
+            self.ws.save()
+            checkpoint("0:prepare")
         try:
             rec = self.engines.compile(round_dir / "base.tgz", [], round_index=0, prep=prep)
         except Exception as e:

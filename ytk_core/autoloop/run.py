@@ -10,10 +10,12 @@ from ytk_hookspecs.models.base import sha256_file
 
 from ..errors import UsageError
 from ..runtime import runtime
+from ..staging import PREFIX as STAGING_PREFIX
+from ..staging import remove_stale
 from .control import Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
 from .report import AutoloopReport, build_report
-from .state import STATE_FILE, AutoloopState
+from .state import PREV_STATE_FILE, STATE_FILE, AutoloopState
 from .target import detect_arch
 
 
@@ -56,10 +58,7 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
     limits = {"max_rounds": float(max_rounds), "min_gain_ms": float(min_gain_ms),
               "time_budget_s": float(budget) if budget is not None else -1.0}
     if sf.is_file():
-        try:
-            st = AutoloopState.read(sf)
-        except ArtifactError as e:
-            raise UsageError(f"{e}. Move the workdir aside to start over.") from None
+        st = _read_state(workdir)
         if Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model):
             raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs. Resume "
                              "with the same model file, or use a new --workdir.")
@@ -85,6 +84,23 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
     return st
 
 
+def _read_state(workdir: Path) -> AutoloopState:
+    """The saved state, or the last good one (one save older) when the current file is damaged."""
+    sf, prev = workdir / STATE_FILE, workdir / PREV_STATE_FILE
+    try:
+        return AutoloopState.read(sf)
+    except ArtifactError as e:
+        damaged = str(e)
+    try:
+        st = AutoloopState.read(prev)
+    except ArtifactError:
+        raise UsageError(f"{damaged}, and there is no good {PREV_STATE_FILE} beside it. Move the workdir aside "
+                         "to start over.") from None
+    runtime().log.warning(f"{damaged}; resuming from the last good state {PREV_STATE_FILE} (one save older: "
+                          "at most one step runs again)")
+    return st
+
+
 def resolve_backends(arch: str, flags: dict[str, str | None]) -> dict[str, str]:
     """The engine, kernel generator and builder a new autoloop uses (a resumed one keeps its own)."""
     rt = runtime()
@@ -105,3 +121,5 @@ def clean_stale(workdir: Path) -> None:
     for p in Path(workdir).rglob(".*.build-*"):
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
+    for p in list(Path(workdir).rglob(f"{STAGING_PREFIX}*")):  # a prepare killed before it moved its files in
+        remove_stale(p.parent)

@@ -14,11 +14,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ytk_hookspecs.models import Versioned
-from ytk_hookspecs.models.base import sha256_file
+from ytk_hookspecs.models.base import sha256_file, write_bytes_atomic
 
 from ..errors import UsageError
 
 STATE_FILE = "autoloop.json"
+#: The last good state, one save older than STATE_FILE: a resume uses it when STATE_FILE is damaged.
+PREV_STATE_FILE = "autoloop.prev.json"
 
 PluginStatus = Literal["pending", "generated", "built", "kept", "dropped"]
 RoundStage = Literal["propose", "prepare", "kernelgen", "build", "compile", "verify", "decide", "done"]
@@ -111,6 +113,8 @@ class AutoloopState(Versioned):
     started: str = Field(default_factory=now)
     updated: str = Field(default_factory=now)
     elapsed_s: float = 0.0
+    round0_prepare: str | None = Field(None, description="round 0's prepare dir once it is complete (a resume "
+                                                            "does not trace the model again)")
     round0_compiles: list[CompileRecord] = Field(default_factory=list)
     baseline: BestEngine | None = None
     best: BestEngine | None = None
@@ -126,6 +130,14 @@ class AutoloopState(Versioned):
             # e.g. a directory named autoloop.json: the state can neither be read nor replaced.
             raise UsageError(f"{p} is not a file (a directory or something else is in the way of the autoloop "
                              "state); move it aside or use another --workdir")
+        if p.is_file():  # keep the state being replaced as the last good one, unless it is damaged itself
+            try:
+                raw = p.read_bytes()
+                AutoloopState.model_validate_json(raw)
+            except (OSError, ValueError):
+                pass
+            else:
+                write_bytes_atomic(Path(workdir) / PREV_STATE_FILE, raw)
         self.write(p)
 
 
