@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import Any
 
 import structlog
@@ -14,14 +15,41 @@ import structlog
 _LEVELS = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}
 
 
-class _CurrentStderr:
-    """Resolves sys.stderr at write time, so redirected/captured stderr is honoured."""
+#: One lock for every writer of log lines (ytk's loggers on any thread, third-party stdlib logging):
+#: each line is written whole under it, so concurrent kernel jobs never share a line.
+_WRITE_LOCK = threading.RLock()
+#: Fields every event carries, whatever thread logs it (context variables do not follow a worker thread).
+_GLOBAL: dict[str, Any] = {}
 
-    def write(self, s: str) -> int:
-        return sys.stderr.write(s)
 
-    def flush(self) -> None:
-        sys.stderr.flush()
+class _LineLogger:
+    """structlog's output: one write per event, the newline included, under the shared lock."""
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        with _WRITE_LOCK:
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+class _LockedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Third-party libraries' stdlib logging, one whole line at a time under the same lock."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with _WRITE_LOCK:
+            self.stream = sys.stderr
+            super().emit(record)
+
+
+def _add_global(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    for k, v in _GLOBAL.items():
+        event.setdefault(k, v)
+    return event
 
 
 def configure(verbosity: int = 0, fmt: str = "auto") -> None:
@@ -29,6 +57,7 @@ def configure(verbosity: int = 0, fmt: str = "auto") -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        _add_global,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso" if use_json else "%H:%M:%S"),
     ]
@@ -39,12 +68,13 @@ def configure(verbosity: int = 0, fmt: str = "auto") -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
+        logger_factory=_LineLogger,
         cache_logger_on_first_use=False,
     )
     # Third-party libraries log chatty INFO lines (exporters, ONNX passes): show them only with -v.
-    logging.basicConfig(level=logging.DEBUG if verbosity >= 1 else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s", force=True)
+    handler = _LockedHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbosity >= 1 else logging.WARNING, handlers=[handler], force=True)
 
 
 def get_logger(**bind: Any) -> Any:
@@ -59,3 +89,8 @@ def get_logger(**bind: Any) -> Any:
 
 def bind(**kw: Any) -> None:
     structlog.contextvars.bind_contextvars(**kw)
+
+
+def bind_global(**kw: Any) -> None:
+    """Fields on every event of this process, on every thread (the run id)."""
+    _GLOBAL.update(kw)

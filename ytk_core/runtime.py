@@ -18,7 +18,7 @@ from ytk_hookspecs import StageContext
 from ytk_hookspecs.models import ArchSpec
 
 from .config import load_config
-from .logs import bind, get_logger
+from .logs import bind_global, get_logger
 from .plugins import BackendManager, Selection, select_backend
 
 def _console(to_stderr: bool) -> Console:
@@ -90,7 +90,7 @@ class Runtime:
         self._mgr: BackendManager | None = None
         self._config: tuple[dict[str, Any], Path | None] | None = None
         self.json_output = False
-        bind(run_id=self.run_id)
+        bind_global(run_id=self.run_id)  # on every event, worker threads' too
         # made while the CLI is built, before -v and --log-format: get_logger's follows them anyway
         self.log = get_logger()
 
