@@ -49,6 +49,12 @@ KNOWN_MEMBERS = (MANIFEST, ENGINE, PROFILE, LAYER_INFO, BENCHMARK, OUTPUTS, BUIL
 
 #: Largest member ytk will read from a bundle (engines of big models run to a few hundred MB).
 MAX_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_MEMBER_BYTES", 8 << 30))
+#: Largest JSON or log member (a manifest, a profile of tens of thousands of layers is a few MB): a
+#: gzip bomb posing as one is refused from its header, before it is inflated.
+MAX_TEXT_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES", 256 << 20))
+#: Largest sum of a bundle's members.
+MAX_TOTAL_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TOTAL_BYTES", 16 << 30))
+_BINARY_MEMBERS = (ENGINE, OUTPUTS)
 
 
 class BundlePlugin(BaseModel):
@@ -167,8 +173,9 @@ class EngineBundle:
         members: dict[str, bytes] = {}
         try:
             with tarfile.open(p, "r:gz") as tf:
+                total = 0
                 for m in tf:
-                    _check_member(p, m)
+                    total = check_member(p, m, total)
                     f = tf.extractfile(m)
                     assert f is not None
                     members[m.name] = f.read()
@@ -266,7 +273,9 @@ def _model(b: EngineBundle, name: str, cls: type[Versioned]) -> Any:
         raise ArtifactError(f"{b.path}: its {name} is invalid: {e}") from None
 
 
-def _check_member(bundle: Path, m: tarfile.TarInfo) -> None:
+def check_member(bundle: Path, m: tarfile.TarInfo, total: int = 0) -> int:
+    """Refuse a member no bundle has (paths, links, sizes over the limits) from its header, before a byte of
+    it is read; returns the running total with it. Every reader of bundles calls this."""
     name = m.name
     pp = PurePosixPath(name)
     if name.startswith("/") or pp.is_absolute() or ".." in pp.parts or "\\" in name:
@@ -275,6 +284,13 @@ def _check_member(bundle: Path, m: tarfile.TarInfo) -> None:
         raise ArtifactError(f"{bundle}: refusing member {name!r} (links and special files are not allowed)")
     if len(pp.parts) != 1:
         raise ArtifactError(f"{bundle}: refusing member {name!r} (bundles are flat)")
-    if m.size > MAX_MEMBER_BYTES:
-        raise ArtifactError(f"{bundle}: member {name!r} is {m.size} bytes, over the {MAX_MEMBER_BYTES}-byte limit "
-                            "(set YTK_BUNDLE_MAX_MEMBER_BYTES to raise it)")
+    limit, env = ((MAX_MEMBER_BYTES, "YTK_BUNDLE_MAX_MEMBER_BYTES") if name in _BINARY_MEMBERS
+                  else (MAX_TEXT_MEMBER_BYTES, "YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES"))
+    if m.size > limit:
+        raise ArtifactError(f"{bundle}: member {name!r} is {m.size} bytes, over the {limit}-byte limit "
+                            f"(set {env} to raise it)")
+    total += m.size
+    if total > MAX_TOTAL_BYTES:
+        raise ArtifactError(f"{bundle}: its members add up to more than the {MAX_TOTAL_BYTES}-byte limit "
+                            "(set YTK_BUNDLE_MAX_TOTAL_BYTES to raise it)")
+    return total

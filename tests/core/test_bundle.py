@@ -77,6 +77,42 @@ def test_oversized_member_is_refused(tmp_path, monkeypatch):
         EngineBundle.open(p)
 
 
+def test_a_text_member_bomb_and_a_total_over_the_limit_are_refused_from_their_headers(tmp_path, monkeypatch):
+    """A profile.json that inflates to more than any profile is refused before it is read; so is a bundle
+    whose members add up past the total. propose's streaming reader applies the same rules."""
+    import ytk_core.bundle as bundle_mod
+    from ytk_core.errors import UsageError
+    from ytk_core.propose.measurement import _stream_members
+
+    p = _write(tmp_path)
+    monkeypatch.setattr(bundle_mod, "MAX_TEXT_MEMBER_BYTES", 20)
+    with pytest.raises(ArtifactError, match="member 'manifest.json' is .* over the 20-byte limit.*TEXT_MEMBER"):
+        EngineBundle.open(p)
+    with pytest.raises(UsageError, match="over the 20-byte limit"):
+        _stream_members(p, {"manifest.json", "profile.json"}, lambda _: False)
+    monkeypatch.setattr(bundle_mod, "MAX_TEXT_MEMBER_BYTES", 256 << 20)
+    size = sum(m.size for m in tarfile.open(p, "r:gz"))
+    monkeypatch.setattr(bundle_mod, "MAX_TOTAL_BYTES", size - 1)
+    with pytest.raises(ArtifactError, match="add up to more than"):
+        EngineBundle.open(p)
+    monkeypatch.setattr(bundle_mod, "MAX_TOTAL_BYTES", size)
+    EngineBundle.open(p)
+
+
+@pytest.mark.parametrize("name", ["../x", "a/../x", "/x", "a/b"])
+def test_propose_reader_refuses_what_every_reader_refuses(tmp_path, name):
+    from ytk_core.errors import UsageError
+    from ytk_core.propose.measurement import _stream_members
+
+    def add(tf):
+        info = tarfile.TarInfo(name)
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"x"))
+
+    with pytest.raises(UsageError, match="refusing member"):
+        _stream_members(_evil(tmp_path, add), {"manifest.json"}, lambda _: False)
+
+
 def test_truncated_and_tampered(tmp_path):
     p = _write(tmp_path)
     data = p.read_bytes()

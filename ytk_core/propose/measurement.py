@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ytk_hookspecs.models import LayerTime
+from ytk_hookspecs.models import ArtifactError, LayerTime
 
 from ..errors import UsageError
 
@@ -129,23 +129,27 @@ def _needs_layer_info(profile_json: bytes) -> bool:
 
 def _stream_members(p: Path, wanted: set[str], needs_info) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
     import hashlib
-    from pathlib import PurePosixPath
 
-    from ..bundle import LAYER_INFO, MANIFEST, MAX_MEMBER_BYTES, PROFILE
+    from ..bundle import LAYER_INFO, MANIFEST, PROFILE, check_member
 
     got: dict[str, bytes] = {}
     digests: dict[str, str] = {}
     want = set(wanted)
     try:
         with tarfile.open(p, "r|gz") as tf:
+            total = 0
+            seen: set[str] = set()
+            # every header is read (an unwanted member's bytes are skipped, not kept): a member that any
+            # reader of bundles refuses makes this one refuse the bundle too
             for mem in tf:
                 name = mem.name
-                if not mem.isfile() or len(PurePosixPath(name).parts) != 1 or name.startswith(("/", "..")):
-                    raise UsageError(f"{p}: refusing bundle member {name!r} (bundles are flat files)")
-                if name not in want:
+                try:
+                    total = check_member(p, mem, total)  # the same rules as every other reader of bundles
+                except ArtifactError as e:
+                    raise UsageError(str(e)) from None
+                seen.add(name)
+                if name not in want or name in got:
                     continue
-                if mem.size > MAX_MEMBER_BYTES:
-                    raise UsageError(f"{p}: member {name!r} is over the {MAX_MEMBER_BYTES}-byte limit")
                 f = tf.extractfile(mem)
                 data = f.read() if f is not None else b""
                 if name == MANIFEST:
@@ -157,10 +161,11 @@ def _stream_members(p: Path, wanted: set[str], needs_info) -> dict[str, bytes]: 
                 got[name] = data
                 if name == PROFILE and not needs_info(data):
                     want.discard(LAYER_INFO)
-                if want <= set(got):
-                    break
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
         raise UsageError(f"{p}: not a readable engine bundle (corrupt or truncated .tgz: {e})") from None
+    extra = seen - set(digests) - {MANIFEST}
+    if digests and extra:
+        raise UsageError(f"{p}: members not covered by the manifest: {sorted(extra)}")
     return got
 
 
