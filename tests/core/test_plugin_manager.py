@@ -98,7 +98,7 @@ def test_third_party_backend_never_auto_selected():
         select_backend(mgr, "kernelgen", None, {})
 
 
-def test_misspelled_hook_is_an_error_at_load_time():
+def test_misspelled_hook_disables_only_that_plugin():
     bad = types.ModuleType("testplugin")
 
     @hookimpl
@@ -106,8 +106,25 @@ def test_misspelled_hook_is_an_error_at_load_time():
         return None
 
     bad.ytk_engine_compil = ytk_engine_compil
-    with pytest.raises(YtkError, match="did you mean 'ytk_engine_compile'"):
-        BackendManager(autoload=False, extra_plugins={"bad": bad})
+    mgr = BackendManager(autoload=False, extra_plugins={"bad": bad, "ok": make_kernelgen("fine", [])})
+    assert "fine" in mgr.backends and not mgr.pm.has_plugin("bad")
+    assert [w for w in mgr.warnings if "'bad'" in w] == [
+        "backend plugin 'bad' from bad (registered in-process) is disabled: it implements hook 'ytk_engine_compil', "
+        "which is no ytk hook (did you mean 'ytk_engine_compile'?)"]
+
+
+def test_a_hookimpl_with_wrong_arguments_disables_only_that_plugin():
+    bad = types.ModuleType("testplugin")
+
+    @hookimpl
+    def ytk_kernelgen_submit(req, context):  # noqa: ARG001  (the hook's arguments are request, ctx)
+        return None
+
+    bad.ytk_kernelgen_submit = ytk_kernelgen_submit
+    mgr = BackendManager(autoload=False, extra_plugins={"bad": bad, "ok": make_kernelgen("fine", [])})
+    assert "fine" in mgr.backends and not mgr.pm.has_plugin("bad")
+    (w,) = [w for w in mgr.warnings if "'bad'" in w]
+    assert "is disabled" in w and "ytk_kernelgen_submit" in w and "\n" not in w
 
 
 def test_registration_exception_is_a_warning():
@@ -152,3 +169,44 @@ def test_broken_entry_point_import_names_the_distribution(monkeypatch):
     mgr = BackendManager(autoload=True)
     assert "mock" in mgr.backends  # everything else keeps working
     assert any("ytk-backend-broken 9.9" in w and "failed to import" in w for w in mgr.warnings)
+
+
+@pytest.mark.parametrize("flaw", ["misspelled hook", "wrong arguments"])
+def test_a_broken_installed_backend_leaves_every_command_working(ytk, monkeypatch, flaw):
+    """As a user meets it: a third-party package with a typo in a hook name or its arguments is installed;
+    `ytk --help` and `ytk backends` still work (exit 0), with one warning line naming the package."""
+    from ytk_core.runtime import reset_runtime
+
+    bad = types.ModuleType("ytk_backend_typo")
+    if flaw == "misspelled hook":
+        @hookimpl
+        def ytk_engine_compil(request, ctx):  # noqa: ARG001
+            return None
+        bad.ytk_engine_compil = ytk_engine_compil
+    else:
+        @hookimpl
+        def ytk_kernelgen_submit(req, context):  # noqa: ARG001
+            return None
+        bad.ytk_kernelgen_submit = ytk_kernelgen_submit
+
+    class FakeDist:
+        name, version = "ytk-backend-typo", "0.1"
+
+    class FakeEP:
+        name, value, dist = "typo", "ytk_backend_typo", FakeDist()
+
+        def load(self):
+            return bad
+
+    real = md.entry_points
+    monkeypatch.setattr(manager_mod.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
+    reset_runtime()
+    try:
+        for args in (["--help"], ["backends"]):
+            r = ytk(*args)
+            assert r.code == 0, r.stderr
+            assert "Traceback" not in r.stderr
+        assert "ytk-backend-typo 0.1" in r.stderr and "is disabled" in r.stderr
+        assert "mock" in r.stdout
+    finally:
+        reset_runtime()

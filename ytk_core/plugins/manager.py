@@ -109,7 +109,15 @@ class BackendManager:
             self._warn(f"backend plugin {name!r} from {dist} is already registered by "
                        f"{self._dist.get(name, '?')}; ignoring the second one")
             return
-        self.pm.register(obj, name=name)
+        try:
+            self.pm.register(obj, name=name)
+        except pluggy.PluginValidationError as e:  # e.g. a hookimpl whose arguments the hook does not have
+            self._warn(f"backend plugin {name!r} from {dist} is disabled: {_first_line(e)}")
+            return
+        except Exception as e:  # a plugin object pluggy cannot even inspect
+            self._warn(f"backend plugin {name!r} from {dist} failed to load and is disabled: "
+                       f"{type(e).__name__}: {_first_line(e)}")
+            return
         self._dist[name] = dist
 
     def _load_entry_points(self) -> None:
@@ -131,15 +139,16 @@ class BackendManager:
             if hook.spec is not None:
                 continue
             for impl in hook.get_hookimpls():
-                if impl.optionalhook:
+                if impl.optionalhook or not self.pm.is_registered(impl.plugin):
                     continue
                 pname = self.pm.get_name(impl.plugin) or "?"
                 close = difflib.get_close_matches(name, known, n=1)
-                raise YtkError(
-                    f"backend plugin {pname!r} from {self._dist.get(pname, '?')} implements hook "
-                    f"{name!r}, which is no ytk hook"
-                    + (f" (did you mean {close[0]!r}?)" if close else "")
-                    + f". Valid hooks: {', '.join(known)}.")
+                # one broken plugin must not take every command down (``--help`` included): it goes, with
+                # a warning that names it and the hook
+                self._warn(f"backend plugin {pname!r} from {self._dist.get(pname, '?')} is disabled: it "
+                           f"implements hook {name!r}, which is no ytk hook"
+                           + (f" (did you mean {close[0]!r}?)" if close else f"; valid hooks: {', '.join(known)}"))
+                self.pm.unregister(impl.plugin)
 
     def _collect_registrations(self) -> None:
         for impl in self.pm.hook.ytk_register_backend.get_hookimpls():
@@ -210,3 +219,8 @@ class BackendManager:
             except Exception as e:
                 self._warn(f"backend plugin {pname!r} from {self._dist.get(pname, '?')} failed to add its CLI "
                            f"commands: {type(e).__name__}: {e}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
