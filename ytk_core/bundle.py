@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned
-from ytk_hookspecs.models.base import sha256_file
+from ytk_hookspecs.models.base import file_mode, sha256_file
 
 from . import __version__
 
@@ -139,10 +139,7 @@ def write_bundle(out: Path, manifest: BundleManifest, members: dict[str, Path | 
                     _add_bytes(tf, name, src)
                 else:
                     tf.add(str(src), arcname=name, recursive=False)
-        # mkstemp creates 0600; a bundle is an ordinary user file, so honour the umask instead.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, file_mode())  # mkstemp creates 0600; a bundle is an ordinary user file
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -82,3 +82,33 @@ def test_disk_full_is_one_clear_error(monkeypatch, capsys, tmp_path):
     assert cli_app.main(["autoloop", "m.py"]) == 2
     err = capsys.readouterr().err
     assert "Permission denied" in err and "no space" not in err and "Traceback" not in err
+
+
+def test_short_help_and_version_options(ytk):
+    """-h and -V are what users type first; every command takes -h."""
+    r = ytk("-h")
+    assert r.code == 0 and "Usage: ytk" in r.stdout and "Kronos" not in r.stdout
+    r = ytk("-V")
+    assert r.code == 0 and r.stdout.startswith("yasp-toolkit ")
+    r = ytk("embedded", "prepare", "-h")
+    assert r.code == 0 and "--onnx-out" in r.stdout
+
+
+def test_outputs_get_the_umask_mode_not_0600(tmp_path):
+    """Atomic writes go through mkstemp (0600); what lands under the user's name must be 0644 under umask 022."""
+    import os
+
+    from ytk_core.bundle import BundleManifest, write_bundle
+    from ytk_hookspecs.models.base import write_bytes_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_bytes_atomic(tmp_path / "a.json", b"{}")
+        man = BundleManifest(arch="arm64-sm87-dos6010-cu114-trt86", precision="fp16", engine_backend="mock",
+                             engine_version="8.6-sim", device="sim", simulated=True, onnx="model.onnx",
+                             onnx_sha256="a" * 64, npz_sha256="b" * 64)
+        write_bundle(tmp_path / "b.tgz", man, {"engine.plan": b"x"})
+    finally:
+        os.umask(old)
+    for f in ("a.json", "b.tgz"):
+        assert (tmp_path / f).stat().st_mode & 0o777 == 0o644, f

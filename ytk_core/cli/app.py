@@ -21,7 +21,7 @@ from ..logs import configure
 from ..runtime import reset_runtime, runtime, stderr
 
 app = typer.Typer(name="ytk", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="yasp-toolkit: measure an engine on its target, carve the slow regions out as "
                        "custom-op nodes, generate a kernel per region, build plugins, rebuild, verify.")
 worker_app = typer.Typer(no_args_is_help=True, help="Workers that run on target hardware (added by backends).")
@@ -47,7 +47,7 @@ def _root(
         "-v", "--verbose", count=True, help="debug log lines (-vv: also the traceback of an internal error)")] = 0,
     quiet: Annotated[int, typer.Option("-q", "--quiet", count=True, help="less log output")] = 0,
     log_format: Annotated[str, typer.Option("--log-format", help="auto, console or json")] = "auto",
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+    version: Annotated[bool, typer.Option("-V", "--version", callback=_version, is_eager=True,
                                           help="print the version and exit")] = False,
 ) -> None:
     if log_format not in ("auto", "console", "json"):
@@ -60,7 +60,7 @@ def _register_groups() -> None:
 
     embedded.register_commands()
 
-    app.add_typer(embedded.app, name="embedded", help="Kronos steps: prepare, propose, compile, build-plugin, verify.")
+    app.add_typer(embedded.app, name="embedded", help="The flow's steps: prepare, propose, compile, build-plugin, verify.")
     app.add_typer(kernelgen.app, name="kernelgen", help="Gaia kernel generation: export, compile, get.")
     app.add_typer(worker_app, name="worker")
 

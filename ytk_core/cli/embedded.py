@@ -1,4 +1,4 @@
-"""``ytk embedded``: the Kronos steps of the flow. Each command lives in its own cmd_*.py module."""
+"""``ytk embedded``: the steps of the flow. Each command lives in its own cmd_*.py module."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ytk_hookspecs.models import CandidateFiles
-from ytk_hookspecs.models.base import write_text_atomic
+from ytk_hookspecs.models.base import file_mode, write_text_atomic
 
 from .selectors import Selector
 
@@ -56,6 +56,7 @@ def _atomic(path: Path, write: Any, suffix: str = ".tmp") -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import (Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport,
                                   SupportAnswer, SupportRequest)
-from ytk_hookspecs.models.base import ArtifactError
+from ytk_hookspecs.models.base import ArtifactError, file_mode
 
 from ..contracts import ContractReport, check_meta_against_candidate, check_source
 from ..errors import BackendError, KernelJobFailed, UsageError, YtkError
@@ -219,6 +219,7 @@ def run_kernelgen_export(model: Path, output: Path) -> Path:
     os.close(fd)
     try:
         torch.export.save(ep, tmp)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

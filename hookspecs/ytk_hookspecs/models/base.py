@@ -81,12 +81,26 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode())
 
 
+_UMASK: int | None = None
+
+
+def file_mode(executable: bool = False) -> int:
+    """The mode ``open()`` (or a linker, for ``executable``) would give a new file under the process's
+    umask. Temp files from ``mkstemp`` are 0600: outputs renamed into place from one get this mode."""
+    global _UMASK
+    if _UMASK is None:
+        _UMASK = os.umask(0o022)  # reading the umask means setting it: put it straight back
+        os.umask(_UMASK)
+    return (0o777 if executable else 0o666) & ~_UMASK
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temp file in the same directory and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; a user's outputs get the mode open() gives
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
