@@ -40,12 +40,6 @@ class KernelJobFailed(BackendError):
         self.detail = detail
 
 
-class NotImplementedYet(YtkError):
-    """A command whose stage a later milestone implements; says so plainly."""
-
-    exit_code = 4
-
-
 class NumericsFailed(YtkError):
     exit_code = 5
 

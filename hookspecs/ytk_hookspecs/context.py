@@ -48,12 +48,6 @@ class StageContext:
     def progress(self, description: str, total: float | None = None) -> Iterator[ProgressTask]:
         yield _NullTask()
 
-    def child(self, **config: Any) -> "StageContext":
-        c = type(self).__new__(type(self))
-        c.__dict__.update(self.__dict__)
-        c.config = {**self.config, **config}
-        return c
-
 
 class _NullTask:
     def advance(self, n: float = 1) -> None:

@@ -20,6 +20,18 @@ from .models.kernel import PluginMeta
 _FIELDS = ("CUDA_HEADER", "CUDA_SOURCE", "PLUGIN_META_YAML")
 
 
+SOURCE_SUFFIX = ".module_source.py"
+
+
+def report_path(source: Path) -> Path:
+    """Where a kernel job's report goes: ``X.module_source.py`` -> ``X.report.json`` beside it (one report
+    per source, several sources per folder). Every generator and the core follow this rule."""
+    source = Path(source)
+    name = source.name
+    stem = name[: -len(SOURCE_SUFFIX)] if name.endswith(SOURCE_SUFFIX) else source.stem
+    return source.with_name(f"{stem}.report.json")
+
+
 class KernelSourceError(ValueError):
     pass
 

@@ -16,7 +16,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError, report_path
 from ytk_hookspecs.models import Candidate
 
 
@@ -54,7 +54,7 @@ def lookup(root: Path, key: str, plugin_name: str, output: Path) -> Path | None:
     ks.renamed(plugin_name).write(output)
     rep = entry / "report.json"
     if rep.is_file():
-        dst = output.with_name(output.name.replace(".module_source.py", "") + ".report.json")
+        dst = report_path(output)
         shutil.copyfile(rep, dst)
         return dst
     return None

@@ -65,7 +65,6 @@ REDUCE_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2", "
               "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool", "InstanceNormalization",
               "GroupNormalization"}
 POOL_OPS = {"MaxPool", "AveragePool", "LpPool"}
-FOLDED_OPS = {"Constant", "ConstantOfShape", "Shape", "Size"}
 
 
 def op_kind(n: Node, g: Graph) -> str:

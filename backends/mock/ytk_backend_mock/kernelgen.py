@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs import StageContext
-from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError, report_path
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidateScore, KernelGenRequest, KernelGenResult,
                                   KernelPerf, KernelReport, PluginMeta, SupportAnswer, SupportRequest,
                                   TensorContract)
@@ -29,13 +29,6 @@ SIMULATED_FRACTION = {"depthwise": 0.75, "attention": 0.55, "other": 0.6}
 
 _GPU_SM = {"orin": 87, "h100": 90, "h200": 90, "a100": 80, "rtx3090": 86, "3090": 86, "a6000": 86,
            "rtx4090": 89, "4090": 89, "l4": 89, "l40": 89}
-
-
-def report_path(output: Path) -> Path:
-    """``X.module_source.py`` -> ``X.report.json`` (one report per source, several sources per folder)."""
-    name = output.name
-    stem = name[: -len(".module_source.py")] if name.endswith(".module_source.py") else output.stem
-    return output.with_name(f"{stem}.report.json")
 
 
 def _sm(request: KernelGenRequest) -> int:

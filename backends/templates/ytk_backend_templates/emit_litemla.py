@@ -19,8 +19,6 @@ from itertools import product
 from .emit_common import Variant, float_literal
 from .regions import LiteMLARegion
 
-KV_SLOTS = 4  # quarters of the d rows of kv each pass-1 thread owns (d / KV_SLOTS rows)
-
 _KERNEL = r"""
 namespace @NS@ {
 constexpr int D = @D@;                 // head dim

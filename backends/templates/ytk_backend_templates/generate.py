@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs.errors import StageError, UnsupportedRegion
-from ytk_hookspecs.kernel_source import KernelSource
+from ytk_hookspecs.kernel_source import KernelSource, report_path
 from ytk_hookspecs.models import (ArchSpec, ArchSpecError, Candidate, CandidatesFile, KernelGenRequest,
                                   KernelGenResult, KernelPerf, KernelReport, PluginMeta)
 from ytk_hookspecs.models.base import ArtifactError
@@ -31,12 +31,6 @@ from .regions import Region, SiteShape
 from .variants import region_variants
 
 BACKEND = "templates"
-
-
-def report_path(output: Path) -> Path:
-    name = output.name
-    stem = name[: -len(".module_source.py")] if name.endswith(".module_source.py") else Path(name).stem
-    return output.with_name(f"{stem}.report.json")
 
 
 def find_candidate(request: KernelGenRequest) -> Candidate | None:

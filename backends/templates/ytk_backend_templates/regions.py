@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ACTIVATIONS = ("none", "relu", "relu6", "hardswish", "silu", "gelu", "gelu_tanh")
-
 #: Upper bound of |f'(x)| per activation: scales the error budget from pre-activation to output.
 ACT_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "hardswish": 1.5, "silu": 1.1, "gelu": 1.13,
                  "gelu_tanh": 1.13}

@@ -7,7 +7,6 @@ written by a newer ytk is refused with a message that says so, instead of a pile
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -121,6 +120,3 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
             h.update(chunk)
     return h.hexdigest()
 
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
