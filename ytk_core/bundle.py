@@ -55,6 +55,10 @@ MAX_TEXT_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES", 2
 #: Largest sum of a bundle's members.
 MAX_TOTAL_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TOTAL_BYTES", 16 << 30))
 _BINARY_MEMBERS = (ENGINE, OUTPUTS)
+#: gzip level of a bundle. Engines and outputs are weights and activations that barely compress at any
+#: level; level 9 (tarfile's default) spent a minute per full-size bundle for a few percent
+#: (benchmarks/bundle_write.py).
+COMPRESS_LEVEL = 1
 
 
 class BundlePlugin(BaseModel):
@@ -132,7 +136,7 @@ def write_bundle(out: Path, manifest: BundleManifest, members: dict[str, Path | 
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
-        with tarfile.open(tmp, "w:gz") as tf:
+        with tarfile.open(tmp, "w:gz", compresslevel=COMPRESS_LEVEL) as tf:
             _add_bytes(tf, MANIFEST, manifest.model_dump_json(indent=2).encode())
             for name, src in blobs.items():
                 if isinstance(src, bytes):
