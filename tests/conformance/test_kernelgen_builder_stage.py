@@ -6,7 +6,7 @@ import pytest
 
 from tests.conformance.conftest import backends_for, gpu_for, is_simulated, target_for
 from tests.stages.carved_fixture import PLUGIN
-from ytk_core.contracts import check_meta_against_candidate, check_source
+from ytk_hookspecs.contract import check_meta_against_candidate, check_source
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import CandidatesFile, KernelReport, PluginMeta, TensorContract
 from ytk_hookspecs.plugin_info import read_plugin_description

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.stages.carved_fixture import PLUGIN
-from ytk_core.contracts import (CustomNode, NodeInput, PluginFile, check_meta, check_meta_against_candidate,
-                                check_source, custom_nodes, match_plugins)
+from ytk_core.contracts import CustomNode, NodeInput, PluginFile, custom_nodes, match_plugins
+from ytk_hookspecs.contract import check_meta, check_meta_against_candidate, check_source
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import CandidatesFile, PluginDescription, TensorContract
 from ytk_backend_mock.kernelgen import make_meta
@@ -133,3 +133,15 @@ def test_intrinsic_checks(fixture_dir):
     assert any("not defined in the CUDA source" in e for e in check_source(src).errors)
     torch_target = meta.model_copy(update={"deployment_target": "torch"})
     assert any("deployment_target" in e for e in check_meta(torch_target).errors)
+
+
+def test_the_layout_rule_is_one_function_every_backend_imports():
+    """kHWC8 = channels-last with C % 8 == 0: the hookspecs rule the launcher, the torch engine and the
+    templates all apply."""
+    from ytk_hookspecs.contract import layout_error
+
+    assert layout_error("kHWC8", [4, 64, 8, 8]) is None
+    assert "divisible by 8, got 30" in layout_error("kHWC8", [4, 30, 8, 8])
+    assert "4-D" in layout_error("kHWC8", [4, 64])
+    assert layout_error("kHWC8", [4, "C", 8, 8]) is None  # symbolic: decided per site
+    assert layout_error("kLINEAR", [3, 5]) is None

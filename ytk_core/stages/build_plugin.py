@@ -18,7 +18,7 @@ from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import (BuildRequest, BuildResult, CandidatesFile, PluginDescription, sha256_file)
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
-from ..contracts import ContractReport, check_meta_against_candidate, check_source
+from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
 from .inputs import existing_file, output_file, parse_arch, parse_precision

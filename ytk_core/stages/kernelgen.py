@@ -19,7 +19,7 @@ from ytk_hookspecs.models import (Candidate, CandidatesFile, KernelGenRequest, K
                                   SupportAnswer, SupportRequest)
 from ytk_hookspecs.models.base import ArtifactError, file_mode
 
-from ..contracts import ContractReport, check_meta_against_candidate, check_source
+from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source
 from ..errors import BackendError, KernelJobFailed, UsageError, YtkError
 from ..runtime import runtime
 from .inputs import existing_file, output_file, parse_arch, parse_config, parse_precision

@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from ytk_hookspecs import shape_expr
+from ytk_hookspecs.contract import layout_error
 from ytk_hookspecs.errors import ContractViolation, StageError
 from ytk_hookspecs.models import PluginDescription, PluginMeta
 from ytk_hookspecs.models.kernel import C_IDENTIFIER
@@ -154,8 +155,9 @@ def _check_tensor(lib: LauncherLibrary, kind: str, i: int, t: "torch.Tensor", co
             raise ContractViolation(f"{where}: format kHWC8 needs a 4-D channels_last contiguous tensor "
                                     f"(x.contiguous(memory_format=torch.channels_last)); got shape "
                                     f"{list(t.shape)} strides {list(t.stride())}")
-        if t.shape[1] % 8:
-            raise ContractViolation(f"{where}: kHWC8 needs channels divisible by 8, got {t.shape[1]}")
+        why = layout_error(contract.format, list(t.shape))
+        if why:
+            raise ContractViolation(f"{where}: {why}")
     elif contract.format == "kLINEAR":
         if not t.is_contiguous():
             raise ContractViolation(f"{where}: format kLINEAR needs a contiguous tensor")

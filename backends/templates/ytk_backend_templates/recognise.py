@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ytk_hookspecs.contract import layout_error
 from ytk_hookspecs.pt2 import load_exported
 from ytk_hookspecs.errors import UnsupportedRegion
 from ytk_hookspecs.models import Candidate
@@ -355,7 +356,7 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
                 raise UnsupportedRegion("the sites do not share one output/input channel ratio per group")
         if len(channels) > (2 if isinstance(region, Conv1x1Region) else 1) or (len(axes) > 1 and not axes[1]):
             region = _with_dynamic_channels(region)
-    odd = sorted({abs(c) for c in channels if isinstance(c, int) and c % 8})
+    odd = sorted({abs(c) for c in channels if isinstance(c, int) and layout_error("kHWC8", [1, abs(c), 1, 1])})
     if odd:  # every template takes and gives fp16 kHWC8 activations (the contract's layout rule)
         raise UnsupportedRegion(f"{'a site has ' if len(shapes) > 1 else ''}{odd[0]} channels: the templates' "
                                 "kernels take fp16 kHWC8 activations, whose channels must be a multiple of 8")

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ytk_hookspecs import shape_expr
+from ytk_hookspecs.contract import layout_error
 from ytk_hookspecs.errors import ContractViolation, StageError
 from ytk_hookspecs.models import PLUGIN_DOMAIN, PluginArtifact, PluginMeta
 from ytk_hookspecs.models.base import sha256_file
@@ -109,10 +110,10 @@ def contract_shapes(node: Node, meta: PluginMeta, in_shapes: list[list[int]]) ->
             if list(shp) != want:
                 raise ContractViolation(f"custom-op node {node.name!r}: input {i} ({c.name}) has shape {list(shp)}, "
                                         f"plugin {meta.plugin_name!r} expects {want}")
-            if c.format == "kHWC8" and (len(shp) != 4 or shp[1] % 8):
-                raise ContractViolation(
-                    f"custom-op node {node.name!r}: input {i} ({c.name}) is declared kHWC8, which needs a 4-D tensor "
-                    f"with channels divisible by 8; it has shape {list(shp)}")
+            why = layout_error(c.format, list(shp))
+            if why:
+                raise ContractViolation(f"custom-op node {node.name!r}: input {i} ({c.name}) is declared {c.format}: "
+                                        f"{why}; it has shape {list(shp)}")
         return [[shape_expr.evaluate(e, in_shapes, ext) for e in c.shape] for c in meta.outputs]
     except shape_expr.ShapeExprError as e:
         raise ContractViolation(f"custom-op node {node.name!r}: plugin {meta.plugin_name!r}: {e}") from None

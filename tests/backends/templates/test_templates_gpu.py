@@ -39,7 +39,7 @@ def _generate(tmp_path: Path, pt2: Path, cand, max_variants: int, check_build: b
 
 
 def _check_result(tmp_path: Path, res, out: Path, cand) -> KernelReport:  # type: ignore[no-untyped-def]
-    from ytk_core.contracts import check_meta_against_candidate, check_source
+    from ytk_hookspecs.contract import check_meta_against_candidate, check_source
 
     assert res.status == "done", res.message
     src = KernelSource.read(out)

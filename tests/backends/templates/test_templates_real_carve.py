@@ -17,7 +17,7 @@ from ytk_backend_templates.generate import JobPlan, plan_job
 from ytk_backend_templates.recognise import load_graph
 from ytk_backend_templates.reference import verify_against_pt2
 from ytk_backend_templates.regions import DwConvRegion, LiteMLARegion
-from ytk_core.contracts import check_meta, check_meta_against_candidate
+from ytk_hookspecs.contract import check_meta, check_meta_against_candidate
 from ytk_hookspecs.models import CandidatesFile, KernelGenRequest
 
 EXPECTED = {

@@ -17,7 +17,7 @@ from ytk_backend_templates.recognise import load_graph, recognise, site_shape_in
 from ytk_backend_templates.reference import torch_region, verify_against_pt2  # noqa: E402
 from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion  # noqa: E402
 from ytk_hookspecs.errors import StageError, UnsupportedRegion  # noqa: E402
-from ytk_core.contracts import check_meta, check_meta_against_candidate  # noqa: E402
+from ytk_hookspecs.contract import check_meta, check_meta_against_candidate  # noqa: E402
 
 EXPECT_ACT = {"hardtanh": "relu6", "clamp": "relu6"}
 
