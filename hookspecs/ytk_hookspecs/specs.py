@@ -120,7 +120,8 @@ def ytk_kernelgen_submit(request: "KernelGenRequest", ctx: "StageContext") -> "K
         def ytk_kernelgen_submit(request, ctx):
             src = KernelSource(header=h, source=cu, meta=PluginMeta(...))
             src.write(request.output)
-            return KernelGenResult(job_id="local-1", status="done", source=request.output)
+            report = KernelReport(...).write(report_path(request.output))
+            return KernelGenResult(job_id="local-1", status="done", source=request.output, report=report)
     """
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.stages.carved_fixture import ARCH, PLUGIN
 from ytk_hookspecs import hookimpl
-from ytk_hookspecs.kernel_source import KernelSource
+from ytk_hookspecs.kernel_source import KernelSource, report_path
 from ytk_hookspecs.models import (Availability, BackendInfo, BuildResult, KernelGenResult, KernelReport)
 from ytk_hookspecs.plugin_info import read_plugin_description
 
@@ -75,7 +75,10 @@ class _BadKernelgen:
         meta = meta.model_copy(update={"inputs": meta.inputs[:1]})
         KernelSource(header="", source=f"int {meta.launcher}(){{return 0;}} {meta.workspace}", meta=meta
                      ).write(request.output)
-        return KernelGenResult(job_id="f-1", status="done", source=request.output)
+        rep = KernelReport(plugin_name=meta.plugin_name, backend="f", job_id="f-1", region_kind="test",
+                           measured_on="nothing", simulated=True, error_budget="-", candidates=[], winner=None
+                           ).write(report_path(request.output))
+        return KernelGenResult(job_id="f-1", status="done", source=request.output, report=rep)
 
     @hookimpl
     def ytk_kernelgen_fetch(self, job_id, output, ctx):  # type: ignore[no-untyped-def]
@@ -186,3 +189,12 @@ def test_kernelgen_export_writes_a_loadable_program(ytk, fixture_dir):
     assert [t.shape for t in ep.module()(x)] == [torch.Size([1, 16, 6, 10]), torch.Size([1, 16, 10, 6])]
     r = ytk("kernelgen", "export", fixture_dir / "missing.py", "-o", out)
     assert r.code == 2 and "does not exist" in r.stderr
+
+
+def test_a_done_job_without_its_report_is_not_done():
+    """The report is how a user and the autoloop learn what was measured: required when done."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="must name its report"):
+        KernelGenResult(job_id="x", status="done", source="k.module_source.py")
+    KernelGenResult(job_id="x", status="failed", message="no kernel")  # a failed or running job has none

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .base import Versioned
 from .carve import Candidate, InputRole
@@ -136,11 +136,23 @@ class KernelReport(Versioned):
 
 
 class KernelGenResult(Versioned):
+    """A kernel job's state. A ``done`` job names its kernel source and its ``report.json`` (written at
+    :func:`ytk_hookspecs.kernel_source.report_path` of the source): the report is how a user and the
+    autoloop learn what was measured, so a job without one is not done."""
+
     job_id: str
     status: Literal["done", "running", "failed"]
     source: Path | None = None
     report: Path | None = None
     message: str = ""
+
+    @model_validator(mode="after")
+    def _done_names_its_files(self) -> "KernelGenResult":
+        if self.status == "done" and (self.source is None or self.report is None):
+            missing = " and ".join(n for n, v in (("source", self.source), ("report", self.report)) if v is None)
+            raise ValueError(f"a done kernel job must name its {missing} (the report.json beside the source: "
+                             "ytk_hookspecs.kernel_source.report_path(source))")
+        return self
 
 
 class RegionSketch(BaseModel):
