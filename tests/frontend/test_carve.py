@@ -198,6 +198,15 @@ def test_mobilenet_carve(tmp_path):
     cands = {c.name: c for c in CandidatesFile.read(tmp_path / "candidates.json").candidates}
     assert cands["SE"].input_roles == ["activation", "weight", "bias", "weight", "bias"]
     assert len(cands["SE"].sites) == 8
+    # the candidate says what each region computes, with no torch needed to read it
+    (dw,) = cands["Dw3"].ops
+    assert dw.model_dump(exclude_none=True) == dict(op="conv", kernel=[3, 3], stride=[2, 2], padding=[1, 1],
+                                                    dilation=[1, 1], groups=72, channels_in=72, channels_out=72,
+                                                    activation="relu")
+    se = cands["SE"].ops
+    assert [(o.op, o.kernel, o.activation) for o in se] == [("conv", [1, 1], "relu"), ("conv", [1, 1], "hardsigmoid")]
+    assert se[0].channels_in is None and se[0].groups == 1  # channels differ between the SE's 8 sites
+    assert [o.activation for o in cands["Dw5s1"].ops] == ["hardswish"]
     _assert_reproduces_reference(tmp_path)
 
 
@@ -210,6 +219,9 @@ def test_vit_carve(tmp_path):
     attn = cands["Attn"]
     assert len(attn.sites) == 3 and attn.op_inventory.get("aten.softmax.int") == 1
     assert "aten.linear.default" not in attn.op_inventory  # the projections stay with the engine
+    assert [o.op for o in attn.ops] == ["matmul", "softmax", "matmul"]
+    assert [(o.op, o.channels_in, o.channels_out, o.activation) for o in cands["Mlp1"].ops] == [
+        ("linear", 192, 768, "gelu"), ("linear", 768, 192, None)]
     _assert_reproduces_reference(tmp_path)
 
 

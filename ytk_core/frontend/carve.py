@@ -367,6 +367,7 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
     roles = ["activation"] * n_act + ["weight", "bias"] * n_conv
     dynamic = {arg_names[i]: [a for a, c in enumerate(axes) if not c] for i, axes in enumerate(constant_axes)
                if not all(axes)}
+    from .op_attrs import merged_region_ops
     from .region_files import write_region_files
 
     files, notes, futures = write_region_files(sel, modules[0], site_inputs, site_outputs, arg_names, dynamic, prep,
@@ -374,6 +375,7 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
     cand = Candidate(name=sel.name, namespace=sel.namespace, version="1", selector=sel.text,
                      ops_name=sel.ops_name or sel.kind, around=sel.around, lift=plan.sites[0].lift,  # type: ignore[arg-type]
                      input_roles=roles, sites=infos, op_inventory=_inventory(modules[0]),  # type: ignore[arg-type]
+                     ops=merged_region_ops(modules, site_inputs),
                      constant_axes=constant_axes, dynamic_dims=dynamic, files=files, notes=canon_notes + notes)
     entry = PluginEntry(name=sel.name, namespace=sel.namespace, version="1", op_type=sel.name, selector=sel.text,
                         sites=len(plan.sites), site_nodes=[s.onnx_node for s in infos], kernelgen_input=files.pt2)

@@ -5,7 +5,7 @@ from .backend import ROLE_STAGES, SELECTABLE_ROLES, Availability, BackendInfo, R
 from .base import ArtifactError, Versioned, sha256_file, write_bytes_atomic, write_text_atomic
 from .build import BuildRequest, BuildResult, EngineApi, PluginDescription
 from .carve import (PLUGIN_DOMAIN, Candidate, CandidateFiles, CandidatesFile, CarveRequest, CarveResult,
-                    LiftMode, PluginEntry, PluginsFile, SiteInfo)
+                    LiftMode, PluginEntry, PluginsFile, RegionOp, SiteInfo)
 from .engine import (CompileRequest, CompileResult, LayerTime, PluginArtifact, Precision, ProfileRequest,
                      ProfileResult)
 from .kernel import (CandidateScore, KernelGenRequest, KernelGenResult, KernelPerf, KernelReport, PluginMeta,

@@ -33,6 +33,30 @@ class SiteInfo(BaseModel):
     fx_nodes: list[str]
 
 
+class RegionOp(BaseModel):
+    """One heavy op of a carved region with its attributes, read from the region's canonical program:
+    what a kernel generator needs to decide what a region is without loading the ``.pt2`` with torch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: str = Field(description="conv | linear | matmul | attention | softmax | layer_norm | batch_norm | "
+                                "group_norm")
+    kernel: list[int] = Field(default_factory=list, description="conv kernel size (kh, kw)")
+    stride: list[int] = Field(default_factory=list)
+    padding: list[int] = Field(default_factory=list, description="conv padding per spatial dim (symmetric)")
+    dilation: list[int] = Field(default_factory=list)
+    groups: int | None = None
+    channels_in: int | None = Field(None, description="input channels (conv) or in_features (linear); None "
+                                                      "when it varies across sites")
+    channels_out: int | None = None
+    activation: str | None = Field(None, description="the activation applied to this op's output inside the "
+                                                     "region, in its canonical spelling (relu, relu6, hardswish, "
+                                                     "silu, gelu, gelu_tanh, sigmoid, hardsigmoid, tanh, ...)")
+    normalisation: str | None = Field(None, description="a norm applied to this op's output inside the region "
+                                                        "(batch_norm, layer_norm, group_norm); a conv's batch norm "
+                                                        "that the lift folded is not here: see Candidate.lift")
+
+
 class CandidateFiles(BaseModel):
     """Paths relative to the prepare directory."""
 
@@ -59,6 +83,8 @@ class Candidate(BaseModel):
     input_roles: list[InputRole]
     sites: list[SiteInfo]
     op_inventory: dict[str, int]
+    ops: list[RegionOp] = Field(default_factory=list, description="the region's heavy ops in graph order, with "
+                                                                  "their attributes")
     constant_axes: list[list[bool]] = Field(
         description="per region input, per axis: is that dim the same at every site")
     dynamic_dims: dict[str, list[int]] = Field(
