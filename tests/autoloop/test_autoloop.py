@@ -294,3 +294,32 @@ def test_a_killed_prepare_leaves_no_staging_directory_behind(tmp_path):
     r = autoloop(w, "--max-rounds", "1")
     assert r.code == 0, r.stderr[-2000:]
     assert not list(w.rglob(".ytk-staging-*"))
+
+
+def test_what_to_ship_is_named_exported_and_rebuilds(finished, tmp_path):
+    """The summary and report name the final bundle, the .so files and their selectors; --export copies
+    exactly those; the one-line command rebuilds the final engine from them."""
+    import shlex
+
+    w, _ = finished
+    dest = tmp_path / "ship"
+    r = autoloop(w, "--export", dest)
+    assert r.code == 0, r.stderr[-2000:]
+    assert "ship: " in r.stdout and "rebuild: ytk embedded compile" in r.stdout and f"to {dest}" in r.stdout
+    md = (w / "report" / "autoloop_report.md").read_text()
+    assert "## What to ship" in md and "--custom-plugin" in md
+    from ytk_core.autoloop.report import ShipList
+
+    ship = ShipList.read(dest / "ship.json")
+    kept = state(w).best.plugins
+    assert sorted(p.name for p in ship.plugins) == sorted(p.name for p in kept) and kept
+    assert all(Path(p.so).is_file() and Path(p.so).parent == dest / "plugins" for p in ship.plugins)
+    assert Path(ship.engine_bundle).is_file() and Path(ship.onnx).is_file()
+    assert sorted(p.name for p in dest.rglob("*") if p.is_file()) == sorted(
+        [Path(ship.engine_bundle).name, "model.onnx", "ship.json"] + [f"{p.name}.so" for p in ship.plugins])
+    # the rebuild command, as printed, builds the final engine again
+    args = shlex.split(r.stdout.split("rebuild: ", 1)[1].splitlines()[0])
+    assert args[:3] == ["ytk", "embedded", "compile"]
+    rb = run_cli(*args[1:], cwd=tmp_path)
+    assert rb.code == 0, rb.stderr[-2000:]
+    assert (tmp_path / "final.tgz").is_file()

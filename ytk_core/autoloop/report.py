@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+import shutil
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ytk_hookspecs.models import Versioned
 from ytk_hookspecs.models.base import write_text_atomic
@@ -14,6 +16,66 @@ from .charts import latency_by_round, regions_before_after
 from .state import AutoloopState, PluginRecord
 
 REPORT_DIR = "report"
+
+
+class ShipPlugin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    selector: str
+    so: str = Field(description="absolute path of the plugin library")
+    sha256: str | None = None
+
+
+class ShipList(Versioned):
+    """What to ship from an autoloop: the final engine bundle, the plugin libraries it loads (with the
+    selector each one replaces), and the one command that rebuilds that engine from them."""
+
+    engine_bundle: str
+    onnx: str = Field(description="the carved ONNX the engine was built from")
+    plugins: list[ShipPlugin] = Field(default_factory=list)
+    reproduce: str = Field(description="a shell command that rebuilds the final engine bundle")
+
+
+def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
+    best = state.best
+    if best is None:
+        return None
+    w = Path(workdir).resolve()
+    prep = w / best.prepare_dir
+    plugins = [ShipPlugin(name=p.name, selector=p.selector, so=str(w / p.so), sha256=p.so_sha256)
+               for p in best.plugins if p.so]
+    cmd = ["ytk", "embedded", "compile", "-a", state.arch, "-p", state.precision, "--engine",
+           state.backends.get("engine", "auto"), "--onnx", str(prep / "model.onnx"), "--npz", str(prep / "model.npz"),
+           "-o", "final.tgz"]
+    for p in plugins:
+        cmd += ["--custom-plugin", p.so]
+    return ShipList(engine_bundle=str(w / best.bundle), onnx=str(prep / "model.onnx"), plugins=plugins,
+                    reproduce=shlex.join(cmd))
+
+
+def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
+    """Copy exactly what ships into ``dest``, all at once (a staging directory swapped in): the engine
+    bundle, the carved ONNX, ``plugins/<name>.so`` and ``ship.json`` (this list, pointing at the copies)."""
+    from ..staging import Staged
+
+    dest = Path(dest)
+    with Staged(dest, marker=dest / "ship.json") as st:
+        bundle = st.path(dest / Path(ship.engine_bundle).name)
+        shutil.copyfile(ship.engine_bundle, bundle)
+        onnx = st.path(dest / "model.onnx")
+        shutil.copyfile(ship.onnx, onnx)
+        plugins = []
+        for p in ship.plugins:
+            so = st.path(dest / "plugins" / f"{p.name}.so")
+            so.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p.so, so)
+            plugins.append(p.model_copy(update={"so": str(st.final(so).resolve())}))
+        copied = ship.model_copy(update={"engine_bundle": str(st.final(bundle).resolve()),
+                                         "onnx": str(st.final(onnx).resolve()), "plugins": plugins})
+        copied.write(st.path(dest / "ship.json"))
+        st.commit()
+    return [Path(copied.engine_bundle), Path(copied.onnx), *[Path(p.so) for p in plugins], dest / "ship.json"]
 
 
 class AutoloopReport(Versioned):
@@ -28,6 +90,7 @@ class AutoloopReport(Versioned):
     verify: VerifyReport | None = None
     report_md: str | None = None
     charts: list[str] = Field(default_factory=list)
+    ship: ShipList | None = None
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -105,10 +168,16 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
             ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "selector"],
             [[p.name, str(p.sites), f"{p.region_ms:.3f}", f"{p.plugin_ms:.3f}" if p.plugin_ms is not None else "-",
               ", ".join(f"{t:.4f}" for t in p.kernel_ms_per_site[:4]) or "-", f"`{p.selector}`"] for p in kept]), ""]
+    ship = ship_list(state, w)
+    if ship is not None:
+        md += ["## What to ship", "", f"- engine bundle: `{ship.engine_bundle}`", f"- carved ONNX: `{ship.onnx}`"]
+        md += [f"- plugin `{p.name}`: `{p.so}` (replaces `{p.selector}`)" for p in ship.plugins]
+        md += ["", "Rebuild the final engine from them:", "", "```bash", ship.reproduce, "```", "",
+               "`ytk autoloop ... --export DIR` copies exactly these into DIR.", ""]
     md += ["## Charts", "", "![latency by round](latency.svg)", "", "![time per region](regions.svg)", "",
            "## Event log", ""] + [f"- {h}" for h in state.history] + [""]
     write_text_atomic(rdir / "autoloop_report.md", "\n".join(md))
     return AutoloopReport(workdir=str(w), state=state, baseline_ms=base.ms if base else None,
                           final_ms=best.ms if best else None, speedup=speedup, simulated=simulated, verify=verify,
                           report_md=str(rdir / "autoloop_report.md"),
-                          charts=[str(rdir / "latency.svg"), str(rdir / "regions.svg")])
+                          charts=[str(rdir / "latency.svg"), str(rdir / "regions.svg")], ship=ship)

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from ..errors import UsageError
 from ..runtime import emit_json, stdout
 from .app import app
 from .options import BuilderOpt, EngineOpt, JsonOpt, KernelgenOpt, PrecisionOpt
@@ -28,6 +29,8 @@ def autoloop(
                                                "less than this")] = 0.1,
     max_jobs: Annotated[int, typer.Option("--max-jobs", help="kernel generation jobs in flight")] = 4,
     time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
+    export: Annotated[Optional[Path], typer.Option("--export", help="copy what ships (final engine bundle, carved "
+                                                   "ONNX, plugin .so files, ship.json) into this directory")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Prepare and compile the baseline, then repeat propose -> carve -> generate -> build -> compile -> verify
@@ -41,6 +44,14 @@ def autoloop(
 
     rep = run_autoloop(model, arch, precision, workdir, {"engine": engine, "kernelgen": kernelgen, "builder": builder},
                        max_rounds, min_gain_ms, max_jobs, time_budget)
+    exported: list[Path] = []
+    if export is not None and rep.ship is not None:
+        from ..autoloop.report import export_outputs
+
+        try:
+            exported = export_outputs(rep.ship, export)
+        except OSError as e:
+            raise UsageError(f"--export {export}: cannot write there: {e.strerror or e}") from None
     if json_:
         emit_json(rep)
         return
@@ -59,4 +70,20 @@ def autoloop(
     if rep.baseline_ms and rep.final_ms:
         stdout.print(f"{rep.baseline_ms:.3f} ms -> {rep.final_ms:.3f} ms ({rep.speedup:.2f}x){sim}; stopped: "
                      f"{st.stop_reason}", markup=False, highlight=False)
+    if rep.ship is not None:
+        stdout.print(f"ship: {_shown(rep.ship.engine_bundle)}"
+                     + "".join(f"\n      {_shown(p.so)}  ({p.name})" for p in rep.ship.plugins),
+                     markup=False, highlight=False)
+        stdout.print(f"rebuild: {rep.ship.reproduce}", markup=False, highlight=False, soft_wrap=True)
+    if exported:
+        stdout.print(f"exported {len(exported)} file(s) to {export}", markup=False, highlight=False)
     stdout.print(f"report: {rep.report_md}", markup=False, highlight=False)
+
+
+def _shown(path: str) -> str:
+    """A path as the user would type it from here: relative when it lies below the current directory."""
+    p = Path(path)
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
