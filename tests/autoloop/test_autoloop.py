@@ -323,3 +323,14 @@ def test_what_to_ship_is_named_exported_and_rebuilds(finished, tmp_path):
     rb = run_cli(*args[1:], cwd=tmp_path)
     assert rb.code == 0, rb.stderr[-2000:]
     assert (tmp_path / "final.tgz").is_file()
+
+
+def test_min_gain_as_a_share_of_the_baseline(tmp_path):
+    """--min-gain-ms 5%: resolved against the measured baseline, shown as the user wrote it."""
+    w = tmp_path / "pct"
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "2", "--min-gain-ms", "5%", *MOCK)
+    assert r.code == 0, r.stderr[-2000:]
+    st = state(w)
+    assert st.limits["min_gain_pct"] == 5 and st.limits["min_gain_ms"] == pytest.approx(0.05 * st.baseline.ms)
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "bad", "--min-gain-ms", "lots", *MOCK)
+    assert r.code == 2 and "--min-gain-ms 'lots'" in r.stderr and "Traceback" not in r.stderr

@@ -194,3 +194,23 @@ def test_profile_of_another_model_is_flagged(ytk, small, worked):
             "--fx-nodes", vit / "fx_nodes.json", "--json")
     assert r.code == 0, r.stderr
     assert "match no ONNX node" in r.stderr
+
+
+def test_min_ms_as_a_share_of_the_model(ytk, worked):
+    """--min-ms 5% is 5% of this profile's total; at 100% nothing qualifies and propose says what sits under it
+    and which flag lists it."""
+    r = ytk(*_args(worked), "--min-ms", "5%", "--json")
+    assert r.code == 0, r.stderr
+    rep = ProposeReport.model_validate_json(r.stdout)
+    assert rep.options.min_ms == pytest.approx(0.05 * rep.total_ms) and rep.options.min_pct == 5
+    assert rep.candidates and all(p.ms >= 0.05 * rep.total_ms for p in rep.candidates)
+    r = ytk(*_args(worked), "--min-ms", "100%")
+    assert r.code == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("(nothing)"))
+    assert "region families" in line and "under --min-ms" in line and "--min-ms 0 lists them" in line
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "150%", "1 s"])
+def test_min_ms_that_is_neither_ms_nor_a_share_is_one_line(ytk, worked, bad):
+    r = ytk(*_args(worked), "--min-ms", bad)
+    assert r.code == 2 and "--min-ms" in r.stderr and "Traceback" not in r.stderr

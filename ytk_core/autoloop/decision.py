@@ -29,7 +29,7 @@ def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> No
     rnd.stage = "done"
     ws.save()
     if gain < ws.limits["min_gain_ms"]:
-        ws.stop(f"round {rnd.index} gained {max(gain, 0.0):.3f} ms, under --min-gain-ms {ws.limits['min_gain_ms']}")
+        ws.stop(f"round {rnd.index} gained {max(gain, 0.0):.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}")
 
 
 def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
@@ -50,7 +50,7 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
     for c in losers:
         if c.replaces:
             ws.drop(c, "decide", f"re-optimization lost: its layers took {c.plugin_ms:.3f} ms, the plugged "
-                                 f"kernel's {c.region_ms:.3f} ms (needs {min_gain} ms less)")
+                                 f"kernel's {c.region_ms:.3f} ms (needs {min_gain:.3g} ms less)")
         else:
             ws.drop(c, "decide",
                     f"lost: its layers took {c.plugin_ms:.3f} ms where the region took {c.region_ms:.3f} ms")

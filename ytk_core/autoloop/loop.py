@@ -76,6 +76,7 @@ class Autoloop:
                                  "autoloop has nothing trustworthy to improve on")
         state.baseline = BestEngine(round=0, bundle=rec.bundle, ms=rec.p50_ms, prepare_dir=self.ws.rel(prep))
         state.best = state.baseline.model_copy(deep=True)
+        state.resolve_min_gain()
         self.ws.event(f"round 0: baseline {rec.p50_ms:.3f} ms ({state.backends['engine']} engine)")
         self.ws.save()
         checkpoint("baseline")

@@ -64,7 +64,7 @@ def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord]
     """Why a round has no candidate: the note it ends with, and the loop's stop reason."""
     if fresh:
         top = max(p.ms for p in fresh)
-        return f"best remaining candidate is worth {top:.3f} ms, under --min-gain-ms {ws.limits['min_gain_ms']}"
+        return f"best remaining candidate is worth {top:.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}"
     if refused:
         return "every candidate worth a job is one the carve or the kernel generators refuse"
     return "no candidate left to try (every proposal is plugged already or was dropped earlier)"

@@ -12,6 +12,7 @@ from ..errors import UsageError
 from ..runtime import runtime
 from ..staging import PREFIX as STAGING_PREFIX
 from ..staging import remove_stale
+from ..thresholds import Threshold
 from .control import Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
 from .report import AutoloopReport, build_report
@@ -29,11 +30,13 @@ def _resolve_arch(arch: str) -> str:
 
 
 def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
-                 max_rounds: int, min_gain_ms: float, max_jobs: int, time_budget: str | None) -> AutoloopReport:
+                 max_rounds: int, min_gain: str | float, max_jobs: int, time_budget: str | None) -> AutoloopReport:
+    """``min_gain``: milliseconds (``0.1``, ``"0.1ms"``) or a share of the baseline (``"1%"``)."""
     if precision not in ("fp16", "fp32"):
         raise UsageError(f"-p {precision!r}: expected fp16 or fp32")
-    if max_rounds < 1 or max_jobs < 1 or min_gain_ms < 0:
-        raise UsageError("--max-rounds and --max-jobs must be at least 1 and --min-gain-ms at least 0")
+    if max_rounds < 1 or max_jobs < 1:
+        raise UsageError("--max-rounds and --max-jobs must be at least 1")
+    min_gain_t = Threshold.parse(min_gain, "--min-gain-ms")
     model = Path(model)
     if not model.is_file():
         raise UsageError(f"model file {model} does not exist")
@@ -42,7 +45,7 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: d
     workdir.mkdir(parents=True, exist_ok=True)
     with WorkdirLock(workdir):
         clean_stale(workdir)
-        state = _load_or_start(model, arch, precision, workdir, flags, max_rounds, min_gain_ms, budget)
+        state = _load_or_start(model, arch, precision, workdir, flags, max_rounds, min_gain_t, budget)
         loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs)
         if not state.finished:
             loop.run()
@@ -53,9 +56,10 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: d
 
 
 def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
-                   max_rounds: int, min_gain_ms: float, budget: float | None) -> AutoloopState:
+                   max_rounds: int, min_gain: Threshold, budget: float | None) -> AutoloopState:
     sf = workdir / STATE_FILE
-    limits = {"max_rounds": float(max_rounds), "min_gain_ms": float(min_gain_ms),
+    limits = {"max_rounds": float(max_rounds), "min_gain_ms": -1.0 if min_gain.relative else min_gain.value,
+              "min_gain_pct": min_gain.value if min_gain.relative else -1.0,
               "time_budget_s": float(budget) if budget is not None else -1.0}
     if sf.is_file():
         st = _read_state(workdir)
@@ -70,9 +74,12 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
             if name and st.backends.get(role) != name:
                 raise UsageError(f"{workdir} was started with {role} backend {st.backends.get(role)!r}, not {name!r}; "
                                  "use a new --workdir")
-        if st.finished and (max_rounds > st.limits["max_rounds"] or min_gain_ms < st.limits["min_gain_ms"]):
+        new_gain = min_gain.ms(st.baseline.ms) if st.baseline else None
+        if st.finished and (max_rounds > st.limits["max_rounds"] or
+                            (new_gain is not None and new_gain < st.limits["min_gain_ms"])):
             st.finished, st.stop_reason = False, ""  # looser limits: keep going from the best engine
         st.limits.update(limits)
+        st.resolve_min_gain()
         runtime().log.info(f"resuming autoloop in {workdir}", rounds_done=len(st.rounds),
                            best_ms=round(st.best.ms, 3) if st.best else None)
         return st

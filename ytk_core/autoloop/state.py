@@ -123,6 +123,17 @@ class AutoloopState(Versioned):
     stop_reason: str = ""
     history: list[str] = Field(default_factory=list, description="one line per notable event, for the report")
 
+    def resolve_min_gain(self) -> None:
+        """A --min-gain-ms given as a share of the baseline becomes milliseconds once the baseline is measured."""
+        pct = self.limits.get("min_gain_pct", -1.0)
+        if pct >= 0 and self.baseline is not None:
+            self.limits["min_gain_ms"] = pct / 100.0 * self.baseline.ms
+
+    def min_gain_label(self) -> str:
+        """``--min-gain-ms`` as the user gave it: ``1% (0.075 ms)`` or ``0.1 ms``."""
+        pct, ms = self.limits.get("min_gain_pct", -1.0), self.limits["min_gain_ms"]
+        return f"{pct:g}% ({ms:.3g} ms)" if pct >= 0 else f"{ms:g} ms"
+
     def save(self, workdir: Path) -> None:
         self.updated = now()
         p = Path(workdir) / STATE_FILE

@@ -25,8 +25,9 @@ def autoloop(
     kernelgen: KernelgenOpt = None,
     builder: BuilderOpt = None,
     max_rounds: Annotated[int, typer.Option("--max-rounds", help="rounds of propose -> plug after the baseline")] = 4,
-    min_gain_ms: Annotated[float, typer.Option("--min-gain-ms", help="stop when a candidate or a round is worth "
-                                               "less than this")] = 0.1,
+    min_gain_ms: Annotated[str, typer.Option("--min-gain-ms", help="stop when a candidate or a round is worth less "
+                                             "than this: milliseconds (0.1, 0.1ms) or a share of the baseline "
+                                             "engine's latency (1%)")] = "1%",
     max_jobs: Annotated[int, typer.Option("--max-jobs", help="kernel generation jobs in flight")] = 4,
     time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
     export: Annotated[Optional[Path], typer.Option("--export", help="copy what ships (final engine bundle, carved "

@@ -33,7 +33,8 @@ def propose(
         "-p", "--precision", help="engine precision for a raw profile: fp16 (default) or fp32")] = None,
     merge_shape_families: Annotated[bool, typer.Option("--merge-shape-families",
                                                        help="one dynamic candidate per op")] = False,
-    min_ms: Annotated[float, typer.Option("--min-ms", help="families under this total are not worth a kernel")] = 1.0,
+    min_ms: Annotated[str, typer.Option("--min-ms", help="families under this total are not worth a kernel: "
+                                        "milliseconds (1.0, 1ms) or a share of the profile's total (5%)")] = "1.0",
     family_min_ms: Annotated[Optional[float], typer.Option(
         "--family-min-ms", help="a shape family under this folds into its op's dynamic remainder "
                                 "(default: 2 x --min-ms)")] = None,
@@ -60,7 +61,10 @@ def propose(
 
     if precision not in (None, "fp16", "fp32"):
         raise UsageError(f"--precision must be fp16 or fp32, not {precision!r}")
-    for flag, v in (("--min-ms", min_ms), ("--family-min-ms", family_min_ms)):
+    from ..thresholds import Threshold
+
+    min_t = Threshold.parse(min_ms, "--min-ms")
+    for flag, v in (("--family-min-ms", family_min_ms),):
         if v is not None and v < 0:
             raise UsageError(f"{flag} must be zero or more, not {v}")
     if launch_ms < 0:
@@ -69,7 +73,8 @@ def propose(
         raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
     if top < 1 or depth < 0:
         raise UsageError("--top must be at least 1 and --depth zero or more")
-    opts = ProposeOptions(min_ms=min_ms, family_min_ms=family_min_ms, merge_shape_families=merge_shape_families,
+    opts = ProposeOptions(min_ms=min_t.value if not min_t.relative else 1.0,
+                          min_pct=min_t.value if min_t.relative else None, family_min_ms=family_min_ms, merge_shape_families=merge_shape_families,
                           roofline_fraction=roofline, launch_ms=launch_ms, plugins=list(plugin or []), namespace=namespace, arch=arch,
                           precision=precision,  # type: ignore[arg-type]
                           kernelgen=None if no_kernelgen_check else (kernelgen or "auto"))

@@ -67,6 +67,8 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
     pnodes = plugin_nodes(graph, carve)
     _check_files(m, graph, fx, onnx, pnodes, warnings)
     att = attribute(m.layers, graph, mods, pnodes, m.precision, m.layer_info)
+    if opts.min_pct is not None:  # --min-ms 2%: a share of this profile's time
+        opts = opts.model_copy(update={"min_ms": opts.min_pct / 100.0 * att.total_ms})
     lost = sum(att.glue.get(c, [0.0])[0] for c in ("unresolved-layer", "unmapped-onnx-node"))
     if att.total_ms > 0 and lost > 0.2 * att.total_ms:
         warnings.append(f"{100 * lost / att.total_ms:.0f}% of the time is in layers that match no ONNX node owned by "

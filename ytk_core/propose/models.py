@@ -25,6 +25,8 @@ class ProposeOptions(_Model):
     """Knobs of a propose run (the CLI flags, for the Python API)."""
 
     min_ms: float = Field(1.0, description="a region family (or remainder) under this total is not worth a kernel")
+    min_pct: float | None = Field(None, description="min_ms as a percentage of the profile's total instead "
+                                                    "(resolved when the profile is read)")
     family_min_ms: float | None = Field(
         None, description="a shape family under this gets no kernel of its own and folds into its op's dynamic "
                           "remainder; default 2 x min_ms")

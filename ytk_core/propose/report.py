@@ -55,7 +55,12 @@ def plug_lines(r: ProposeReport, top: int) -> list[str]:
     fmt = _fmt(r.total_ms)
     rows = [[p.label, str(len(p.sites)), fmt(p.ms), _plug_as(p)] for p in r.proposals[:top]]
     if not r.proposals:
-        rows.append(["(nothing)", "", "", "no region is worth a kernel at these thresholds"])
+        under = next((w for w in r.not_worth if w.category == "under_threshold"), None)
+        why = "no region is worth a kernel at these thresholds"
+        if under is not None:
+            why += (f": {len(under.members)} region families ({under.ms:.3f} ms in all) are under --min-ms "
+                    f"{r.options.min_ms:.3g} ms; --min-ms 0 lists them")
+        rows.append(["(nothing)", "", "", why])
     return columns(["WHAT TO PLUG", "SITES", f"{engine_word(r.engine)} ms", "plug as (names are yours)"], rows,
                    {1, 2})
 

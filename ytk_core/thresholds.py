@@ -1,0 +1,44 @@
+"""Thresholds a user gives in milliseconds or as a share of the model's measured time.
+
+``0.2``, ``0.2ms`` and ``0.2 ms`` are absolute; ``2%`` is a share of the total it is applied to (the
+baseline engine's latency for the autoloop, the profile's total for propose). A share keeps a
+threshold meaningful from a 0.7 ms small run to a 75 ms full-size one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|%)?\s*$")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    relative: bool  # value is a percentage of the total
+
+    @classmethod
+    def parse(cls, text: str | float, flag: str) -> "Threshold":
+        if isinstance(text, (int, float)) and not isinstance(text, bool):
+            text = str(text)
+        m = _RE.match(str(text))
+        if not m or not math.isfinite(float(m.group(1))):
+            raise UsageError(f"{flag} {text!r}: expected milliseconds (0.2, 0.2ms) or a share of the model's time "
+                             "(2%)")
+        value, relative = float(m.group(1)), m.group(2) == "%"
+        if relative and value > 100:
+            raise UsageError(f"{flag} {text!r}: a share is at most 100%")
+        return cls(value, relative)
+
+    def ms(self, total_ms: float) -> float:
+        return self.value / 100.0 * total_ms if self.relative else self.value
+
+    def describe(self, total_ms: float | None = None) -> str:
+        """``1% (0.075 ms)`` or ``0.1 ms``."""
+        if not self.relative:
+            return f"{self.value:g} ms"
+        return f"{self.value:g}%" + (f" ({self.ms(total_ms):.3g} ms)" if total_ms is not None else "")
