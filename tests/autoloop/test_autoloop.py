@@ -334,3 +334,14 @@ def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     assert st.limits["min_gain_pct"] == 5 and st.limits["min_gain_ms"] == pytest.approx(0.05 * st.baseline.ms)
     r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "bad", "--min-gain-ms", "lots", *MOCK)
     assert r.code == 2 and "--min-gain-ms 'lots'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_report_says_where_the_time_went(finished):
+    w, _ = finished
+    st = state(w)
+    assert set(st.round0_s) == {"prepare", "compile"} and all(v >= 0 for v in st.round0_s.values())
+    assert {"propose", "kernelgen", "build", "compile"} <= set(st.rounds[0].stage_s)
+    md = (w / "report" / "autoloop_report.md").read_text()
+    table = md.split("## Time per stage (s)")[1].split("\n## ")[0]
+    assert "| round | propose | carve | kernelgen | build | compile | verify | decide | total |" in table
+    assert table.count("\n| 0 |") == 1 and "\n| 1 |" in table

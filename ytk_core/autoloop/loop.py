@@ -8,6 +8,7 @@ in order and decides what stops the loop.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -60,17 +61,21 @@ class Autoloop:
         if rel and (self.ws.path(rel) / PREPARE_MANIFEST).is_file():
             prep = self.ws.path(rel)  # a resumed run: the model was traced already (and has not changed)
         else:
+            t0 = time.monotonic()
             try:
                 prep = self.carver.prepare(round_dir / "prepare", [])
             except Exception as e:
                 self._stop_on(e, "the baseline cannot be prepared", UsageError)
             state.round0_prepare = self.ws.rel(prep)
+            state.round0_s["prepare"] = round(time.monotonic() - t0, 2)
             self.ws.save()
             checkpoint("0:prepare")
+        t0 = time.monotonic()
         try:
             rec = self.engines.compile(round_dir / "base.tgz", [], round_index=0, prep=prep)
         except Exception as e:
             self._stop_on(e, "the baseline engine cannot be compiled", BackendError)
+        state.round0_s["compile"] = round(time.monotonic() - t0, 2)
         if not rec.numerics_passed:
             raise NumericsFailed(f"the baseline engine itself fails numerics against torch ({rec.numerics_note}); "
                                  "autoloop has nothing trustworthy to improve on")
@@ -111,8 +116,11 @@ class Autoloop:
         self.log.info(f"round {rnd.index}: {rnd.stage}",
                       best_ms=round(self.state.best.ms, 3) if self.state.best else None)
         stage = rnd.stage
+        t0 = time.monotonic()
         try:
             self.stages[stage](rnd)
+            rnd.stage_s[stage] = round(rnd.stage_s.get(stage, 0.0) + time.monotonic() - t0, 2)
+            self.ws.save()
         except Exception as e:
             # what one candidate does wrong is dropped inside the stage; what escapes stops every candidate
             self._stop_on(e, f"round {rnd.index} stopped in its {stage} stage on an internal error", YtkError,

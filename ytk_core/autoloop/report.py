@@ -99,6 +99,30 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+#: the round stages as a user knows them (the state's "prepare" stage is the carve)
+_STAGE_COLUMNS = [("propose", "propose"), ("prepare", "carve"), ("kernelgen", "kernelgen"), ("build", "build"),
+                  ("compile", "compile"), ("verify", "verify"), ("decide", "decide")]
+
+
+def _time_table(state: AutoloopState) -> list[str]:
+    """Where the loop's wall time went, per round and stage (seconds)."""
+    rows = []
+    if state.round0_s:
+        r0 = state.round0_s
+        rows.append(["0"] + [f"{r0['prepare']:.1f}" if k == "prepare" and "prepare" in r0 else
+                             f"{r0['compile']:.1f}" if k == "compile" and "compile" in r0 else "-"
+                             for k, _ in _STAGE_COLUMNS] + [f"{sum(r0.values()):.1f}"])
+    for r in state.rounds:
+        if r.stage_s:
+            rows.append([str(r.index)] + [f"{r.stage_s[k]:.1f}" if k in r.stage_s else "-" for k, _ in _STAGE_COLUMNS]
+                        + [f"{sum(r.stage_s.values()):.1f}"])
+    if not rows:
+        return []
+    return ["## Time per stage (s)", "", "Round 0's carve column is the model's trace and export; compile includes "
+            "writing the engine bundle.", "", _md_table(["round"] + [c for _, c in _STAGE_COLUMNS] + ["total"], rows),
+            ""]
+
+
 def dropped_label(c: PluginRecord) -> str:
     """``Name (stage)``: which candidate, and where the loop let it go."""
     return f"{c.name} ({c.dropped_at})" if c.dropped_at else c.name
@@ -156,6 +180,7 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
              ", ".join(c.name + (" (re-optimized)" if c.replaces else "") for c in r.candidates if c.status == "kept") or "-",
              ", ".join(dropped_label(c) for c in r.candidates if c.status == "dropped") or "-", r.note or ""]
             for r in state.rounds]), ""]
+    md += _time_table(state)
     dropped = [(r.index, c) for r in state.rounds for c in r.candidates if c.status == "dropped"]
     if dropped:
         md += ["## Dropped candidates", "", "A candidate refused or beaten at any stage is dropped alone; the round "

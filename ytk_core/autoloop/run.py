@@ -105,6 +105,7 @@ def _read_state(workdir: Path) -> AutoloopState:
                          "to start over.") from None
     runtime().log.warning(f"{damaged}; resuming from the last good state {PREV_STATE_FILE} (one save older: "
                           "at most one step runs again)")
+    st.save(workdir)  # the damaged file is replaced at once (the good copy stays where it is)
     return st
 
 

@@ -89,6 +89,7 @@ class RoundRecord(_M):
                                           "isolate a bad candidate)")
     candidates: list[PluginRecord] = Field(default_factory=list)
     compiles: list[CompileRecord] = Field(default_factory=list)
+    stage_s: dict[str, float] = Field(default_factory=dict, description="wall seconds spent in each stage")
     result_bundle: str | None = None
     result_ms: float | None = None
     gain_ms: float | None = None
@@ -116,6 +117,8 @@ class AutoloopState(Versioned):
     round0_prepare: str | None = Field(None, description="round 0's prepare dir once it is complete (a resume "
                                                             "does not trace the model again)")
     round0_compiles: list[CompileRecord] = Field(default_factory=list)
+    round0_s: dict[str, float] = Field(default_factory=dict, description="wall seconds of round 0's prepare "
+                                                                         "and compile")
     baseline: BestEngine | None = None
     best: BestEngine | None = None
     rounds: list[RoundRecord] = Field(default_factory=list)
