@@ -8,6 +8,7 @@ WORKDIR ?= runs/efficientvit_b1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ytk-installed
 ZOO_STAMP := $(VENV)/.ytk-zoo-installed
+TEST_STAMP := $(VENV)/.ytk-test-installed
 
 $(STAMP): requirements/base.txt requirements/packages.txt pyproject.toml hookspecs/pyproject.toml $(wildcard backends/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +21,16 @@ $(ZOO_STAMP): $(STAMP) requirements/zoo.txt
 	$(BIN)/python -m pip install -q -r requirements/zoo.txt
 	touch $(ZOO_STAMP)
 
+# The test tools (pytest, hypothesis): the tests need them, the runtime does not.
+$(TEST_STAMP): $(STAMP) requirements/test.txt
+	$(BIN)/python -m pip install -q -r requirements/test.txt
+	touch $(TEST_STAMP)
+
 install: $(STAMP)
 
 install-zoo: $(ZOO_STAMP)
 
-test: $(STAMP) $(ZOO_STAMP)
+test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP)
 	$(BIN)/python -m pytest -q
 
 autoloop: $(STAMP)
