@@ -112,3 +112,19 @@ def test_outputs_get_the_umask_mode_not_0600(tmp_path):
         os.umask(old)
     for f in ("a.json", "b.tgz"):
         assert (tmp_path / f).stat().st_mode & 0o777 == 0o644, f
+
+
+def test_backends_for_a_target_shows_the_autoloops_choice(ytk):
+    """`ytk backends -a ARCH` judges availability for that target, as the autoloop does: nvcc on an x86 host
+    builds x86 plugins but not the Orin's (no aarch64 cross compiler here), so the Orin's builder differs."""
+    import json
+
+    orin = json.loads(ytk("backends", "-a", "arm64-sm87-dos6010-cu114-trt86", "--json").stdout)
+    assert orin["arch"] == "arm64-sm87-dos6010-cu114-trt86"
+    nvcc = next(b for b in orin["backends"] if b["name"] == "nvcc")
+    host = json.loads(ytk("backends", "--json").stdout)
+    if next(b for b in host["backends"] if b["name"] == "nvcc")["available"]:
+        assert not nvcc["available"] and "aarch64" in nvcc["reason"]
+        assert orin["selected"]["builder"] != "nvcc"
+    r = ytk("backends", "-a", "bogus")
+    assert r.code == 2 and "-a/--arch" in r.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
+import typer
 from rich.table import Table
 
 from ytk_hookspecs.models import SELECTABLE_ROLES
@@ -14,13 +17,24 @@ from .options import JsonOpt
 
 
 @app.command("backends")
-def backends_cmd(json_: JsonOpt = False) -> None:
+def backends_cmd(
+    arch: Annotated[Optional[str], typer.Option(
+        "-a", "--arch", help="judge availability and the automatic choice for this target, as `ytk autoloop -a` "
+                             "would ('auto': the local GPU, else the worked example's DRIVE AGX Orin)")] = None,
+    json_: JsonOpt = False,
+) -> None:
     """List installed backends, their roles and stages, and their availability on this machine."""
     rt = runtime()
     mgr = rt.manager
+    spec = None
+    if arch is not None:
+        from ..autoloop.target import detect_arch
+        from ..stages.inputs import parse_arch
+
+        spec = parse_arch(detect_arch()[0] if arch == "auto" else arch)
     rows = []
     for b in sorted(mgr.backends.values(), key=lambda b: b.name):
-        av = b.availability()
+        av = b.availability(spec)
         rows.append({
             "name": b.name, "roles": list(b.info.roles), "stages": b.info.stages(),
             "distribution": b.distribution, "version": b.info.version, "simulated": b.info.simulated,
@@ -30,16 +44,17 @@ def backends_cmd(json_: JsonOpt = False) -> None:
     reasons: dict[str, str] = {}
     for role in SELECTABLE_ROLES:
         try:
-            sel = select_backend(mgr, role, None, rt.config)
+            sel = select_backend(mgr, role, None, rt.config, spec)
             chosen[role] = sel.name
             reasons[role] = f"{sel.source}: {sel.reason}"
         except YtkError as e:
             chosen[role] = None
             reasons[role] = str(e)
     if json_:
-        emit_json({"backends": rows, "selected": chosen, "selection_reasons": reasons, "warnings": mgr.warnings})
+        emit_json({"arch": spec.spec if spec else None, "backends": rows, "selected": chosen,
+                   "selection_reasons": reasons, "warnings": mgr.warnings})
         return
-    t = Table(title="installed ytk backends", title_justify="left")
+    t = Table(title="installed ytk backends" + (f" for {spec.spec}" if spec else ""), title_justify="left")
     for col in ("backend", "roles", "stages", "available", "why / notes", "distribution"):
         t.add_column(col)
     for r in rows:
