@@ -345,3 +345,31 @@ def test_the_report_says_where_the_time_went(finished):
     table = md.split("## Time per stage (s)")[1].split("\n## ")[0]
     assert "| round | propose | carve | kernelgen | build | compile | verify | decide | total |" in table
     assert table.count("\n| 0 |") == 1 and "\n| 1 |" in table
+
+
+def test_resume_with_changed_inputs_asks_and_the_user_chooses(tmp_path):
+    """A new input size must not reprint the old result: the resume says what changed; --resume goes on with
+    the recorded results, --fresh starts over."""
+    src = MODEL.read_text().replace("torch.randn(1, 3, 256, 256,", "torch.randn(1, 3, SIZE, SIZE,")
+    src = src.replace("import torch\n", "import os\n\nimport torch\n\nSIZE = int(os.environ.get('TINY_SIZE', '64'))\n", 1)
+    model = tmp_path / "model.py"
+    model.write_text(src)
+    w = tmp_path / "w"
+
+    def run(*extra, size="64"):  # type: ignore[no-untyped-def]
+        return run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", "--min-gain-ms", "1%",
+                       *MOCK, *extra, env={"TINY_SIZE": size, "YTK_AUTOLOOP_CRASH_AT": ""})
+
+    r = run()
+    assert r.code == 0, r.stderr[-2000:]
+    assert state(w).input_shapes == [[1, 3, 64, 64]]
+    r = run(size="96")
+    assert r.code == 2 and "[[1, 3, 96, 96]]" in r.stderr and "--fresh" in r.stderr and "--resume" in r.stderr
+    r = run("--resume", size="96")
+    assert r.code == 0 and "going on with" in r.stderr
+    assert state(w).input_shapes == [[1, 3, 64, 64]]
+    r = run("--fresh", size="96")
+    assert r.code == 0, r.stderr[-2000:]
+    assert state(w).input_shapes == [[1, 3, 96, 96]]
+    r = run("--fresh", "--resume")
+    assert r.code == 2 and "contradict" in r.stderr

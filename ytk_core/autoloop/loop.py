@@ -68,6 +68,7 @@ class Autoloop:
                 self._stop_on(e, "the baseline cannot be prepared", UsageError)
             state.round0_prepare = self.ws.rel(prep)
             state.round0_s["prepare"] = round(time.monotonic() - t0, 2)
+            state.input_shapes = _npz_shapes(prep / "model.npz")
             self.ws.save()
             checkpoint("0:prepare")
         t0 = time.monotonic()
@@ -141,3 +142,13 @@ class Autoloop:
         self.ws.debug_traceback(what, err)
         again = "; run the same command again to resume" if resume else ""
         raise kind(f"{what}: {describe(err)}{again} (-v logs the traceback)", exit_code=exit_code) from None
+
+
+def _npz_shapes(npz: Path) -> list[list[int]] | None:
+    import numpy as np
+
+    try:
+        with np.load(npz) as z:
+            return [list(z[k].shape) for k in z.files]
+    except (OSError, ValueError):
+        return None

@@ -15,7 +15,7 @@ from ..staging import remove_stale
 from ..thresholds import Threshold
 from .control import Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
-from .report import AutoloopReport, build_report
+from .report import REPORT_DIR, AutoloopReport, build_report
 from .state import PREV_STATE_FILE, STATE_FILE, AutoloopState
 from .target import detect_arch
 
@@ -30,8 +30,11 @@ def _resolve_arch(arch: str) -> str:
 
 
 def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
-                 max_rounds: int, min_gain: str | float, max_jobs: int, time_budget: str | None) -> AutoloopReport:
-    """``min_gain``: milliseconds (``0.1``, ``"0.1ms"``) or a share of the baseline (``"1%"``)."""
+                 max_rounds: int, min_gain: str | float, max_jobs: int, time_budget: str | None,
+                 on_change: str = "ask") -> AutoloopReport:
+    """``min_gain``: milliseconds (``0.1``, ``"0.1ms"``) or a share of the baseline (``"1%"``).
+    ``on_change``: what a workdir whose inputs or backend versions changed does: ``ask`` (stop and say
+    so), ``resume`` (go on with the recorded results) or ``fresh`` (discard them and start over)."""
     if precision not in ("fp16", "fp32"):
         raise UsageError(f"-p {precision!r}: expected fp16 or fp32")
     if max_rounds < 1 or max_jobs < 1:
@@ -45,7 +48,11 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: d
     workdir.mkdir(parents=True, exist_ok=True)
     with WorkdirLock(workdir):
         clean_stale(workdir)
+        if on_change == "fresh":
+            discard_run(workdir)
         state = _load_or_start(model, arch, precision, workdir, flags, max_rounds, min_gain_t, budget)
+        if on_change != "fresh":
+            _check_unchanged(state, model, workdir, resume=on_change == "resume")
         loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs)
         if not state.finished:
             loop.run()
@@ -65,11 +72,11 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
         st = _read_state(workdir)
         if Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model):
             raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs. Resume "
-                             "with the same model file, or use a new --workdir.")
+                             "with the same model file, or start over with --fresh (or a new --workdir).")
         if arch != "auto" and arch != st.arch:
-            raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; use a new --workdir")
+            raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; start over with --fresh or use a new --workdir")
         if precision != st.precision:
-            raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; use a new --workdir")
+            raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; start over with --fresh or use a new --workdir")
         for role, name in flags.items():
             if name and st.backends.get(role) != name:
                 raise UsageError(f"{workdir} was started with {role} backend {st.backends.get(role)!r}, not {name!r}; "
@@ -85,8 +92,9 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
         return st
     spec = _resolve_arch(arch)
     backends = resolve_backends(spec, flags)
+    versions = {role: b.info.version for role, name in backends.items() if (b := runtime().manager.get(name))}
     st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), arch=spec, precision=precision,
-                       backends=backends, limits=limits)
+                       backends=backends, backend_versions=versions, limits=limits)
     st.save(workdir)
     return st
 
@@ -107,6 +115,39 @@ def _read_state(workdir: Path) -> AutoloopState:
                           "at most one step runs again)")
     st.save(workdir)  # the damaged file is replaced at once (the good copy stays where it is)
     return st
+
+
+def discard_run(workdir: Path) -> None:
+    """``--fresh``: what an earlier autoloop wrote in ``workdir`` (its state, rounds and report) goes."""
+    for name in (STATE_FILE, PREV_STATE_FILE):
+        (workdir / name).unlink(missing_ok=True)
+    for d in [*workdir.glob("round[0-9]*"), workdir / REPORT_DIR]:
+        if d.is_dir():
+            shutil.rmtree(d)
+
+
+def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool) -> None:
+    """A resumed workdir whose results depend on what changed since: say what, and let the user choose."""
+    from ..frontend.loader import input_shapes
+
+    changes = []
+    rt = runtime()
+    for role, name in st.backends.items():
+        b = rt.manager.get(name)
+        was = st.backend_versions.get(role)
+        if b is not None and was and b.info.version != was:
+            changes.append(f"{role} backend {name} is version {b.info.version}, was {was}")
+    if st.input_shapes is not None:
+        now = input_shapes(model)
+        if now != st.input_shapes:
+            changes.append(f"get_fwd_args() gives inputs {now}, the recorded run used {st.input_shapes}")
+    if not changes:
+        return
+    what = "; ".join(changes)
+    if not resume:
+        raise UsageError(f"{workdir} holds an autoloop whose results depend on what changed: {what}. Run again "
+                         "with --fresh to discard it and start over, or --resume to go on with its results")
+    rt.log.warning(f"--resume: going on with {workdir}'s recorded results although {what}")
 
 
 def resolve_backends(arch: str, flags: dict[str, str | None]) -> dict[str, str]:

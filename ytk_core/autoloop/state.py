@@ -114,6 +114,9 @@ class AutoloopState(Versioned):
     started: str = Field(default_factory=now)
     updated: str = Field(default_factory=now)
     elapsed_s: float = 0.0
+    input_shapes: list[list[int]] | None = Field(None, description="what get_fwd_args() gave when the baseline "
+                                                                   "was prepared (a resume compares)")
+    backend_versions: dict[str, str] = Field(default_factory=dict, description="role -> version of its backend")
     round0_prepare: str | None = Field(None, description="round 0's prepare dir once it is complete (a resume "
                                                             "does not trace the model again)")
     round0_compiles: list[CompileRecord] = Field(default_factory=list)

@@ -30,6 +30,10 @@ def autoloop(
                                              "engine's latency (1%)")] = "1%",
     max_jobs: Annotated[int, typer.Option("--max-jobs", help="kernel generation jobs in flight")] = 4,
     time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="go on with the workdir's recorded results even though "
+                                         "the model's inputs or a backend's version changed")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="discard the workdir's earlier autoloop (state, rounds, "
+                                        "report) and start over")] = False,
     export: Annotated[Optional[Path], typer.Option("--export", help="copy what ships (final engine bundle, carved "
                                                    "ONNX, plugin .so files, ship.json) into this directory")] = None,
     json_: JsonOpt = False,
@@ -42,9 +46,12 @@ def autoloop(
 
     if arch != "auto":
         parse_arch(arch)  # a malformed -a is a UsageError (exit 2) before the workdir is even locked
+    if resume and fresh:
+        raise UsageError("--resume and --fresh contradict each other: pick one")
 
     rep = run_autoloop(model, arch, precision, workdir, {"engine": engine, "kernelgen": kernelgen, "builder": builder},
-                       max_rounds, min_gain_ms, max_jobs, time_budget)
+                       max_rounds, min_gain_ms, max_jobs, time_budget,
+                       on_change="fresh" if fresh else "resume" if resume else "ask")
     exported: list[Path] = []
     if export is not None and rep.ship is not None:
         from ..autoloop.report import export_outputs

@@ -151,6 +151,22 @@ def load_model(path: Path) -> LoadedModel:
     return LoadedModel(path=rp, module=module, model=model, args=args, sha256=hashlib.sha256(rp.read_bytes()).hexdigest())
 
 
+def input_shapes(path: Path) -> list[list[int]]:
+    """The shapes ``get_fwd_args()`` gives now (``Model()`` is not built): what an autoloop's resume checks."""
+    path = Path(path)
+    module = import_model_file(path)
+    if not hasattr(module, "get_fwd_args"):
+        raise UsageError(f"{path} does not define get_fwd_args()")
+    try:
+        with user_code(path.resolve(), "get_fwd_args()"):
+            raw = module.get_fwd_args()
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"{path}: get_fwd_args() failed: {type(e).__name__}: {e}") from None
+    return [list(a.shape) for a in normalise_args(raw, path)]
+
+
 def normalise_args(raw: Any, path: Path) -> tuple[Any, ...]:
     import torch
 
