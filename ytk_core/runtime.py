@@ -89,7 +89,6 @@ class Runtime:
         self.run_id = uuid.uuid4().hex[:8]
         self._mgr: BackendManager | None = None
         self._config: tuple[dict[str, Any], Path | None] | None = None
-        self.json_output = False
         bind_global(run_id=self.run_id)  # on every event, worker threads' too
         # made while the CLI is built, before -v and --log-format: get_logger's follows them anyway
         self.log = get_logger()
@@ -131,12 +130,18 @@ class Runtime:
         return select_backend(self.manager, "frontend", None, {})
 
 
+#: Whether this invocation already printed its JSON document (a failure after it adds no second one).
+JSON_EMITTED = False
+
+
 def emit_json(obj: Any) -> None:
     """Machine output on stdout (for ``--json``)."""
+    global JSON_EMITTED
     if hasattr(obj, "model_dump"):
         obj = obj.model_dump(mode="json")
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()
+    JSON_EMITTED = True
 
 
 RUNTIME: Runtime | None = None
@@ -150,5 +155,6 @@ def runtime() -> Runtime:
 
 
 def reset_runtime() -> None:
-    global RUNTIME
+    global RUNTIME, JSON_EMITTED
     RUNTIME = None
+    JSON_EMITTED = False

@@ -128,3 +128,17 @@ def test_backends_for_a_target_shows_the_autoloops_choice(ytk):
         assert orin["selected"]["builder"] != "nvcc"
     r = ytk("backends", "-a", "bogus")
     assert r.code == 2 and "-a/--arch" in r.stderr
+
+
+def test_json_commands_fail_with_one_json_object(ytk, tmp_path):
+    """A pipeline reading --json gets an object on failure too, and never two documents."""
+    import json
+
+    r = ytk("backends", "-a", "bogus", "--json")
+    assert r.code == 2 and json.loads(r.stdout) == {"error": r.stdout and json.loads(r.stdout)["error"],
+                                                    "exit_code": 2}
+    assert "-a/--arch" in json.loads(r.stdout)["error"] and "error:" in r.stderr
+    r = ytk("embedded", "compile", "--json")  # a usage error click reports
+    assert r.code == 2 and json.loads(r.stdout)["exit_code"] == 2
+    r = ytk("backends", "-a", "bogus")  # without --json stdout stays empty
+    assert r.code == 2 and r.stdout == ""

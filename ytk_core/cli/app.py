@@ -103,10 +103,35 @@ def _wants_traceback(args: list[str]) -> bool:
     return n >= 2
 
 
+def _wants_json(args: list[str]) -> bool:
+    head = args[: args.index("--")] if "--" in args else args
+    return "--json" in head
+
+
+def _json_error(args: list[str], msg: str, code: int) -> int:
+    """With --json, a failure is also one JSON object on stdout, so a pipeline never parses an empty answer."""
+    from .. import runtime as rt_mod
+
+    if code and _wants_json(args) and not rt_mod.JSON_EMITTED:  # a report already printed carries the verdict
+        import json
+
+        sys.stdout.write(json.dumps({"error": clean(msg), "exit_code": code}) + "\n")
+        sys.stdout.flush()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: user errors are one paragraph on stderr and a non-zero exit."""
+    """Console-script entry point: user errors are one paragraph on stderr and a non-zero exit (with
+    ``--json``, also a JSON error object on stdout)."""
     args = sys.argv[1:] if argv is None else argv
+    return _main(args)
+
+
+def _main(args: list[str]) -> int:
     configure(0, "auto")
+    from .. import runtime as rt_mod
+
+    rt_mod.JSON_EMITTED = False  # a fresh invocation: nothing printed yet
     try:
         cmd = typer.main.get_command(build_app())
         # standalone mode lets click render its own usage errors; ours propagate to here.
@@ -116,34 +141,37 @@ def main(argv: list[str] | None = None) -> int:
         foreign = _foreign_exit(e)
         if foreign:
             # A sys.exit() in the user's code (or a library) must not decide ytk's exit status.
-            _print_error(f"{foreign} called sys.exit({e.code!r}) while ytk was running it; ytk's exit status is "
-                         "its own, so this is an error. Remove the call from that code.")
-            return 2
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            msg = (f"{foreign} called sys.exit({e.code!r}) while ytk was running it; ytk's exit status is its own, "
+                   "so this is an error. Remove the call from that code.")
+            _print_error(msg)
+            return _json_error(args, msg, 2)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        return _json_error(args, "bad command line (the usage error is on stderr)", code)
     except StageError as e:
         msg = e.render() if isinstance(e, YtkError) else str(e)
         _print_error(msg)
-        return e.exit_code
+        return _json_error(args, msg, e.exit_code)
     except _bad_input_errors() as e:
         # a parser's own documented error reaching the top: the input was bad, exit 2 like a UsageError
         _print_error(str(e))
-        return 2
+        return _json_error(args, str(e), 2)
     except OSError as e:
         where = f" {e.filename}" if e.filename else ""
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            _print_error(f"no space left on the device writing{where} ({e.strerror}); free some space and run "
-                         "the command again (a partial file is never left behind, and `ytk autoloop` "
-                         "resumes where it stopped)")
-            return 1
+            msg = (f"no space left on the device writing{where} ({e.strerror}); free some space and run the "
+                   "command again (a partial file is never left behind, and `ytk autoloop` resumes where it stopped)")
+            _print_error(msg)
+            return _json_error(args, msg, 1)
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
                        errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTEMPTY):
             # A path the user gave (an unwritable -o, a missing folder): bad input, exit 2.
-            _print_error(f"cannot use{where}: {e.strerror or e}; check the path and its permissions")
-            return 2
+            msg = f"cannot use{where}: {e.strerror or e}; check the path and its permissions"
+            _print_error(msg)
+            return _json_error(args, msg, 2)
         return _internal(e, args)
     except KeyboardInterrupt:
         stderr.print("interrupted")
-        return 130
+        return _json_error(args, "interrupted", 130)
     except Exception as e:  # noqa: BLE001  -- the last net: never a bare traceback on a user's screen
         return _internal(e, args)
     finally:
@@ -178,9 +206,10 @@ def _internal(e: BaseException, args: list[str]) -> int:
     if _wants_traceback(args):
         sys.stderr.write("".join(traceback.format_exception(e)))
     first = (str(e).strip().splitlines() or [""])[0][:300]
-    _print_error(f"internal error: {type(e).__name__}{': ' + first if first else ''} (this is a ytk bug; run "
-                 "with -vv, or YTK_TRACEBACK=1, to see the traceback, and please report it)")
-    return 1
+    msg = (f"internal error: {type(e).__name__}{': ' + first if first else ''} (this is a ytk bug; run with -vv, "
+           "or YTK_TRACEBACK=1, to see the traceback, and please report it)")
+    _print_error(msg)
+    return _json_error(args, msg, 1)
 
 
 def entry() -> None:
