@@ -142,3 +142,14 @@ def test_json_commands_fail_with_one_json_object(ytk, tmp_path):
     assert r.code == 2 and json.loads(r.stdout)["exit_code"] == 2
     r = ytk("backends", "-a", "bogus")  # without --json stdout stays empty
     assert r.code == 2 and r.stdout == ""
+
+
+def test_every_command_that_takes_an_arch_takes_auto(ytk, tmp_path):
+    """-a auto is the local GPU's target, else the worked example's Orin (here: no GPU), on every command."""
+    from ytk_core.autoloop.target import detect_arch
+    from ytk_core.stages.inputs import parse_arch
+
+    assert parse_arch("auto").spec == detect_arch()[0]
+    r = ytk("embedded", "compile", "-a", "auto", "--onnx", tmp_path / "none.onnx", "--npz", tmp_path / "n.npz",
+            "-o", tmp_path / "o.tgz")
+    assert r.code == 2 and "-a/--arch" not in r.stderr and "none.onnx" in r.stderr

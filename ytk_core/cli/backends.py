@@ -28,10 +28,9 @@ def backends_cmd(
     mgr = rt.manager
     spec = None
     if arch is not None:
-        from ..autoloop.target import detect_arch
         from ..stages.inputs import parse_arch
 
-        spec = parse_arch(detect_arch()[0] if arch == "auto" else arch)
+        spec = parse_arch(arch)
     rows = []
     for b in sorted(mgr.backends.values(), key=lambda b: b.name):
         av = b.availability(spec)

@@ -64,6 +64,10 @@ def propose(
     from ..thresholds import Threshold
 
     min_t = Threshold.parse(min_ms, "--min-ms")
+    if arch == "auto":
+        from ..stages.inputs import parse_arch
+
+        arch = parse_arch(arch).spec
     for flag, v in (("--family-min-ms", family_min_ms),):
         if v is not None and v < 0:
             raise UsageError(f"{flag} must be zero or more, not {v}")

@@ -14,6 +14,7 @@ KernelgenOpt = Annotated[Optional[str], typer.Option("--kernelgen", help="kernel
 BuilderOpt = Annotated[Optional[str], typer.Option("--builder", help="plugin builder backend; "
                                                    "overrides $YTK_BUILDER and ytk.toml", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout")]
-ArchOpt = Annotated[str, typer.Option("-a", "--arch", help="target arch spec, e.g. arm64-sm87-dos6010-cu114-trt86")]
+ArchOpt = Annotated[str, typer.Option("-a", "--arch", help="target arch spec, e.g. arm64-sm87-dos6010-cu114-trt86, "
+                                                          "or 'auto' (the local GPU, else that Orin)")]
 PrecisionOpt = Annotated[str, typer.Option("-p", "--precision", help="engine precision: fp16 or fp32")]
 ExistingFile = Annotated[Path, typer.Argument(exists=False, dir_okay=False)]

@@ -12,7 +12,14 @@ PRECISIONS = ("fp16", "fp32")
 
 
 def parse_arch(spec: str) -> ArchSpec:
-    """Parse ``-a``; a malformed spec names the bad field."""
+    """Parse ``-a``; a malformed spec names the bad field. ``auto`` is the local GPU's target, else the
+    worked example's DRIVE AGX Orin (as ``ytk autoloop -a auto``), and the log says which."""
+    if spec == "auto":
+        from ..autoloop.target import detect_arch
+        from ..runtime import runtime
+
+        spec, why = detect_arch()
+        runtime().log.info(f"-a auto: {spec}", why=why)
     try:
         return ArchSpec.parse(spec)
     except ArchSpecError as e:
