@@ -198,3 +198,15 @@ def test_a_done_job_without_its_report_is_not_done():
     with pytest.raises(ValidationError, match="must name its report"):
         KernelGenResult(job_id="x", status="done", source="k.module_source.py")
     KernelGenResult(job_id="x", status="failed", message="no kernel")  # a failed or running job has none
+
+
+@pytest.mark.parametrize("gpu, arch, words", [
+    ("foo", None, "no GPU ytk knows; known: "),
+    ("H200", "arm64-sm87-dos6010-cu114-trt86", "sm_90 GPU but -a arm64-sm87-dos6010-cu114-trt86 is sm_87"),
+])
+def test_a_gpu_ytk_does_not_know_or_of_another_sm_is_refused(ytk, fixture_dir, tmp_path, gpu, arch, words):
+    """-g foo was accepted silently (the mock scored it as an Orin)."""
+    out = tmp_path / "k.module_source.py"
+    r = ytk("kernelgen", "compile", "-r", _pt2(fixture_dir), "-g", gpu, "-o", out, "--kernelgen", "mock",
+            "--config", "deployment_target=tensorrt", *(["-a", arch] if arch else []))
+    assert r.code == 2 and words in r.stderr and not out.exists()

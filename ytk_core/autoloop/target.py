@@ -47,6 +47,16 @@ def _trt_version() -> str:
         return "10"  # the x86 deployments this targets run TensorRT 10; a torch engine ignores it
 
 
+def local_gpu_name() -> str | None:
+    """This machine's CUDA GPU as torch names it, or None."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:
+        return None
+
+
 def gpu_label(arch_spec: str, kernelgen: str) -> str:
     """What to pass as ``kernelgen compile -g``: the local GPU for local scorers, else the target's GPU."""
     from ytk_hookspecs.models import ArchSpec

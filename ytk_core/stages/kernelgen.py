@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
-from ytk_hookspecs.models import (Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport,
+from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport,
                                   SupportAnswer, SupportRequest)
 from ytk_hookspecs.models.base import ArtifactError, file_mode
 
@@ -78,6 +78,24 @@ def find_candidate(reference: Path, candidates: Path | None) -> tuple[Candidate 
     return by_name, prep
 
 
+def check_gpu(gpu: str, target: ArchSpec | None) -> None:
+    """``-g`` names a GPU ytk knows (or this machine's own), of the target's SM when ``-a`` is given."""
+    from ytk_hookspecs.models import GPU_NAMES, gpu_sm
+
+    sm = gpu_sm(gpu)
+    if sm is None:
+        from ..autoloop.target import local_gpu_name
+
+        local = local_gpu_name()
+        if local and gpu.lower() == local.lower():
+            return
+        raise UsageError(f"-g/--gpu {gpu!r} is no GPU ytk knows; known: {', '.join(sorted(GPU_NAMES))}"
+                         + (f", or this machine's {local!r}" if local else ""))
+    if target is not None and sm != target.sm:
+        raise UsageError(f"-g/--gpu {gpu!r} is an sm_{sm} GPU but -a {target.spec} is sm_{target.sm}: a kernel is "
+                         "scored on the GPU it will run on")
+
+
 def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[str] | dict[str, str] | None,
                           kernelgen: str | None = None, arch: str | None = None, precision: str = "fp16",
                           candidates: Path | None = None) -> KernelgenOutcome:
@@ -89,6 +107,7 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
     rt = runtime()
     prec = parse_precision(precision)
     target = parse_arch(arch) if arch else None
+    check_gpu(gpu, target)
     reference = existing_file(reference, "-r/--reference",
                               "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
     output_file(Path(output), "-o/--output")

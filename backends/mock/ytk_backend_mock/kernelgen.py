@@ -18,7 +18,7 @@ from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError, report_path
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidateScore, KernelGenRequest, KernelGenResult,
                                   KernelPerf, KernelReport, PluginMeta, SupportAnswer, SupportRequest,
-                                  TensorContract)
+                                  TensorContract, gpu_sm)
 from ytk_hookspecs.models.base import write_bytes_atomic
 
 from .cost_model import LAUNCH_MS, target_gpu
@@ -27,18 +27,13 @@ from .cost_model import LAUNCH_MS, target_gpu
 #: depthwise kernel streams its tile once; attention-like regions keep more intermediates.
 SIMULATED_FRACTION = {"depthwise": 0.75, "attention": 0.55, "other": 0.6}
 
-_GPU_SM = {"orin": 87, "h100": 90, "h200": 90, "a100": 80, "rtx3090": 86, "3090": 86, "a6000": 86,
-           "rtx4090": 89, "4090": 89, "l4": 89, "l40": 89}
-
-
 def _sm(request: KernelGenRequest) -> int:
     if request.arch:
         try:
             return ArchSpec.parse(request.arch).sm
         except ValueError:
             pass
-    key = request.gpu.lower().replace(" ", "").replace("-", "")
-    return next((sm for k, sm in _GPU_SM.items() if k in key), 87)
+    return gpu_sm(request.gpu) or 87
 
 
 def region_kind(cand: Candidate) -> str:

@@ -37,6 +37,25 @@ class GpuProperties(BaseModel):
 # Keyed by SM version. Orin figures: Jetson AGX Orin 64GB data sheet (LPDDR5 256-bit 204.8 GB/s;
 # GPU 170 sparse INT8 TOPS -> ~42.5 dense fp16 tensor TFLOPS; 5.3 fp32 TFLOPS). H100/H200: the
 # device machine's measured copy bandwidth (shared/device/README.md) and the data-sheet dense fp16.
+#: GPU names ``-g`` accepts (lower case, spaces and dashes dropped; matched as a substring, so "NVIDIA
+#: H200" and "Jetson AGX Orin" resolve) -> their SM.
+GPU_NAMES: dict[str, int] = {
+    "orin": 87, "h100": 90, "h200": 90, "gh200": 90, "a100": 80, "a30": 80, "a10": 86, "a40": 86, "a6000": 86,
+    "rtx3090": 86, "3090": 86, "rtx4090": 89, "4090": 89, "l4": 89, "l40": 89, "b200": 100, "b100": 100,
+    "ga10b": 87, "ga10x": 86, "ad10x": 89,
+}
+
+
+def gpu_sm(name: str) -> int | None:
+    """The SM of a GPU named as a user or ``torch.cuda.get_device_name`` writes it, or None if unknown."""
+    key = name.lower().replace(" ", "").replace("-", "").replace("_", "")
+    m = re.fullmatch(r"sm(\d{2,3})", key)
+    if m:
+        return int(m.group(1))
+    hits = [(len(k), sm) for k, sm in GPU_NAMES.items() if k in key]
+    return max(hits)[1] if hits else None
+
+
 GPU_PROPERTIES: dict[int, GpuProperties] = {
     87: GpuProperties(name="DRIVE AGX Orin (GA10B)", sm_count=16, mem_bandwidth_gbs=204.8,
                       fp16_tflops=42.5, fp32_tflops=5.3, source="Orin data sheet"),
