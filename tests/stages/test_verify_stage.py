@@ -125,3 +125,24 @@ def test_torch_host_row_stops_at_its_time_budget(ytk, fixture_dir):
     data = r.json()
     assert data["rows"][0]["iterations"] == 1
     assert "stopped after 1 of 50 iterations" in data["host_note"]
+
+
+def test_a_moved_model_skips_the_torch_host_row_not_verify(ytk, fixture_dir, tmp_path):
+    """model.py moved since prepare: the engine rows and numerics need no model, so verify goes on."""
+    import shutil
+
+    prep = tmp_path / "base"
+    shutil.copytree(fixture_dir / "base", prep)
+    pm = (prep / "prepare.json").read_text()
+    import json
+
+    data = json.loads(pm)
+    data["model"] = str(tmp_path / "moved-away" / "model.py")
+    (prep / "prepare.json").write_text(json.dumps(data))
+    ref = dict(np.load(prep / "model.reference.npz"))
+    b = _bundle(tmp_path / "base.tgz", ref, [1.0])
+    r = ytk("embedded", "verify", prep / "model.reference.npz", b, "--json")
+    assert r.code == 0, r.stderr
+    out = r.json()
+    assert "moved-away" in out["host_note"] and "skipped" in out["host_note"]
+    assert [row["kind"] for row in out["rows"]] == ["bundle"]

@@ -163,6 +163,17 @@ def _problems(reference: Path, ref: dict[str, np.ndarray], numerics: list[Output
     return lines
 
 
+def _moved_model(prepare_json: Path) -> str | None:
+    """The model path prepare.json names when that file is gone (moved or deleted), else None."""
+    from ..artifacts import PrepareManifest
+
+    try:
+        model = Path(PrepareManifest.read(prepare_json).model)
+    except ArtifactError:
+        return None  # time_torch_host says what is wrong with the manifest
+    return None if model.is_file() else str(model)
+
+
 def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
                max_rel_err: float | None = None, min_cosine: float | None = None,
                layers_top: int = 10, host_budget_s: float = 120.0) -> VerifyReport:
@@ -182,9 +193,13 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
         if host_iterations < 1:
             raise UsageError("--host-iterations must be at least 1 (or pass --no-host)")
         pj = find_prepare_manifest(Path(reference))
+        moved = _moved_model(pj) if pj is not None else None
         if pj is None:
             host_note = (f"no prepare.json beside {reference}: the torch host row was skipped (it times the "
                          "prepared model.py on this machine)")
+        elif moved is not None:
+            host_note = (f"{moved} (the model prepare.json names) is not there any more: the torch host row was "
+                         "skipped; the engine rows and numerics do not need it")
         else:
             ht: HostTiming = time_torch_host(pj, host_iterations, budget_s=host_budget_s)
             host_note = ht.note
