@@ -214,3 +214,16 @@ def test_min_ms_as_a_share_of_the_model(ytk, worked):
 def test_min_ms_that_is_neither_ms_nor_a_share_is_one_line(ytk, worked, bad):
     r = ytk(*_args(worked), "--min-ms", bad)
     assert r.code == 2 and "--min-ms" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bundle_compiled_from_another_onnx_is_an_error(ytk, worked, tmp_path):
+    """The bundle records the sha256 of the ONNX it was built from: any other graph gets wrong attributions."""
+    import onnx
+
+    m = onnx.load(str(worked / "model.onnx"))
+    m.doc_string = "re-exported"  # the same graph, another file: what a re-run of prepare can give
+    other = tmp_path / "model.onnx"
+    onnx.save(m, str(other))
+    r = ytk("embedded", "propose", "--profile", worked / "base.tgz", "--onnx", other, "--fx-nodes",
+            worked / "fx_nodes.json")
+    assert r.code == 2 and "was compiled from a different ONNX" in r.stderr and "Traceback" not in r.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 from ytk_hookspecs.models import ArchSpec, ArchSpecError, FxNodesFile, GpuProperties
 from ytk_hookspecs.models.base import sha256_file
 
+from ..errors import UsageError
 from .attribution import attribute
 from .given import given_tables
 from .measurement import Measurement, load_measurement
@@ -127,8 +128,10 @@ def _check_files(m: Measurement, graph: OnnxGraph, fx: FxNodesFile, onnx: Path, 
     """Mismatched inputs give wrong attributions silently; say so loudly instead."""
     digest = sha256_file(onnx)
     if m.onnx_sha256 and m.onnx_sha256 != digest:
-        warnings.append(f"{m.label} was compiled from a different ONNX than {onnx} (sha256 differs): attribution "
-                        "may be wrong; pass the ONNX the bundle was built from")
+        # every layer would be attributed to the wrong nodes, or to none: a wrong answer, not a caveat
+        raise UsageError(f"{m.label} was compiled from a different ONNX than {onnx} (sha256 differs), so its "
+                         "layers cannot be attributed to that graph; pass the model.onnx of the prepare directory "
+                         "the bundle was compiled from")
     if fx.onnx_sha256 and fx.onnx_sha256 != digest and not pnodes:
         warnings.append(f"fx_nodes.json was written for a different ONNX than {onnx}; pass the fx_nodes.json "
                         "prepare wrote beside it")
