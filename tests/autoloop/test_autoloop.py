@@ -373,3 +373,38 @@ def test_resume_with_changed_inputs_asks_and_the_user_chooses(tmp_path):
     assert state(w).input_shapes == [[1, 3, 96, 96]]
     r = run("--fresh", "--resume")
     assert r.code == 2 and "contradict" in r.stderr
+
+
+def test_a_model_that_is_not_the_same_each_time_stops_the_loop(tmp_path):
+    """Unseeded weights: each round's prepare gives another reference, so an engine that passes in its round
+    fails against round 0's. The loop must stop and say why, never ship it with exit 0."""
+    src = MODEL.read_text().replace("        torch.manual_seed(0)\n", "")
+    src = src.replace("m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)",
+                      "m.running_var.copy_(torch.rand(m.num_features) + 0.5)")
+    assert "manual_seed(0)" not in src
+    model = tmp_path / "model.py"
+    model.write_text(src)
+    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path / "w", "--max-rounds", "1", *MOCK,
+                env={"YTK_AUTOLOOP_CRASH_AT": ""})
+    assert r.code == 2, (r.code, r.stderr[-2000:])
+    assert "model.py gives other outputs (Model()) each time it is prepared" in r.stderr and "seed" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_final_engine_that_fails_verify_exits_5(finished, tmp_path, monkeypatch):
+    """Whatever let it through, a final verify that fails is exit 5 with the reason, not a quiet 0."""
+    import shutil
+
+    import numpy as np
+
+    w = tmp_path / "w"
+    shutil.copytree(finished[0], w)
+    st = state(w)
+    ref = w / st.baseline.prepare_dir / "model.reference.npz"
+    data = {k: -v for k, v in np.load(ref).items()}  # a reference the engines cannot match
+    np.savez(ref, **data)
+    r = autoloop(w)
+    assert r.code == 5, (r.code, r.stderr[-2000:])
+    assert "the final engines fail numerics" in r.stderr and "do not ship them" in r.stderr
+    r = autoloop(w, "--json")
+    assert r.code == 5 and r.json()["verify"]["passed"] is False  # one JSON document: the report

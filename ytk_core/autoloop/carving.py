@@ -29,6 +29,9 @@ class Carver:
         out_dir.mkdir(parents=True, exist_ok=True)
         do_prepare(Path(self.ws.state.model), out_dir / "model.onnx", out_dir / "model.npz",
                    out_dir / "model.reference.npz", selectors)
+        base = self.ws.state.round0_prepare
+        if base and self.ws.path(base).resolve() != out_dir.resolve():
+            same_model_each_time(self.ws.path(base), out_dir)
         return out_dir
 
     def carve(self, rnd: RoundRecord, plugins: list[PluginRecord], probe: bool = False) -> Path | CarveFailure:
@@ -145,3 +148,25 @@ class Carver:
             raise UsageError(f"round {rnd.index}: the carve fails even with no new candidate (the best engine's "
                              f"{len(kept)} plugin(s) only): {out.message}. No candidate can be tried; fix that and "
                              "run the same command again to resume")
+
+
+class ModelNotDeterministic(UsageError):
+    """model.py gave other inputs or outputs when prepared again: nothing measured against it holds."""
+
+    stops_the_loop = True  # every candidate would be judged against a moving reference
+
+
+def same_model_each_time(base: Path, again: Path) -> None:
+    """Every round re-prepares the model and checks its engines against that prepare's reference; a
+    model.py whose ``Model()`` or ``get_fwd_args()`` draws unseeded random numbers gives another
+    reference each time, and an engine that passed in its round fails against round 0's."""
+    import numpy as np
+
+    for name, what in (("model.npz", "inputs (get_fwd_args())"), ("model.reference.npz", "outputs (Model())")):
+        with np.load(base / name) as a, np.load(again / name) as b:
+            if sorted(a.files) != sorted(b.files) or any(
+                    a[k].shape != b[k].shape or not np.allclose(a[k], b[k], rtol=1e-4, atol=1e-5) for k in a.files):
+                raise ModelNotDeterministic(
+                    f"model.py gives other {what} each time it is prepared ({base / name} vs {again / name}): "
+                    "seed every random number it draws (torch.manual_seed in Model() and get_fwd_args(), or load "
+                    "real weights); a kernel checked against one draw is wrong against the next")

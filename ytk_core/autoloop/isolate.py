@@ -43,7 +43,8 @@ def one_line(text: str) -> str:
 def must_stop(err: BaseException) -> bool:
     """Errors that would fail every candidate the same way (the disk or memory is full): the loop stops
     on them instead of dropping a candidate that is not to blame."""
-    return isinstance(err, MemoryError) or (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT))
+    return (isinstance(err, MemoryError) or (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT))
+            or getattr(err, "stops_the_loop", False))
 
 
 def named_selector(err: BaseException, selectors: Sequence[str]) -> str | None:

@@ -62,6 +62,7 @@ def autoloop(
             raise UsageError(f"--export {export}: cannot write there: {e.strerror or e}") from None
     if json_:
         emit_json(rep)
+        _fail_on_final_numerics(rep)
         return
     st = rep.state
     sim = " (SIMULATED)" if rep.simulated else ""
@@ -86,6 +87,16 @@ def autoloop(
     if exported:
         stdout.print(f"exported {len(exported)} file(s) to {export}", markup=False, highlight=False)
     stdout.print(f"report: {rep.report_md}", markup=False, highlight=False)
+    _fail_on_final_numerics(rep)
+
+
+def _fail_on_final_numerics(rep) -> None:  # type: ignore[no-untyped-def]
+    """A final engine that fails verify against round 0's reference is never a quiet exit 0."""
+    from ..errors import NumericsFailed
+
+    if rep.verify is not None and not rep.verify.passed:
+        raise NumericsFailed("the final engines fail numerics against the model's reference: "
+                             + "; ".join(rep.verify.failure_lines()[:3]) + f" (see {rep.report_md}); do not ship them")
 
 
 def _shown(path: str) -> str:
