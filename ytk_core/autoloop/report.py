@@ -33,8 +33,20 @@ class ShipList(Versioned):
 
     engine_bundle: str
     onnx: str = Field(description="the carved ONNX the engine was built from")
+    npz: str = Field(description="the inputs the engine was compiled and benchmarked with")
+    arch: str
+    precision: str
+    engine: str = Field(description="the engine backend that built it")
     plugins: list[ShipPlugin] = Field(default_factory=list)
-    reproduce: str = Field(description="a shell command that rebuilds the final engine bundle")
+    reproduce: str = Field(description="a shell command that rebuilds the final engine bundle from these files")
+
+
+def rebuild_command(ship: ShipList) -> str:
+    cmd = ["ytk", "embedded", "compile", "-a", ship.arch, "-p", ship.precision, "--engine", ship.engine,
+           "--onnx", ship.onnx, "--npz", ship.npz, "-o", "final.tgz"]
+    for p in ship.plugins:
+        cmd += ["--custom-plugin", p.so]
+    return shlex.join(cmd)
 
 
 def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
@@ -45,18 +57,16 @@ def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
     prep = w / best.prepare_dir
     plugins = [ShipPlugin(name=p.name, selector=p.selector, so=str(w / p.so), sha256=p.so_sha256)
                for p in best.plugins if p.so]
-    cmd = ["ytk", "embedded", "compile", "-a", state.arch, "-p", state.precision, "--engine",
-           state.backends.get("engine", "auto"), "--onnx", str(prep / "model.onnx"), "--npz", str(prep / "model.npz"),
-           "-o", "final.tgz"]
-    for p in plugins:
-        cmd += ["--custom-plugin", p.so]
-    return ShipList(engine_bundle=str(w / best.bundle), onnx=str(prep / "model.onnx"), plugins=plugins,
-                    reproduce=shlex.join(cmd))
+    ship = ShipList(engine_bundle=str(w / best.bundle), onnx=str(prep / "model.onnx"), npz=str(prep / "model.npz"),
+                    arch=state.arch, precision=state.precision, engine=state.backends.get("engine", "auto"),
+                    plugins=plugins, reproduce="")
+    return ship.model_copy(update={"reproduce": rebuild_command(ship)})
 
 
 def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
     """Copy exactly what ships into ``dest``, all at once (a staging directory swapped in): the engine
-    bundle, the carved ONNX, ``plugins/<name>.so`` and ``ship.json`` (this list, pointing at the copies)."""
+    bundle, the carved ONNX with its inputs, ``plugins.json`` and each region's ``.pt2``, ``plugins/<name>.so``
+    and ``ship.json`` (this list, pointing at the copies, its rebuild command too)."""
     from ..staging import Staged
 
     dest = Path(dest)
@@ -65,6 +75,20 @@ def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
         shutil.copyfile(ship.engine_bundle, bundle)
         onnx = st.path(dest / "model.onnx")
         shutil.copyfile(ship.onnx, onnx)
+        npz = st.path(dest / "model.npz")
+        shutil.copyfile(ship.npz, npz)
+        # the carve's record of the custom-op nodes and each region's program (the plugin's fp32
+        # reference, what a simulated engine evaluates): the ONNX's own prepare dir, in small
+        prep = Path(ship.onnx).parent
+        if (prep / "plugins.json").is_file():
+            from ytk_hookspecs.models import PluginsFile
+
+            shutil.copyfile(prep / "plugins.json", st.path(dest / "plugins.json"))
+            for entry in PluginsFile.read(prep / "plugins.json").plugins:
+                if entry.kernelgen_input and (prep / entry.kernelgen_input).is_file():
+                    ref = st.path(dest / entry.kernelgen_input)
+                    ref.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(prep / entry.kernelgen_input, ref)
         plugins = []
         for p in ship.plugins:
             so = st.path(dest / "plugins" / f"{p.name}.so")
@@ -72,10 +96,13 @@ def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
             shutil.copyfile(p.so, so)
             plugins.append(p.model_copy(update={"so": str(st.final(so).resolve())}))
         copied = ship.model_copy(update={"engine_bundle": str(st.final(bundle).resolve()),
-                                         "onnx": str(st.final(onnx).resolve()), "plugins": plugins})
+                                         "onnx": str(st.final(onnx).resolve()), "npz": str(st.final(npz).resolve()),
+                                         "plugins": plugins})
+        copied = copied.model_copy(update={"reproduce": rebuild_command(copied)})
         copied.write(st.path(dest / "ship.json"))
         st.commit()
-    return [Path(copied.engine_bundle), Path(copied.onnx), *[Path(p.so) for p in plugins], dest / "ship.json"]
+    return [Path(copied.engine_bundle), Path(copied.onnx), Path(copied.npz), *[Path(p.so) for p in plugins],
+            dest / "ship.json"]
 
 
 class AutoloopReport(Versioned):
