@@ -83,9 +83,14 @@ def propose(
                           precision=precision,  # type: ignore[arg-type]
                           kernelgen=None if no_kernelgen_check else (kernelgen or "auto"))
     report = run_propose(profile, onnx, fx_nodes, plugins, opts, layer_info=layer_info, depth=depth)
+    from ..propose.emit import NothingToCarve
+
     script = None
     if emit_prepare is not None:
-        script = write_script(report, emit_prepare, onnx=onnx, model=model, out_dir=prepare_out)
+        try:
+            script = write_script(report, emit_prepare, onnx=onnx, model=model, out_dir=prepare_out)
+        except NothingToCarve as e:  # "nothing to plug" is an answer, not bad input: the report still prints
+            report.warnings.append(str(e))
     for w in report.warnings:
         # Warnings quote layer names such as "(Unnamed Layer* 3) [Shuffle]": never read them as markup.
         stderr.print(Text.assemble(("warning: ", "yellow"), w), highlight=False)

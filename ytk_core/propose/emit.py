@@ -26,6 +26,10 @@ _RESERVED = {"PATH", "HOME", "PWD", "SHELL", "USER", "IFS", "OUT", "MODEL", "YTK
              "BASH", "LANG", "TERM", "TMPDIR", "UID", "PREPARE_OUT"}
 
 
+
+class NothingToCarve(UsageError):
+    """--emit-prepare found no region: propose's answer is still valid ("nothing is worth a kernel")."""
+
 def _dq(s: str) -> str:
     """Escape for a double-quoted shell word."""
     return s.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
@@ -126,8 +130,8 @@ def write_script(report: ProposeReport, script: Path, *, onnx: Path, model: Path
         raise UsageError("--emit-prepare needs the model.py to carve: pass --model (no prepare.json beside "
                          f"{onnx} records it)")
     if not [p for p in report.proposals if p.selector]:
-        raise UsageError("--emit-prepare: there is no region to carve (no candidate and no plugged region with a "
-                         "selector on record), so no script was written")
+        raise NothingToCarve("--emit-prepare: there is no region to carve (no candidate and no plugged region with "
+                             "a selector on record), so no script was written")
     text = script_text(report, script, model, out_dir or default_out_dir(onnx, report), man.env if man else {})
     script = Path(script)
     try:
