@@ -134,7 +134,7 @@ def test_resume_refuses_a_changed_setup(finished, tmp_path):
     assert r.code != 0 and "was started for -a" in r.stderr
 
 
-@pytest.mark.parametrize("text, seconds", [("45m", 2700), ("2h", 7200), ("1h30m", 5400), ("90s", 90), ("12", 12)])
+@pytest.mark.parametrize("text, seconds", [("45m", 2700), ("2h", 7200), ("1h30m", 5400), ("90s", 90), ("12s", 12)])
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -142,6 +142,8 @@ def test_durations(text, seconds):
 def test_bad_duration():
     with pytest.raises(UsageError, match="time-budget"):
         parse_duration("soon")
+    with pytest.raises(UsageError, match="give a unit, e.g. 45s or 45m"):  # 45 was read as seconds silently
+        parse_duration("45")
 
 
 def test_json_state_is_versioned(finished):

@@ -68,12 +68,12 @@ class WorkdirLock:
 
 
 def parse_duration(text: str | None) -> float | None:
-    """'45m', '2h', '90s', '1h30m' or plain seconds -> seconds."""
+    """'45m', '2h', '90s', '1h30m' -> seconds. A bare number is refused: 45 could mean minutes as well."""
     if text is None or text == "":
         return None
     t = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", t):
-        return float(t)
+        raise UsageError(f"--time-budget {text!r}: give a unit, e.g. {t}s or {t}m (45m, 2h, 1h30m, 90s)")
     parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", t)
     if not parts or "".join(a + b for a, b in parts) != t:
         raise UsageError(f"--time-budget {text!r}: expected a duration like 45m, 2h, 1h30m or 90s")

@@ -99,7 +99,7 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
     rows += _roofline_rows(j, at_roof, roof)
     if small:
         ms = sum(f.ms for f in small)
-        rows.append(NotWorthRow(label=f"families under {j.options.min_ms:g} ms", category="under_threshold",
+        rows.append(NotWorthRow(label=f"families under {j.options.min_ms:.3g} ms", category="under_threshold",
                                 sites=sum(len(f.regions) for f in small), ms=ms,
                                 reason="a kernelgen run cannot repay this", members=[f.label for f in small]))
     if outside:
