@@ -30,9 +30,15 @@ def family_key(r: Region) -> tuple[Any, ...]:
 
 
 def op_key(r: Region) -> tuple[Any, ...]:
-    """What one kernel (even a dynamic one) cannot vary: the op, its geometry and the ops around it."""
+    """What one kernel (even a dynamic one) cannot vary: the op, its geometry and the ops around it.
+
+    A GEMM keeps its weights baked in the region (the carve lifts conv weights only), so two GEMM
+    sites are two programs: one family per site, never a selector the carve would refuse for baking
+    different weights at its sites."""
     s = r.sig
-    if r.kind in ("attention", "gemm"):
+    if r.kind == "gemm":
+        return (r.kind, r.cls, s.get("ops"), r.path)
+    if r.kind == "attention":
         return (r.kind, r.cls, s.get("ops"))
     return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), _t(s.get("pads")),
             s.get("transpose"), s.get("ops"), r.epilogue)
