@@ -34,7 +34,7 @@ def propose(
     merge_shape_families: Annotated[bool, typer.Option("--merge-shape-families",
                                                        help="one dynamic candidate per op")] = False,
     min_ms: Annotated[str, typer.Option("--min-ms", help="families under this total are not worth a kernel: "
-                                        "milliseconds (1.0, 1ms) or a share of the profile's total (5%)")] = "1.0",
+                                        "milliseconds (1.0, 1ms) or a share of the profile's total (5%)")] = "1%",
     family_min_ms: Annotated[Optional[float], typer.Option(
         "--family-min-ms", help="a shape family under this folds into its op's dynamic remainder "
                                 "(default: 2 x --min-ms)")] = None,
