@@ -56,3 +56,40 @@ def test_gemm_proposals_are_one_site_each_and_carve(tmp_path):
     assert len(gemms) >= 4 and all(len(p.sites) == 1 for p in gemms)
     r = prepare(VIT, carved, [p.selector for p in gemms], size="1x64x64")
     assert r.code == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_propose_on_a_plugged_engine_never_proposes_over_a_plugin(tmp_path):
+    """Re-proposing on a plugged engine suggested a region containing a plugged one, and the carve then
+    refused the pair ('both claim fx node ...'). Such regions are reported, not proposed."""
+    from tests.helpers import MNV3
+
+    carved = tmp_path / "carved"
+    r = prepare(MNV3, carved, ["yasp::Fc1=Conv2d@where=*.se.fc1"], size="1x64x64")  # a conv inside each SE
+    assert r.code == 0, r.stderr
+    r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", carved / "model.onnx", "--npz",
+                   carved / "model.npz", "-o", carved / "c.tgz", "--custom-plugin", _mock_so(tmp_path, carved, "Fc1"),
+                   YTK_ENGINE="mock")
+    assert r.code == 0, r.stderr
+    report = propose(carved / "c.tgz", carved / "model.onnx", carved / "fx_nodes.json",
+                     options=ProposeOptions(min_ms=0, launch_ms=0))
+    sites = {s.module_path for s in CandidatesFile.read(carved / "candidates.json").candidates[0].sites}
+    for p in report.candidates:
+        if p.already_plugged:
+            continue
+        for s in p.sites:
+            path = s.path if hasattr(s, "path") else str(s)
+            assert not any(path == q or q.startswith(path + ".") or path.startswith(q + ".") for q in sites), (p, path)
+    assert any("overlaps the plugged region" in row.reason for row in report.not_worth)
+
+
+def _mock_so(tmp_path, carved, name):  # type: ignore[no-untyped-def]
+    out = tmp_path / "k.module_source.py"
+    r = ytk_inproc("kernelgen", "compile", "-r", carved / "plugin_candidates" / f"{name}.pt2", "-g", "Orin",
+                   "--config", "deployment_target=tensorrt", "-o", out, "--kernelgen", "mock")
+    assert r.code == 0, r.stderr
+    so = tmp_path / f"{name}.so"
+    r = ytk_inproc("embedded", "build-plugin", "-s", out, "-a", ARCH, "-o", so, "--plugin-name", name,
+                   "--builder", "mock")
+    assert r.code == 0, r.stderr
+    return so

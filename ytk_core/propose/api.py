@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ytk_hookspecs.models import ArchSpec, ArchSpecError, FxNodesFile, GpuProperties
 from ytk_hookspecs.models.base import sha256_file
@@ -83,6 +84,7 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         rows.append(glue_row(att))
     else:
         regions, outside = discover_regions(graph, mods, att.node_ms)
+        _mark_overlaps(regions, carve, pnodes)
         judge = Judge(graph=graph, mods=mods, att=att, gpu=_gpu(m.arch, warnings), precision=m.precision,
                       options=opts, engine_word=word)
         new, rows = build_tables(judge, regions, outside, {p.name for p in plugged})
@@ -121,6 +123,21 @@ def _ask_kernelgen(props: list[Proposal], kernelgen: str, arch: str | None, prec
         ans = check_sketch(p.sketch, sel.name, spec, precision, selection=sel)
         p.supported, p.support_why, p.support_certain, p.support_backend = (ans.supported, ans.why, ans.certain,
                                                                              ans.backend)
+
+
+def _mark_overlaps(regions: list[Any], carve: Any, pnodes: set[str]) -> None:
+    """A region that contains, or lies inside, a plugged region cannot be carved beside it (the carve
+    refuses two selectors claiming one node): say so instead of proposing it."""
+    plugged_paths = set(carve.site_paths.values()) if carve is not None else set()
+    for r in regions:
+        if r.cannot is not None:
+            continue
+        hit = next((p for p in plugged_paths if p == r.path or p.startswith(r.path + ".") or
+                    (p and r.path.startswith(p + "."))), None) if r.path else None
+        if hit is None and pnodes & set(r.nodes):
+            hit = next(iter(sorted(pnodes & set(r.nodes))))
+        if hit is not None:
+            r.cannot = f"overlaps the plugged region {hit}: re-carve without that plugin to plug this one instead"
 
 
 def _check_files(m: Measurement, graph: OnnxGraph, fx: FxNodesFile, onnx: Path, pnodes: set[str],
