@@ -46,7 +46,9 @@ def _root(
     verbose: Annotated[int, typer.Option(
         "-v", "--verbose", count=True, help="debug log lines (-vv: also the traceback of an internal error)")] = 0,
     quiet: Annotated[int, typer.Option("-q", "--quiet", count=True, help="less log output")] = 0,
-    log_format: Annotated[str, typer.Option("--log-format", help="auto, console or json")] = "auto",
+    log_format: Annotated[str, typer.Option("--log-format", help="console, json (one JSON object per line), or "
+                                            "auto: console on a terminal, json when stderr is a pipe or a "
+                                            "file")] = "auto",
     version: Annotated[bool, typer.Option("-V", "--version", callback=_version, is_eager=True,
                                           help="print the version and exit")] = False,
 ) -> None:
@@ -146,6 +148,8 @@ def _main(args: list[str]) -> int:
             _print_error(msg)
             return _json_error(args, msg, 2)
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code == 130:  # typer turns a Ctrl-C into Exit(130) before it reaches the handler below
+            return _interrupted(args)
         return _json_error(args, "bad command line (the usage error is on stderr)", code)
     except StageError as e:
         msg = e.render() if isinstance(e, YtkError) else str(e)
@@ -170,12 +174,17 @@ def _main(args: list[str]) -> int:
             return _json_error(args, msg, 2)
         return _internal(e, args)
     except KeyboardInterrupt:
-        stderr.print("interrupted")
-        return _json_error(args, "interrupted", 130)
+        return _interrupted(args)
     except Exception as e:  # noqa: BLE001  -- the last net: never a bare traceback on a user's screen
         return _internal(e, args)
     finally:
         reset_runtime()
+
+
+def _interrupted(args: list[str]) -> int:
+    msg = "interrupted" + ("; run the same command again to resume where it stopped" if "autoloop" in args else "")
+    stderr.print(msg, highlight=False, markup=False)
+    return _json_error(args, msg, 130)
 
 
 def _foreign_exit(e: SystemExit) -> str | None:

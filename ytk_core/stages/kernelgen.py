@@ -234,7 +234,7 @@ def run_kernelgen_export(model: Path, output: Path) -> Path:
                              "model torch.export can trace (no data-dependent Python control flow).") from None
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp.pt2", dir=output.parent)  # torch wants .pt2
     os.close(fd)
     try:
         torch.export.save(ep, tmp)
