@@ -17,15 +17,20 @@ ZOO = REPO / "tests" / "data" / "zoo_style_model.py"
 ARCH = "arm64-sm87-dos6010-cu114-trt86"
 
 
-@pytest.mark.slow
-def test_every_proposal_carves_with_its_sites(tmp_path):
-    base, carved = tmp_path / "base", tmp_path / "carved"
-    assert prepare(ZOO, base, size="1x32x32").code == 0
+def _propose_all(model, base, size, kernelgen=None):  # type: ignore[no-untyped-def]
+    """prepare, a mock baseline compile and propose with every threshold at zero."""
+    assert prepare(model, base, size=size).code == 0
     r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", base / "model.onnx", "--npz",
                    base / "model.npz", "-o", base / "base.tgz", YTK_ENGINE="mock")
     assert r.code == 0, r.stderr
-    report = propose(base / "base.tgz", base / "model.onnx", base / "fx_nodes.json",
-                     options=ProposeOptions(min_ms=0, launch_ms=0, kernelgen="mock"))
+    return propose(base / "base.tgz", base / "model.onnx", base / "fx_nodes.json",
+                   options=ProposeOptions(min_ms=0, launch_ms=0, kernelgen=kernelgen))
+
+
+@pytest.mark.slow
+def test_every_proposal_carves_with_its_sites(tmp_path):
+    carved = tmp_path / "carved"
+    report = _propose_all(ZOO, tmp_path / "base", "1x32x32", kernelgen="mock")
     props = [p for p in report.candidates if p.selector]
     assert props, "propose found nothing to plug on the zoo-style model"
     # the convs that timm-style code splits from their norm and activation are proposed on their own
@@ -45,13 +50,8 @@ def test_gemm_proposals_are_one_site_each_and_carve(tmp_path):
     user's model did: 'GemmDyn=Linear@where=*.proj,*.qkv,*.pw2 ... bakes different weights')."""
     from tests.helpers import VIT
 
-    base, carved = tmp_path / "base", tmp_path / "carved"
-    assert prepare(VIT, base, size="1x64x64").code == 0
-    r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", base / "model.onnx", "--npz",
-                   base / "model.npz", "-o", base / "base.tgz", YTK_ENGINE="mock")
-    assert r.code == 0, r.stderr
-    report = propose(base / "base.tgz", base / "model.onnx", base / "fx_nodes.json",
-                     options=ProposeOptions(min_ms=0, launch_ms=0))
+    carved = tmp_path / "carved"
+    report = _propose_all(VIT, tmp_path / "base", "1x64x64")
     gemms = [p for p in report.candidates if p.selector and p.kind == "gemm"]
     assert len(gemms) >= 4 and all(len(p.sites) == 1 for p in gemms)
     r = prepare(VIT, carved, [p.selector for p in gemms], size="1x64x64")
