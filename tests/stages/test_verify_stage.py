@@ -146,3 +146,9 @@ def test_a_moved_model_skips_the_torch_host_row_not_verify(ytk, fixture_dir, tmp
     out = r.json()
     assert "moved-away" in out["host_note"] and "skipped" in out["host_note"]
     assert [row["kind"] for row in out["rows"]] == ["bundle"]
+
+
+def test_arguments_swapped_say_which_comes_first(ytk, tmp_path, ref):
+    b = _bundle(tmp_path / "b.tgz", ref, [1.0])
+    r = ytk("embedded", "verify", b, tmp_path / "model.reference.npz", "--no-host")
+    assert r.code == 2 and "is an engine bundle: verify takes the model.reference.npz first" in r.stderr

@@ -7,6 +7,7 @@ bundle and a simulated one sit in the same table, each labelled for what it is.
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,9 @@ def _labels(bundles: list[EngineBundle]) -> list[str]:
 
 def load_reference(reference: Path) -> dict[str, np.ndarray]:
     existing_file(reference, "reference", "Pass the model.reference.npz written by `ytk embedded prepare`.")
+    if tarfile.is_tarfile(reference):
+        raise UsageError(f"reference {reference} is an engine bundle: verify takes the model.reference.npz first, "
+                         "then the bundles (ytk embedded verify model.reference.npz base.tgz plugged.tgz)")
     try:
         with np.load(reference, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
