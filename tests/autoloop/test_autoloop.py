@@ -438,3 +438,10 @@ def test_ctrl_c_says_how_to_resume(tmp_path):
         pytest.skip("the loop finished before the interrupt landed")
     assert p.returncode == 130, err[-2000:]
     assert "interrupted; run the same command again to resume" in err and "Traceback" not in err
+
+
+def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path):
+    f = tmp_path / "model.py"
+    f.write_text("x")
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", f, *MOCK)
+    assert r.code == 2 and "is a file, not a directory" in r.stderr

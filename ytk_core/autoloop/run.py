@@ -45,6 +45,9 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: d
         raise UsageError(f"model file {model} does not exist")
     budget = parse_duration(time_budget)
     workdir = Path(workdir)
+    if workdir.exists() and not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir} is a file, not a directory: name a directory (it is created if "
+                         "missing)")
     workdir.mkdir(parents=True, exist_ok=True)
     with WorkdirLock(workdir):
         clean_stale(workdir)
