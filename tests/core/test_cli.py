@@ -153,3 +153,17 @@ def test_every_command_that_takes_an_arch_takes_auto(ytk, tmp_path):
     r = ytk("embedded", "compile", "-a", "auto", "--onnx", tmp_path / "none.onnx", "--npz", tmp_path / "n.npz",
             "-o", tmp_path / "o.tgz")
     assert r.code == 2 and "-a/--arch" not in r.stderr and "none.onnx" in r.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["backends", "--bogus"], "No such option: --bogus (`ytk backends -h` lists the options)"),
+    (["embedded", "compile"], "Missing option '-a' / '--arch'. (`ytk embedded compile -h` lists the options)"),
+])
+def test_usage_errors_are_one_error_line_like_every_other(ytk, args, words):
+    r = ytk(*args)
+    assert r.code == 2 and r.stderr.strip() == f"error: {words}" and "Usage:" not in r.stderr
+
+
+def test_ytk_alone_prints_its_help(ytk):
+    r = ytk()
+    assert r.code == 0 and "Usage: ytk" in r.stdout and "embedded" in r.stdout

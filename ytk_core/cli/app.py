@@ -18,7 +18,7 @@ from ytk_hookspecs.errors import StageError
 
 from ..errors import YtkError
 from ..logs import configure
-from ..runtime import reset_runtime, runtime, stderr
+from ..runtime import reset_runtime, runtime, stderr, stdout
 
 app = typer.Typer(name="ytk", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
@@ -135,9 +135,25 @@ def _main(args: list[str]) -> int:
 
     rt_mod.JSON_EMITTED = False  # a fresh invocation: nothing printed yet
     try:
+        click = _click()
         cmd = typer.main.get_command(build_app())
-        # standalone mode lets click render its own usage errors; ours propagate to here.
-        cmd.main(args=args, prog_name="ytk", standalone_mode=True)
+        try:
+            cmd.main(args=args, prog_name="ytk", standalone_mode=False)
+        except click.exceptions.NoArgsIsHelpError as e:  # `ytk` or a group alone: its help, as click shows it
+            stdout.print(e.format_message(), markup=False, highlight=False, soft_wrap=True)
+            return 0
+        except click.exceptions.UsageError as e:  # a bad flag or a missing option: one line like every error
+            where = e.ctx.command_path if e.ctx is not None else "ytk"
+            msg = f"{e.format_message()} (`{where} -h` lists the options)"
+            _print_error(msg)
+            return _json_error(args, msg, 2)
+        except _ABORT:
+            return _interrupted(args)
+        except _EXIT as e:  # --help, --version
+            return int(getattr(e, "exit_code", 0) or 0)
+        except click.ClickException as e:
+            _print_error(e.format_message())
+            return _json_error(args, e.format_message(), e.exit_code)
         return 0
     except SystemExit as e:
         foreign = _foreign_exit(e)
@@ -179,6 +195,23 @@ def _main(args: list[str]) -> int:
         return _internal(e, args)
     finally:
         reset_runtime()
+
+
+def _click():  # type: ignore[no-untyped-def]
+    """The click typer runs on: recent typer vendors its own copy, whose exceptions are not click's."""
+    try:
+        from typer import _click as vendored  # type: ignore[attr-defined]
+
+        return vendored
+    except ImportError:
+        import click
+
+        return click
+
+
+#: click's and typer's exit and abort exceptions (typer vendors click; which module holds them varies)
+_EXIT = tuple({getattr(m, "Exit", None) for m in (typer, _click(), _click().exceptions)} - {None})
+_ABORT = tuple({getattr(m, "Abort", None) for m in (typer, _click(), _click().exceptions)} - {None})
 
 
 def _interrupted(args: list[str]) -> int:
