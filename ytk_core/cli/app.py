@@ -138,7 +138,10 @@ def _main(args: list[str]) -> int:
         click = _click()
         cmd = typer.main.get_command(build_app())
         try:
-            cmd.main(args=args, prog_name="ytk", standalone_mode=False)
+            # without standalone mode typer returns an exit's code (a Ctrl-C is Exit(130)) instead of exiting
+            rv = cmd.main(args=args, prog_name="ytk", standalone_mode=False)
+            if isinstance(rv, int) and not isinstance(rv, bool) and rv:
+                return _interrupted(args) if rv == 130 else _json_error(args, f"exit status {rv}", rv)
         except click.exceptions.NoArgsIsHelpError as e:  # `ytk` or a group alone: its help, as click shows it
             stdout.print(e.format_message(), markup=False, highlight=False, soft_wrap=True)
             return 0
