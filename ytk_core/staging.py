@@ -29,7 +29,6 @@ class Staged:
         self.marker = Path(marker) if marker is not None else None
         self.dir = self.home / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._outside: dict[Path, Path] = {}  # staged path -> final path, for outputs outside ``home``
-        self._committed = False
 
     def __enter__(self) -> "Staged":
         self.home.mkdir(parents=True, exist_ok=True)
@@ -75,7 +74,6 @@ class Staged:
         for old in replaced:
             if Path(old).resolve() not in written:
                 Path(old).unlink(missing_ok=True)
-        self._committed = True
 
 
 def remove_stale(home: Path) -> None:

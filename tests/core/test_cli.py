@@ -146,7 +146,7 @@ def test_json_commands_fail_with_one_json_object(ytk, tmp_path):
 
 def test_every_command_that_takes_an_arch_takes_auto(ytk, tmp_path):
     """-a auto is the local GPU's target, else the worked example's Orin (here: no GPU), on every command."""
-    from ytk_core.autoloop.target import detect_arch
+    from ytk_core.target import detect_arch
     from ytk_core.stages.inputs import parse_arch
 
     assert parse_arch("auto").spec == detect_arch()[0]

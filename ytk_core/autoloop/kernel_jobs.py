@@ -21,7 +21,7 @@ from ..errors import KernelJobFailed
 from .control import checkpoint
 from .isolate import describe, must_stop, one_line
 from .state import PluginRecord, RoundRecord, file_ok
-from .target import gpu_label
+from ..target import gpu_label
 from .workspace import Workspace
 
 

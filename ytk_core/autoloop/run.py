@@ -17,16 +17,13 @@ from .control import Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
 from .report import REPORT_DIR, AutoloopReport, build_report
 from .state import PREV_STATE_FILE, STATE_FILE, AutoloopState
-from .target import detect_arch
 
 
 def _resolve_arch(arch: str) -> str:
-    if arch == "auto":
-        spec, why = detect_arch()
-        runtime().log.info(f"-a auto: {spec}", why=why)
-        return spec
-    ArchSpec.parse(arch)
-    return arch
+    """``-a`` as a spec string; ``auto`` resolved (and logged) as every command resolves it."""
+    from ..stages.inputs import parse_arch
+
+    return parse_arch(arch).spec
 
 
 def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],

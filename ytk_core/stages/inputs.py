@@ -15,7 +15,7 @@ def parse_arch(spec: str) -> ArchSpec:
     """Parse ``-a``; a malformed spec names the bad field. ``auto`` is the local GPU's target, else the
     worked example's DRIVE AGX Orin (as ``ytk autoloop -a auto``), and the log says which."""
     if spec == "auto":
-        from ..autoloop.target import detect_arch
+        from ..target import detect_arch
         from ..runtime import runtime
 
         spec, why = detect_arch()

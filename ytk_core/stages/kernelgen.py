@@ -84,7 +84,7 @@ def check_gpu(gpu: str, target: ArchSpec | None) -> None:
 
     sm = gpu_sm(gpu)
     if sm is None:
-        from ..autoloop.target import local_gpu_name
+        from ..target import local_gpu_name
 
         local = local_gpu_name()
         if local and gpu.lower() == local.lower():
