@@ -113,7 +113,7 @@ def test_self_description_fields_round_trip_through_c(tmp_path, field):
 def test_nvcc_launcher_refuses_non_identifier_symbols(tmp_path):
     """The nvcc launcher binds launcher/workspace by name: only identifiers, looked up in the library
     (never a ctypes attribute such as '_handle')."""
-    from ytk_backend_nvcc.launcher import LauncherLibrary
+    from ytk_hookspecs.launcher import LauncherLibrary
     from ytk_hookspecs.errors import ContractViolation
 
     lib = LauncherLibrary.__new__(LauncherLibrary)

@@ -12,7 +12,7 @@ from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import ArchSpec, ArchSpecError, BuildRequest, BuildResult, PluginDescription
 from ytk_hookspecs.plugin_info import c_snippet
 
-from .launcher import ERROR_STRING_SYMBOL
+from ytk_hookspecs.launcher import ERROR_STRING_SYMBOL
 from .toolchain import NvccError, compile_shared, find_nvcc, nvcc_version, target_problem
 
 #: Engine APIs whose shims are not written yet; requesting one is an error, never a silent fallback.

@@ -140,7 +140,7 @@ def build_plugin_runtime(node: Node, binding: PluginBinding, consts: list[torch.
     if device.type != "cuda":
         raise StageError(f"custom-op node {node.name!r} runs plugin {binding.name!r}, a CUDA kernel; the torch "
                          f"engine can only execute it on a CUDA device (asked for {device}).")
-    from ytk_backend_nvcc.launcher import LauncherLibrary, torch_launch
+    from ytk_hookspecs.launcher import LauncherLibrary, torch_launch
 
     check_loadable_here(binding, device)
     lib = libs.get(binding.path)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 def lib(tmp_path_factory):  # type: ignore[no-untyped-def]
     import torch
 
-    from ytk_backend_nvcc.launcher import LauncherLibrary
+    from ytk_hookspecs.launcher import LauncherLibrary
     from ytk_backend_nvcc.plugin import ytk_build_plugin
 
     p = torch.cuda.get_device_properties(0)
@@ -40,7 +40,7 @@ def test_torch_launch_runs_the_kernel_on_the_current_stream(lib) -> None:  # typ
     y = torch.full_like(x, float("nan"))
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        from ytk_backend_nvcc.launcher import torch_launch
+        from ytk_hookspecs.launcher import torch_launch
 
         torch_launch(lib, [x], [y])
     s.synchronize()
@@ -51,7 +51,7 @@ def test_torch_launch_runs_the_kernel_on_the_current_stream(lib) -> None:  # typ
 def test_contract_violations_are_caught_before_launch(lib) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    from ytk_backend_nvcc.launcher import torch_launch
+    from ytk_hookspecs.launcher import torch_launch
 
     x = torch.randn(1, 16, 4, 4, device="cuda").half()
     y = torch.empty_like(x).contiguous(memory_format=torch.channels_last)

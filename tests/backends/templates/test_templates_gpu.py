@@ -66,7 +66,7 @@ def _run_plugin(tmp_path: Path, out: Path, cand, inputs_fn):  # type: ignore[no-
     """Build the bundle with the nvcc builder and run it through the torch launcher."""
     import torch
 
-    from ytk_backend_nvcc.launcher import LauncherLibrary, torch_launch
+    from ytk_hookspecs.launcher import LauncherLibrary, torch_launch
     from ytk_backend_nvcc.plugin import ytk_build_plugin
 
     from ytk_backend_templates.gpu import local_gpu

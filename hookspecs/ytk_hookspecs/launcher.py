@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
-from ytk_hookspecs import shape_expr
-from ytk_hookspecs.contract import layout_error
-from ytk_hookspecs.errors import ContractViolation, StageError
-from ytk_hookspecs.models import PluginDescription, PluginMeta
-from ytk_hookspecs.models.kernel import C_IDENTIFIER
-from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
+from . import shape_expr
+from .contract import layout_error
+from .errors import ContractViolation, StageError
+from .models import PluginDescription, PluginMeta
+from .models.kernel import C_IDENTIFIER
+from .plugin_info import PluginInfoError, read_plugin_description
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
