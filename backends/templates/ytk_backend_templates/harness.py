@@ -1,15 +1,15 @@
 """The eval harness: is a kernel variant correct on every case, and how fast is it, honestly?
 
-Defences, each against a failure published kernel-generation systems suffered:
-- outputs are fresh allocations (never aliased with inputs), poisoned with NaN before every launch
-  and framed by guard zones that must be untouched afterwards (unwritten or out-of-bounds writes);
-- several seeds and distributions, large magnitudes included, plus captured site inputs;
-- inputs compared bit for bit after the run (a kernel must not scribble on them);
-- every case run twice and the outputs compared bit for bit (races, uninitialised reads);
-- tolerance from an fp32 reference with a stated error budget (see :mod:`.cases`);
-- timing by CUDA events over graph replays after warm-up, median and spread, with rotating sets
-  larger than the L2; a time under the physical floor (bytes / measured copy bandwidth) is
-  rejected as a measurement bug, not reported as a win.
+Correctness goes through the one checker every kernel meets, :func:`ytk_hookspecs.admission.check_case`
+(canaries around every buffer, poisoned outputs, a non-default stream, graph replays compared bit for
+bit, inputs checked afterwards), with this generator's own cases and error budget (see :mod:`.cases`):
+several seeds and distributions, large magnitudes included, plus captured site inputs, and a tolerance
+per element from an fp32 reference. The built plugin that ships is checked again by the core's
+admission gate; this is how the generator picks a variant worth shipping.
+
+Timing is by CUDA events over graph replays after warm-up, median and spread, with rotating sets
+larger than the L2; a time under the physical floor (bytes / measured copy bandwidth) is rejected as
+a measurement bug, not reported as a win.
 """
 
 from __future__ import annotations
@@ -17,14 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ytk_backend_nvcc.launcher import LauncherLibrary
+from ytk_hookspecs.admission import AdmissionCase
+from ytk_hookspecs.admission import check_case as check_launch
+from ytk_hookspecs.launcher import LauncherLibrary
 
 from .cases import Case
 from .contract import bytes_moved, output_shape
 from .regions import Region, SiteShape
 from .timing import rotation_sets, time_launches
 
-GUARD = 4096  # elements of guard zone on each side of an output
+#: runs after the first launch while scoring variants (the core's admission gate runs more on the winner)
+SCORING_REPEATS = 1
 
 
 @dataclass
@@ -36,28 +39,11 @@ class CheckResult:
     problems: list[str] = field(default_factory=list)
 
 
-def _bits(t: Any) -> Any:
+def alloc_output(shape: tuple[int, ...], device: Any) -> Any:
+    """A channels_last fp16 output (timing only; correctness runs allocate their own guarded buffers)."""
     import torch
 
-    return t.view(torch.int16) if t.dtype == torch.float16 else t.view(torch.int32)
-
-
-def alloc_output(shape: tuple[int, ...], device: Any) -> tuple[Any, Any]:
-    """A channels_last fp16 output inside a larger buffer whose ends are guard zones."""
-    import torch
-
-    n, c, h, w = shape
-    numel = n * c * h * w
-    buf = torch.empty(numel + 2 * GUARD, dtype=torch.float16, device=device)
-    out = buf[GUARD:GUARD + numel].view(n, h, w, c).permute(0, 3, 1, 2)
-    return buf, out
-
-
-def _guard_pattern(buf: Any) -> None:
-    import torch
-
-    buf[:GUARD].view(torch.int16).fill_(0x7E55)   # a NaN payload no kernel writes by accident
-    buf[-GUARD:].view(torch.int16).fill_(0x7E55)
+    return torch.empty(shape, dtype=torch.float16, device=device).contiguous(memory_format=torch.channels_last)
 
 
 def _launch(lib: LauncherLibrary, ins: list[Any], out: Any, extents: list[int], ws: Any, device: Any) -> None:
@@ -71,67 +57,16 @@ def _stream_handle(device: Any) -> int | None:
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
 
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def check_case(lib: LauncherLibrary, case: Case, device: Any, fp16_weights: bool = False) -> CheckResult:
-    """Run one case twice on poisoned, guarded outputs; compare with the reference and itself.
+    """Run one case through the shared checker against this generator's reference and budget.
     ``fp16_weights``: the variant rounds its weights to fp16, the budget adds that rounding's bound."""
-    import torch
-
     if fp16_weights and case.tol_w16 is None:
         raise ValueError(f"{case.label}: no fp16-weight error bound for this region kind")
     tol = case.tol + case.tol_w16 if fp16_weights else case.tol
-    res = CheckResult(ok=True)
-    ins = case.kernel_inputs
-    shape = tuple(case.ref.shape)
-    extents = lib.extents([list(t.shape) for t in ins])
-    nbytes = lib.workspace_bytes(extents)
-    ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device) if nbytes else None
-    before = [_bits(t).clone() for t in ins]
-    outs = []
-    for run in range(2):
-        buf, out = alloc_output(shape, device)
-        buf.fill_(float("nan"))
-        _guard_pattern(buf)
-        if ws is not None:
-            ws.view(torch.uint8).fill_(0xFF)  # a kernel must not rely on a zeroed workspace
-        _launch(lib, ins, out, extents, ws, device)
-        _sync(device)
-        if not (torch.equal(buf[:GUARD].view(torch.int16), torch.full_like(buf[:GUARD].view(torch.int16), 0x7E55))
-                and torch.equal(buf[-GUARD:].view(torch.int16), torch.full_like(buf[-GUARD:].view(torch.int16), 0x7E55))):
-            res.ok = False
-            res.problems.append(f"{case.label}: wrote outside its output (guard zone changed)")
-        outs.append(out)
-    for i, (t, b) in enumerate(zip(ins, before)):
-        if not torch.equal(_bits(t), b):
-            res.ok = False
-            res.problems.append(f"{case.label}: input {i} changed by the kernel")
-    if not torch.equal(_bits(outs[0]), _bits(outs[1])):
-        res.ok = False
-        res.problems.append(f"{case.label}: two runs on the same inputs differ bit-wise (race or uninitialised read)")
-    out = outs[0].float()
-    finite = torch.isfinite(out)
-    if not bool(finite.all()):
-        bad = int((~finite).sum())
-        res.ok = False
-        res.problems.append(f"{case.label}: {bad} output element(s) NaN/Inf or never written")
-    err = (out - case.ref).abs()
-    err = torch.where(finite, err, torch.full_like(err, float("inf")))
-    res.max_abs_err = float(err.max())
-    ref_max = float(case.ref.abs().max())
-    res.max_rel_err = res.max_abs_err / ref_max if ref_max > 0 else res.max_abs_err
-    res.budget_used = float((err / tol).max())
-    if res.budget_used > 1.0:
-        res.ok = False
-        idx = int(torch.argmax(err / tol))
-        res.problems.append(f"{case.label}: error {res.max_abs_err:.3g} exceeds the budget ({res.budget_used:.3g}x "
-                            f"of the tolerance at flat index {idx})")
-    return res
+    out = check_launch(lib, AdmissionCase(case.label, list(case.kernel_inputs), [case.ref], [tol]), device,
+                       repeats=SCORING_REPEATS)
+    return CheckResult(ok=out.ok, max_abs_err=out.max_abs_err, max_rel_err=out.max_rel_err,
+                       budget_used=out.budget_used, problems=out.problems)
 
 
 @dataclass
@@ -152,7 +87,7 @@ def time_kernel(lib: LauncherLibrary, region: Region, site: SiteShape, make_inpu
     sets = []
     for i in range(n_sets):
         ins = make_inputs(i)
-        _, out = alloc_output(output_shape(region, site), device)
+        out = alloc_output(output_shape(region, site), device)
         extents = lib.extents([list(t.shape) for t in ins])
         nbytes = lib.workspace_bytes(extents)
         ws = torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None

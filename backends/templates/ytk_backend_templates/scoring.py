@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ytk_backend_nvcc.launcher import LauncherLibrary
+from ytk_hookspecs.launcher import LauncherLibrary
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import CandidateScore
 

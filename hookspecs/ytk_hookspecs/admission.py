@@ -1,0 +1,378 @@
+"""Running a built plugin's launcher against references, so that no wrong kernel passes for right.
+
+This is the one place where a kernel is checked on the GPU: the core's admission gate runs every
+shipped ``.so`` through :func:`check_case`, and a kernel generator that scores its own variants
+calls the same function with its own tolerances. torch is imported only when called.
+
+What one :func:`check_case` does, and which cheat each step catches:
+
+- every buffer (each input, each output, the workspace) is its own allocation with a canary zone
+  on both sides (at least 64 KiB, up to the buffer's own size), and sentinel blocks lie between the
+  groups of buffers: writes outside a buffer, near or far, change a canary;
+- the references, tolerances and the original input bits stay on the host, where nothing the kernel
+  writes on the device can reach them;
+- outputs are poisoned (every byte 0xFF: NaN for floats) and the workspace filled with 0xFF before
+  every run: unwritten outputs and reads of an unset workspace show;
+- the first launch goes on a fresh non-blocking stream while a long sleep occupies the legacy
+  default stream; the outputs are copied back after that stream alone is synchronised, and again
+  after the whole device is: a kernel put on any other stream shows as a difference;
+- the launch is then captured into a CUDA graph on that stream and replayed ``repeats`` times
+  (re-poisoned each time): a launcher that cannot be captured, or whose work escapes the capture,
+  fails, and every replay must equal the first launch bit for bit (races, uninitialised reads,
+  state kept between calls);
+- inputs must be bit-identical afterwards;
+- every output element must be finite and within its per-element tolerance of the reference.
+
+:func:`time_replays` times graph replays with CUDA events and checks the outputs again afterwards
+(a kernel that stops working after its first few calls is not timed as fast).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .launcher import LauncherLibrary
+
+#: canary byte pattern (as fp16 it reads 0x7E55, a NaN payload no kernel writes by accident)
+CANARY = (0x55, 0x7E)
+MIN_GUARD_BYTES = 64 * 1024
+MAX_GUARD_BYTES = 64 * 1024 * 1024
+SENTINEL_BYTES = 4 * 1024 * 1024
+#: replays after the first launch, each compared with it bit for bit
+DEFAULT_REPEATS = 5
+#: cycles of the sleep kernel that keeps the legacy default stream busy during the first launch
+SLEEP_CYCLES = 10_000_000
+
+
+@dataclass
+class AdmissionCase:
+    """One set of kernel inputs with the expected outputs.
+
+    ``inputs`` are in the kernel's dtype and layout (any device; a host copy of their bits is kept);
+    ``refs`` and ``tols`` are fp32 in the outputs' logical shapes (moved to the host)."""
+
+    label: str
+    inputs: list[Any]
+    refs: list[Any]
+    tols: list[Any]
+
+
+@dataclass
+class CaseOutcome:
+    label: str
+    ok: bool = True
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0     # max |out - ref| / max |ref|
+    budget_used: float = 0.0     # max |out - ref| / tol (<= 1 passes)
+    problems: list[str] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list, repr=False)   # host copies of the first launch
+    replay: Any = field(default=None, repr=False)   # what :func:`time_replays` needs, when the graph exists
+
+    def fail(self, why: str) -> None:
+        self.ok = False
+        self.problems.append(f"{self.label}: {why}")
+
+
+class _Guarded:
+    """One buffer in its own allocation, canaries on both sides."""
+
+    def __init__(self, shape: Sequence[int], dtype: "torch.dtype", channels_last: bool, device: Any) -> None:
+        import torch
+
+        self.shape, self.dtype = list(shape), dtype
+        item = torch.empty((), dtype=dtype).element_size()
+        numel = 1
+        for d in shape:
+            numel *= int(d)
+        self.nbytes = numel * item
+        g = min(max(MIN_GUARD_BYTES, self.nbytes), MAX_GUARD_BYTES)
+        self.guard = (g + 255) // 256 * 256
+        self.raw = torch.empty(self.nbytes + 2 * self.guard, dtype=torch.uint8, device=device)
+        self._pattern = _pattern(self.guard, device)
+        self.raw[:self.guard].copy_(self._pattern)
+        self.raw[self.guard + self.nbytes:].copy_(self._pattern)
+        flat = self.raw[self.guard:self.guard + self.nbytes].view(dtype)
+        if channels_last and len(shape) == 4:
+            n, c, h, w = shape
+            self.tensor = flat.view(n, h, w, c).permute(0, 3, 1, 2)
+        else:
+            self.tensor = flat.view(*shape) if shape else flat.view(())
+
+    def guards_intact(self) -> bool:
+        import torch
+
+        return (torch.equal(self.raw[:self.guard], self._pattern)
+                and torch.equal(self.raw[self.guard + self.nbytes:], self._pattern))
+
+    def poison(self) -> None:
+        self.raw[self.guard:self.guard + self.nbytes].fill_(0xFF)
+
+
+def _pattern(nbytes: int, device: Any) -> "torch.Tensor":
+    import torch
+
+    return torch.tensor(CANARY, dtype=torch.uint8, device=device).repeat((nbytes + 1) // 2)[:nbytes]
+
+
+def _bits(t: "torch.Tensor") -> "torch.Tensor":
+    import torch
+
+    size = t.element_size()
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+    return t.contiguous().view(view)
+
+
+class _Sentinel:
+    def __init__(self, device: Any) -> None:
+        self.buf = _pattern(SENTINEL_BYTES, device).clone()
+        self.want = _pattern(SENTINEL_BYTES, device)
+
+    def intact(self) -> bool:
+        import torch
+
+        return torch.equal(self.buf, self.want)
+
+
+def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
+               repeats: int = DEFAULT_REPEATS) -> CaseOutcome:
+    """Run ``case`` through ``lib``'s launcher with every defence of the module docstring."""
+    import torch
+
+    res = CaseOutcome(label=case.label)
+    meta = lib.meta
+    if len(case.inputs) != len(meta.inputs) or len(case.refs) != len(meta.outputs):
+        res.fail(f"the case has {len(case.inputs)} input(s) and {len(case.refs)} reference(s); the plugin takes "
+                 f"{len(meta.inputs)} and gives {len(meta.outputs)}")
+        return res
+    device = torch.device(device)
+    host_in = [_bits(t.detach().cpu()).clone() for t in case.inputs]
+    refs = [r.detach().float().cpu() for r in case.refs]
+    tols = [t.detach().float().cpu() for t in case.tols]
+    extents = lib.extents([list(t.shape) for t in case.inputs])
+    ws_bytes = lib.workspace_bytes(extents)
+
+    sentinels = [_Sentinel(device)]
+    ins = []
+    for i, t in enumerate(case.inputs):
+        g = _Guarded(list(t.shape), t.dtype, meta.inputs[i].format == "kHWC8", device)
+        g.tensor.copy_(t.to(device))
+        ins.append(g)
+    sentinels.append(_Sentinel(device))
+    outs = []
+    for j, r in enumerate(refs):
+        dt = _dtype(meta.outputs[j].dtype)
+        outs.append(_Guarded(list(r.shape), dt, meta.outputs[j].format == "kHWC8", device))
+    ws = _Guarded([max(ws_bytes, 1)], torch.uint8, False, device) if ws_bytes else None
+    sentinels.append(_Sentinel(device))
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+
+    in_ptrs = [g.tensor.data_ptr() for g in ins]
+    out_ptrs = [g.tensor.data_ptr() for g in outs]
+    ws_ptr = ws.tensor.data_ptr() if ws is not None else None
+    stream = torch.cuda.Stream(device) if cuda else None   # torch's pool streams are non-blocking
+
+    def prime() -> None:
+        for g in outs:
+            g.poison()
+        if ws is not None:
+            ws.poison()
+
+    def snapshot() -> list["torch.Tensor"]:
+        return [_bits(g.tensor.detach()).to("cpu", non_blocking=False).clone() for g in outs]
+
+    # 1. the first launch, on a non-blocking stream, the legacy default stream held by a sleep
+    if cuda:
+        with torch.cuda.stream(stream):
+            prime()
+        stream.synchronize()
+        with torch.cuda.device(device):
+            torch.cuda._sleep(SLEEP_CYCLES)   # on torch's default (legacy) stream
+    else:
+        prime()
+    try:
+        lib.launch(in_ptrs, out_ptrs, extents, ws_ptr, stream.cuda_stream if cuda else None)
+    except Exception as e:  # the launcher's own error code
+        if cuda:
+            torch.cuda.synchronize(device)
+        res.fail(f"the launcher failed: {' '.join(str(e).split())[:300]}")
+        return res
+    if cuda:
+        with torch.cuda.stream(stream):
+            first = [_bits(g.tensor.detach()).contiguous() for g in outs]
+            at_stream = [f.to("cpu", non_blocking=True) for f in first]
+        stream.synchronize()
+        at_stream = [t.clone() for t in at_stream]
+        torch.cuda.synchronize(device)
+        at_device = snapshot()
+        if any(not torch.equal(a, b) for a, b in zip(at_stream, at_device)):
+            res.fail("outputs changed after the launch's own stream was synchronised: the kernel ran on another "
+                     "stream than the one it was given")
+    else:
+        at_device = snapshot()
+    _check_memory(res, ins, outs, ws, sentinels, host_in, "the first launch")
+
+    # 2. the same launch captured into a CUDA graph and replayed (on the CPU: launched again), each run
+    #    equal to the first launch bit for bit
+    graph = _capture(lib, in_ptrs, out_ptrs, extents, ws_ptr, stream, device, res) if cuda else None
+    if graph is not None or not cuda:
+        for r in range(repeats):
+            if cuda:
+                with torch.cuda.stream(stream):
+                    prime()
+                    graph.replay()
+                stream.synchronize()
+            else:
+                prime()
+                lib.launch(in_ptrs, out_ptrs, extents, ws_ptr, None)
+            again = snapshot()
+            if any(not torch.equal(a, b) for a, b in zip(at_device, again)):
+                res.fail(f"run {r + 2} of {repeats + 1} differs bit-wise from the first launch (a race, an "
+                         "uninitialised read, or state kept between calls)")
+                break
+        _check_memory(res, ins, outs, ws, sentinels, host_in, "the repeated runs")
+
+    # 3. numerics of the first launch (on the device, now that the kernel runs no more)
+    res.outputs = [b.view(_dtype(meta.outputs[j].dtype)) for j, b in enumerate(at_device)]
+    _compare(res, [o.to(device).float() for o in res.outputs], [r.to(device) for r in refs],
+             [t.to(device) for t in tols])
+    if graph is not None:
+        res.replay = _Replay(graph, stream, prime, snapshot, at_device)
+    return res
+
+
+@dataclass
+class _Replay:
+    graph: Any
+    stream: Any
+    prime: Any
+    snapshot: Any
+    first: list[Any]
+
+
+def time_replays(res: CaseOutcome, iters: int = 50) -> float | None:
+    """Median ms of one graph replay of a case :func:`check_case` passed; the outputs are checked again
+    afterwards. None (and a problem recorded) when the case has no graph or the check after timing fails."""
+    import torch
+
+    if res.replay is None:
+        return None
+    graph, stream, prime, snapshot, first = (res.replay.graph, res.replay.stream, res.replay.prime,
+                                             res.replay.snapshot, res.replay.first)
+    with torch.cuda.stream(stream):
+        prime()
+        for _ in range(3):
+            graph.replay()
+    stream.synchronize()
+    times = []
+    with torch.cuda.stream(stream):
+        for _ in range(iters):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            graph.replay()
+            b.record(stream)
+            times.append((a, b))
+    stream.synchronize()
+    ms = sorted(a.elapsed_time(b) for a, b in times)
+    after = snapshot()
+    if any(not torch.equal(x, y) for x, y in zip(first, after)):
+        res.fail(f"after {iters + 3} timed replays the outputs differ from the first launch (the kernel stops "
+                 "doing its work after a few calls)")
+        return None
+    return ms[len(ms) // 2]
+
+
+def copy_floor_ms(nbytes: int, device: Any, iters: int = 20) -> float:
+    """Median ms of a device-to-device copy moving ``nbytes`` in total (read + write): what any kernel that
+    reads its inputs once and writes its outputs once cannot beat by much."""
+    import torch
+
+    half = max(nbytes // 2, 256)
+    src = torch.empty(half, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        times.append((a, b))
+    torch.cuda.synchronize(device)
+    ms = sorted(a.elapsed_time(b) for a, b in times)
+    return ms[len(ms) // 2]
+
+
+def _capture(lib: "LauncherLibrary", in_ptrs: list[int], out_ptrs: list[int], extents: list[int],
+             ws_ptr: int | None, stream: Any, device: Any, res: CaseOutcome) -> Any:
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, stream=stream):
+            lib.launch(in_ptrs, out_ptrs, extents, ws_ptr, stream.cuda_stream)
+    except Exception as e:
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # pragma: no cover - a sticky error; the problem below names it
+            pass
+        res.fail("the launch cannot be captured into a CUDA graph on the stream it is given (engines replay "
+                 f"plugins in graphs; a launch on another stream or a synchronising call breaks that): "
+                 f"{' '.join(str(e).split())[:300]}")
+        return None
+    return graph
+
+
+def _check_memory(res: CaseOutcome, ins: list[_Guarded], outs: list[_Guarded], ws: _Guarded | None,
+                  sentinels: list[_Sentinel], host_in: list["torch.Tensor"], when: str) -> None:
+    import torch
+
+    for i, g in enumerate(ins):
+        if not g.guards_intact():
+            res.fail(f"{when} wrote next to input {i} (its canary changed)")
+        if not torch.equal(_bits(g.tensor.detach()).cpu(), host_in[i]):
+            res.fail(f"{when} changed input {i}")
+    for j, g in enumerate(outs):
+        if not g.guards_intact():
+            res.fail(f"{when} wrote outside output {j} (its canary changed)")
+    if ws is not None and not ws.guards_intact():
+        res.fail(f"{when} wrote outside the workspace (its canary changed)")
+    if not all(s.intact() for s in sentinels):
+        res.fail(f"{when} wrote far outside every buffer it was given (a sentinel block changed)")
+
+
+def _compare(res: CaseOutcome, outs: list["torch.Tensor"], refs: list["torch.Tensor"],
+             tols: list["torch.Tensor"]) -> None:
+    import torch
+
+    for j, (out, ref, tol) in enumerate(zip(outs, refs, tols)):
+        if tuple(out.shape) != tuple(ref.shape):
+            res.fail(f"output {j} has shape {list(out.shape)}, the reference {list(ref.shape)}")
+            continue
+        finite = torch.isfinite(out)
+        if not bool(finite.all()):
+            res.fail(f"output {j}: {int((~finite).sum())} element(s) NaN/Inf or never written")
+        err = (out - ref).abs()
+        err = torch.where(finite, err, torch.full_like(err, float("inf")))
+        max_err = float(err.max()) if err.numel() else 0.0
+        ref_max = float(ref.abs().max()) if ref.numel() else 0.0
+        used = float((err / tol).max()) if err.numel() else 0.0
+        res.max_abs_err = max(res.max_abs_err, max_err)
+        res.max_rel_err = max(res.max_rel_err, max_err / ref_max if ref_max > 0 else max_err)
+        res.budget_used = max(res.budget_used, used)
+        if not used <= 1.0:  # NaN counts as over
+            idx = int(torch.argmax(err / tol))
+            res.fail(f"output {j}: error {max_err:.3g} exceeds its budget ({used:.3g}x the tolerance at flat "
+                     f"index {idx})")
+
+
+def _dtype(name: str) -> "torch.dtype":
+    import torch
+
+    return {"float16": torch.float16, "float32": torch.float32, "int32": torch.int32, "int8": torch.int8}[name]
