@@ -70,6 +70,8 @@ class BundlePlugin(BaseModel):
     sha256: str
     file: str
     engine_api: str
+    admission: str = Field("unverified", description="the admission gate's verdict when the engine was compiled: "
+                           "admitted, or unverified (a simulated engine, or --allow-unverified)")
 
 
 class BundleManifest(Versioned):

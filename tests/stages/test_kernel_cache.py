@@ -41,6 +41,25 @@ def test_reuse_is_renamed_and_keys_separate_problems(tmp_path):
     assert kernel_cache.lookup(tmp_path / "cache", "nope", "B", out) is None
 
 
+def test_a_source_changed_or_planted_in_the_cache_is_a_miss(tmp_path):
+    key = kernel_cache.cache_key(_cand("A"), "templates", "1", "H200", None, "fp16", {})
+    src = _src("A").write(tmp_path / "A.module_source.py")
+    kernel_cache.store(tmp_path / "cache", key, src, None)
+    entry = tmp_path / "cache" / "kernels" / key
+    out = tmp_path / "B.module_source.py"
+    assert kernel_cache.lookup(tmp_path / "cache", key, "B", out) is None  # no report: not a finished job
+    assert out.is_file()
+    out.unlink()
+    planted = _src("A")
+    planted.source = "// planted"
+    planted.write(entry / "source.module_source.py")
+    assert kernel_cache.lookup(tmp_path / "cache", key, "B", out) is None and not out.exists()
+    other = tmp_path / "cache" / "kernels" / ("0" * 24)
+    other.mkdir()
+    _src("A").write(other / "source.module_source.py")  # an entry no store() wrote: no recorded hash
+    assert kernel_cache.lookup(tmp_path / "cache", "0" * 24, "B", out) is None and not out.exists()
+
+
 def test_a_store_killed_half_way_leaves_nothing_behind_for_long(tmp_path):
     """A kill inside store() leaves its temp entry; the next store sweeps temp entries of dead processes
     (and never a live writer's)."""

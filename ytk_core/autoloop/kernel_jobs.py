@@ -18,6 +18,7 @@ from ytk_hookspecs.models import ArchSpec, CandidatesFile
 from ytk_hookspecs.models.base import sha256_file
 
 from ..errors import KernelJobFailed
+from ..stages.admission import AdmissionRefused
 from .control import checkpoint
 from .isolate import describe, must_stop, one_line
 from .state import PluginRecord, RoundRecord, file_ok
@@ -148,6 +149,12 @@ class KernelJobs:
         return file_ok(self.ws.workdir, cand.source, cand.source_sha256)
 
     # -- builds -------------------------------------------------------------------------------------
+    def _not_admitted(self, rec: Any) -> str | None:
+        """Why a built plugin may not go on to a real engine (it was not admitted), or None."""
+        if self.ws.state.backends["engine"] == "mock" or (rec is not None and rec.status == "admitted"):
+            return None
+        return f"admission: unverified ({rec.reason if rec else 'no verdict'}); a real engine loads only admitted plugins"
+
     def build_round(self, rnd: RoundRecord) -> None:
         from ..stages.build_plugin import run_build_plugin
 
@@ -162,11 +169,20 @@ class KernelJobs:
                                        builder=state.backends["builder"], candidates=prep / "candidates.json",
                                        precision=state.precision)
                 so_rel = ws.rel(out.so_path)
+                refused = self._not_admitted(out.admission)
+            except AdmissionRefused as e:
+                ws.drop(c, "build", f"admission: {describe(e)}")
+                ws.save()
+                continue
             except Exception as e:
                 if must_stop(e):
                     raise
                 ws.debug_traceback(f"building {c.name} failed", e)
                 ws.drop(c, "build", f"build: {describe(e)}")
+                ws.save()
+                continue
+            if refused:
+                ws.drop(c, "build", refused)
                 ws.save()
                 continue
             c.status, c.so, c.so_sha256 = "built", so_rel, out.sha256

@@ -18,7 +18,8 @@ def build_plugin(
     source: Annotated[Path, typer.Option("-s", "--source", help="<Name>.module_source.py")],
     output: Annotated[Path, typer.Option("-o", "--output", help="plugin .so to write")],
     candidates: Annotated[Optional[Path], typer.Option(
-        "--candidates", help="candidates.json of the prepare dir: also check the source against its region")] = None,
+        "--candidates", help="candidates.json of the prepare dir: check the source against its region, and run "
+        "the built .so through the admission gate against the region's reference (on a GPU of its SM)")] = None,
     precision: Annotated[Optional[str], typer.Option(
         "-p", "--precision", help="engine precision the plugin is for (fp16/fp32): checks its dtypes")] = None,
     builder: BuilderOpt = None,
@@ -28,6 +29,8 @@ def build_plugin(
 
     --plugin-name rewrites the name in a copy of the source (the generated file is never
     modified); the built .so's self-description is checked before the --custom-plugin line is printed.
+    With --candidates, the .so itself is run on the GPU against the region's reference (the admission
+    gate); its verdict goes to <output>.admission.json, and a rejected plugin exits 5.
     """
     from ..runtime import emit_json, stdout
     from ..stages.build_plugin import run_build_plugin
@@ -37,7 +40,8 @@ def build_plugin(
     if json_:
         emit_json({"so_path": str(out.so_path), "sha256": out.sha256, "description": d.model_dump(mode="json"),
                    "builder_selection": out.builder_selection, "renamed_from": out.renamed_from,
-                   "contract": out.contract.as_dict(), "custom_plugin": out.custom_plugin_line})
+                   "contract": out.contract.as_dict(), "custom_plugin": out.custom_plugin_line,
+                   "admission": out.admission.model_dump(mode="json") if out.admission else None})
         return
     note = f" (renamed from {out.renamed_from} in a copy; {source} is unchanged)" if out.renamed_from else ""
     stdout.print(f"built {out.so_path}: {d.namespace}::{d.name} v{d.version}{note}", highlight=False, markup=False)
@@ -47,4 +51,13 @@ def build_plugin(
     if d.engine_api == "mock-cpu":
         stdout.print("  SIMULATED: a mock plugin (no GPU code); only the mock engine accepts it", highlight=False,
                      markup=False)
+    a = out.admission
+    if a is not None and d.engine_api != "mock-cpu":  # a mock plugin's line above says it all
+        if a.status == "admitted":
+            worst = max((c.budget_used for c in a.cases), default=0.0)
+            line = (f"  admitted on {a.device}: {len(a.cases)} case(s), {a.repeats} replays each, worst error "
+                    f"{worst:.3g}x of its budget")
+        else:
+            line = f"  {a.status}: {a.reason}"
+        stdout.print(line, highlight=False, markup=False)
     stdout.print(out.custom_plugin_line, highlight=False, markup=False)

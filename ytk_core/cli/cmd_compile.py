@@ -26,6 +26,9 @@ def compile_(
     warmup: Annotated[int, typer.Option("--warmup", help="iterations run before measuring")] = 3,
     allow_unused_plugin: Annotated[bool, typer.Option(
         "--allow-unused-plugin", help="a --custom-plugin that serves no custom-op node is a warning, not an error")] = False,
+    allow_unverified: Annotated[bool, typer.Option(
+        "--allow-unverified", help="a real engine may load a plugin the admission gate could not run (no GPU of "
+        "its SM here, no region reference); a rejected plugin is never loaded")] = False,
     engine: EngineOpt = None,
     top: Annotated[int, typer.Option("--top", help="slowest layers to list")] = 5,
     json_: JsonOpt = False,
@@ -34,13 +37,16 @@ def compile_(
 
     Every custom-op node of the ONNX must be served by one --custom-plugin .so, matched on
     (namespace, name, version), input arity and dtypes before anything is built; a --custom-plugin
-    that serves no node is an error (exit 2) unless --allow-unused-plugin.
+    that serves no node is an error (exit 2) unless --allow-unused-plugin. A real engine loads only
+    plugins the admission gate admitted (<plugin>.so.admission.json, written by build-plugin
+    --candidates; a .so without one is gated here when a GPU of its SM and the candidates.json beside
+    the ONNX are at hand): a rejected plugin exits 5, an unverified one exits 2 unless --allow-unverified.
     """
     from ..runtime import emit_json
     from ..stages.compile import run_compile
 
     out = run_compile(arch, precision, onnx, npz, output, custom_plugin or [], iterations, warmup, engine,
-                      allow_unused_plugin=allow_unused_plugin)
+                      allow_unused_plugin=allow_unused_plugin, allow_unverified=allow_unverified)
     if json_:
         emit_json({"bundle": str(out.bundle), "manifest": out.manifest.model_dump(mode="json"),
                    "totals": out.totals(), "plugin_nodes": out.plugin_nodes, "warnings": out.warnings,

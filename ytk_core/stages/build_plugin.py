@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
-from ytk_hookspecs.models import (BuildRequest, BuildResult, CandidatesFile, PluginDescription, sha256_file)
+from ytk_hookspecs.models import (AdmissionRecord, BuildRequest, BuildResult, Candidate, CandidatesFile,
+                                  PluginDescription, sha256_file)
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
+from .admission import AdmissionRefused, admit
 from .inputs import existing_file, output_file, parse_arch, parse_precision
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -34,6 +36,7 @@ class BuildOutcome:
     builder_selection: str
     renamed_from: str | None
     contract: ContractReport
+    admission: AdmissionRecord | None = None
     log: str = ""
     warnings: list[str] = field(default_factory=list)
 
@@ -50,17 +53,23 @@ def load_source(path: Path) -> KernelSource:
         raise UsageError(str(e)) from None
 
 
+def find_region(candidates: Path, name: str) -> Candidate:
+    """The region ``name`` of a prepare's candidates.json, or a usage error naming what it has."""
+    existing_file(candidates, "--candidates")
+    cf = CandidatesFile.read(candidates)
+    cand = next((c for c in cf.candidates if c.name == name), None)
+    if cand is None:
+        raise UsageError(f"--candidates {candidates} has no region named {name!r} (it has "
+                         f"{', '.join(c.name for c in cf.candidates) or 'none'}); --plugin-name must be the "
+                         "name the prepare --plugin selector put into the ONNX")
+    return cand
+
+
 def contract_of(src: KernelSource, origin: str, candidates: Path | None, precision: str | None) -> ContractReport:
     """Intrinsic checks, plus the region's contract when its candidates.json is given."""
     rep = check_source(src, origin)
     if candidates is not None:
-        existing_file(candidates, "--candidates")
-        cf = CandidatesFile.read(candidates)
-        cand = next((c for c in cf.candidates if c.name == src.meta.plugin_name), None)
-        if cand is None:
-            raise UsageError(f"--candidates {candidates} has no region named {src.meta.plugin_name!r} (it has "
-                             f"{', '.join(c.name for c in cf.candidates) or 'none'}); --plugin-name must be the "
-                             "name the prepare --plugin selector put into the ONNX")
+        cand = find_region(candidates, src.meta.plugin_name)
         rep.extend(check_meta_against_candidate(src.meta, cand, precision or "fp16"))
     elif precision is not None:
         want = "float16" if precision == "fp16" else "float32"
@@ -109,8 +118,22 @@ def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, bu
         raise BackendError(f"builder {sel.name!r} produced {so}, but its self-description does not match the "
                            f"source (kept as {bad} for inspection):\n  - " + "\n  - ".join(problems))
     desc = read_plugin_description(so)
+    cand = find_region(candidates, plugin_name) if candidates is not None else None
+    with rt.context(None, "admission").progress(f"admission of {plugin_name}") as task:
+        rec = admit(so, cand, Path(candidates).parent if candidates is not None else None, prec or "fp16",
+                    progress=lambda msg: task.update(description=msg))
+    if rec.status == "rejected":
+        bad = so.with_name(so.name + ".rejected")
+        shutil.move(str(so), bad)
+        rec_path = AdmissionRecord.path_for(so)
+        kept = AdmissionRecord.path_for(bad)
+        shutil.move(str(rec_path), kept)
+        raise AdmissionRefused(f"plugin {plugin_name} was built but the admission gate rejected it, so it will not "
+                               f"reach an engine (kept as {bad}; every case in {kept}):\n  - "
+                               + "\n  - ".join(p for c in rec.cases for p in c.problems)[:4000])
     return BuildOutcome(so_path=so, sha256=sha256_file(so), description=desc, builder_selection=sel.describe(),
-                        renamed_from=renamed_from, contract=rep, log=res.log, warnings=rep.warnings)
+                        renamed_from=renamed_from, contract=rep, admission=rec, log=res.log,
+                        warnings=rep.warnings)
 
 
 def _verify_built(so: Path, src: KernelSource, sm: int) -> list[str]:

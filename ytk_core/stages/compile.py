@@ -72,11 +72,14 @@ def _check_inputs(onnx: Path, npz: Path) -> None:
 
 def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
                 custom_plugins: list[Path] | None = None, iterations: int = 10, warmup: int = 3,
-                engine: str | None = None, allow_unused_plugin: bool = False) -> CompileOutcome:
+                engine: str | None = None, allow_unused_plugin: bool = False,
+                allow_unverified: bool = False) -> CompileOutcome:
     """Check, build, profile and write the engine bundle atomically; returns what was written.
 
     A plugin that serves no custom-op node of ``onnx`` is an error (the engine would be the
-    baseline under an optimised name) unless ``allow_unused_plugin``, when it is a warning."""
+    baseline under an optimised name) unless ``allow_unused_plugin``, when it is a warning. A real
+    (not simulated) engine loads only plugins the admission gate admitted (:mod:`.admission`), or
+    unverified ones with ``allow_unverified``."""
     rt = runtime()
     target = parse_arch(arch)
     prec = parse_precision(precision)
@@ -96,7 +99,16 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
                        "compiled):\n  - " + "\n  - ".join(match.errors))
     if match.unused and not allow_unused_plugin:
         raise UsageError(_unused_message(match.unused, nodes, onnx))
-    for w in match.warnings:
+    warnings = list(match.warnings)
+    admission: dict[str, str] = {}
+    if plugins and not sel.backend.info.simulated:
+        from .admission import gate_plugins
+
+        with rt.context(None, "admission").progress("admission gate") as task:
+            admission, more = gate_plugins([(pf.path, pf.description.name) for pf in plugins], onnx, prec,
+                                           allow_unverified, progress=lambda m: task.update(description=m))
+        warnings += more
+    for w in warnings:
         rt.log.warning(w)
     plugin_nodes: dict[str, list[str]] = {}
     for node_name, pf in match.matches.items():
@@ -124,7 +136,8 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
             npz_sha256=sha256_file(npz), label=label,
             plugins=[BundlePlugin(name=a.description.name, namespace=a.description.namespace,
                                   version=a.description.version, sha256=a.sha256, file=a.path.name,
-                                  engine_api=a.description.engine_api) for a in artifacts])
+                                  engine_api=a.description.engine_api,
+                                  admission=admission.get(a.description.name, "unverified")) for a in artifacts])
         profile = LayerProfile(device=pres.device, simulated=pres.simulated, iterations=len(pres.iterations_ms),
                                layers=pres.layers)
         bench = BenchmarkRecord(device=pres.device, simulated=pres.simulated, warmup=warmup,
@@ -142,7 +155,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return CompileOutcome(bundle=output, manifest=manifest, profile=profile, benchmark=bench,
-                          engine_selection=sel.describe(), warnings=list(match.warnings), plugin_nodes=plugin_nodes)
+                          engine_selection=sel.describe(), warnings=warnings, plugin_nodes=plugin_nodes)
 
 
 def _unused_message(unused: list[PluginFile], nodes: list[CustomNode], onnx: Path) -> str:

@@ -5,6 +5,10 @@ same kernel problem: same ops, shapes, dtypes, roles, target and generator. Gene
 most expensive job in the flow, so a finished one is reused, renamed to the new plugin name. The
 key holds the generator's name and version, so upgrading a backend invalidates its entries.
 Set ``YTK_KERNEL_CACHE=0`` to always generate afresh.
+
+An entry records the sha256 of the source it stored and is reused only while the source still has it:
+a file changed or planted under the cache directory is a miss, never a kernel. Whatever the cache
+hands back is built and then run by the admission gate like any other kernel (:mod:`.admission`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import threading
 from pathlib import Path
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError, report_path
-from ytk_hookspecs.models import Candidate
+from ytk_hookspecs.models import Candidate, sha256_file
 
 
 #: A store writes its entry under this name (with its process id) and renames it into place.
@@ -45,11 +49,14 @@ def lookup(root: Path, key: str, plugin_name: str, output: Path) -> Path | None:
     """Write the cached kernel, renamed to ``plugin_name``, to ``output``; return its report path or None."""
     entry = root / "kernels" / key
     src = entry / "source.module_source.py"
-    if not src.is_file():
+    digest = entry / "source.sha256"
+    if not src.is_file() or not digest.is_file():
         return None
     try:
+        if digest.read_text().strip() != sha256_file(src):
+            return None
         ks = KernelSource.read(src)
-    except KernelSourceError:
+    except (KernelSourceError, OSError, UnicodeDecodeError):
         return None
     ks.renamed(plugin_name).write(output)
     rep = entry / "report.json"
@@ -70,6 +77,7 @@ def store(root: Path, key: str, source: Path, report: Path | None) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     shutil.copyfile(source, tmp / "source.module_source.py")
+    (tmp / "source.sha256").write_text(sha256_file(tmp / "source.module_source.py") + "\n")
     if report is not None and Path(report).is_file():
         shutil.copyfile(report, tmp / "report.json")
     shutil.rmtree(entry, ignore_errors=True)

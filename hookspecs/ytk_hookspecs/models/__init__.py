@@ -1,5 +1,6 @@
 """Contract models passed through the hooks and written to disk (all pydantic v2, versioned)."""
 
+from .admission import AdmissionCaseRecord, AdmissionRecord, AdmissionStatus
 from .arch import GPU_NAMES, GPU_PROPERTIES, ArchSpec, ArchSpecError, GpuProperties, gpu_sm
 from .backend import ROLE_STAGES, SELECTABLE_ROLES, Availability, BackendInfo, Role, Stage
 from .base import ArtifactError, Versioned, sha256_file, write_bytes_atomic, write_text_atomic

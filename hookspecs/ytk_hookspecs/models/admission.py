@@ -1,0 +1,45 @@
+"""What the core's admission gate found when it ran a built plugin (``<plugin>.so.admission.json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .base import Versioned
+
+AdmissionStatus = Literal["admitted", "rejected", "unverified"]
+
+
+class AdmissionCaseRecord(BaseModel):
+    label: str = Field(description="site shape / input distribution / seed")
+    ok: bool
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    budget_used: float = Field(0.0, description="max |out - ref| / tolerance over the case (<= 1 passes)")
+    problems: list[str] = Field(default_factory=list)
+    skipped: str = Field("", description="why a drawn case was not run (the region's own ops overflow on it)")
+
+
+class AdmissionRecord(Versioned):
+    """The verdict on one ``.so`` (by its sha256): ``admitted`` only after every case passed on a GPU;
+    ``unverified`` where the gate could not run (no GPU of the plugin's SM here, a simulated plugin, no region
+    reference); ``rejected`` with the problems found. A plugin that is not admitted never reaches a real
+    engine."""
+
+    plugin_name: str
+    so_sha256: str
+    status: AdmissionStatus
+    reason: str = ""
+    device: str = ""
+    error_budget: str = ""
+    repeats: int = 0
+    cases: list[AdmissionCaseRecord] = Field(default_factory=list)
+    kernel_ms_per_site: list[float] = Field(default_factory=list)
+    floor_ms_per_site: list[float] = Field(default_factory=list)
+
+    @staticmethod
+    def path_for(so: str | Path) -> Path:
+        p = Path(so)
+        return p.with_name(p.name + ".admission.json")

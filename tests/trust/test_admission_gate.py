@@ -1,0 +1,83 @@
+"""The core's admission gate: planted kernels built as users build plugins, and what an engine accepts.
+
+On the CPU (CI) every planted kernel must build and come back `unverified` (no GPU to run it), and a
+real engine must refuse what is not admitted. On the GPU machine the whole planted suite runs: only the
+exact kernel is admitted (`benchmarks/admission_suite.py` prints the same table).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import admission_suite  # noqa: E402
+from ytk_core.stages.admission import AdmissionRefused, gate_plugins, record_for  # noqa: E402
+from ytk_hookspecs.models import AdmissionRecord, sha256_file  # noqa: E402
+
+
+def _has_nvcc() -> bool:
+    from ytk_backend_nvcc.toolchain import find_nvcc
+
+    return find_nvcc() is not None
+
+
+needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="needs nvcc to build the planted kernels")
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory):  # type: ignore[no-untyped-def]
+    work = tmp_path_factory.mktemp("admission")
+    return work, admission_suite.prepare(work)
+
+
+def test_every_planted_kernel_differs_from_the_exact_one() -> None:
+    exact = admission_suite.source_of("exact")
+    for name in admission_suite.PLANTED:
+        assert "/*@" not in admission_suite.source_of(name).replace("/*@skip@*/", "").replace(
+            "/*@value@*/", "").replace("/*@after@*/", "").replace("/*@launch@*/", "").replace("/*@post@*/", "")
+        if name != "exact":
+            assert admission_suite.source_of(name) != exact, name
+
+
+@needs_nvcc
+def test_without_a_gpu_kernels_build_unverified_and_a_real_engine_refuses_them(suite_dir) -> None:
+    from tests.conftest import has_cuda
+
+    if has_cuda():
+        pytest.skip("this machine has a GPU: the gate runs, test_no_planted_kernel_is_admitted_on_the_gpu covers it")
+    work, prep = suite_dir
+    row = admission_suite.run_one("race", work, prep, admission_suite.local_arch())
+    assert row["exit"] == 0 and row["verdict"] == "unverified", row
+    so = work / "race" / "DwS.so"
+    assert "no CUDA GPU here" in record_for(so).reason
+    with pytest.raises(AdmissionRefused, match="unverified.*--allow-unverified") as e:
+        gate_plugins([(so, "DwS")], prep / "model.onnx", "fp16", allow_unverified=False)
+    assert e.value.exit_code == 2
+    status, warnings = gate_plugins([(so, "DwS")], prep / "model.onnx", "fp16", allow_unverified=True)
+    assert status == {"DwS": "unverified"} and "loaded unchecked" in warnings[0]
+    # a verdict about other bytes is no verdict; a rejection is final, whatever the flags
+    rec_path = AdmissionRecord.path_for(so)
+    AdmissionRecord(plugin_name="DwS", so_sha256="0" * 64, status="admitted").write(rec_path)
+    assert record_for(so) is None
+    AdmissionRecord(plugin_name="DwS", so_sha256=sha256_file(so), status="rejected", reason="planted",
+                    cases=[]).write(rec_path)
+    with pytest.raises(AdmissionRefused, match="rejected by the admission gate") as e:
+        gate_plugins([(so, "DwS")], prep / "model.onnx", "fp16", allow_unverified=True)
+    assert e.value.exit_code == 5
+
+
+@pytest.mark.gpu
+def test_no_planted_kernel_is_admitted_on_the_gpu(suite_dir) -> None:
+    work, prep = suite_dir
+    arch = admission_suite.local_arch()
+    rows = {n: admission_suite.run_one(n, work, prep, arch) for n in admission_suite.PLANTED}
+    assert rows["exact"]["verdict"] == "admitted", rows["exact"]
+    assert rows["exact"]["exit"] == 0
+    wrong = {n: r["verdict"] for n, r in rows.items() if n != "exact" and r["verdict"] != "rejected"}
+    assert not wrong, wrong
+    assert all(r["exit"] == 5 for n, r in rows.items() if n != "exact")

@@ -1,0 +1,411 @@
+"""The admission gate: the core itself runs every built plugin before any engine may load it.
+
+Whatever generated a kernel -- the templates, a compiler-backed generator, a third party's backend,
+a cache entry -- the ``.so`` that ships is loaded here and its extern "C" launcher is run on the GPU
+(:func:`ytk_hookspecs.admission.check_case`: canaries around every buffer, poisoned outputs, a
+non-default stream, a graph capture replayed several times, inputs checked bit for bit) against the
+region's own ``.pt2`` in fp32 on:
+
+- the inputs captured at every distinct site shape during the carve, and
+- inputs of three distributions at those shapes (the captured activations' scale, four times wider,
+  and shifted off zero), drawn with fresh seeds on every run (recorded in the verdict) so no kernel
+  can have memorised them; lifted weights stay the captured ones so the region's arithmetic stays in
+  its real range. A drawn case on which the region's own ops overflow at the engine precision is
+  skipped (and says so); the captured case never is.
+
+The per-element budget is ``rel*|ref| + 4*E + abs*max|ref| + 2^-24``, where ``E`` is the largest
+error of the region's own torch ops at the engine's precision on the same inputs (what the engine
+would have delivered without the plugin): a kernel may be as inexact as the engine's own arithmetic
+with margin, and not more. A kernel whose timed replay beats a plain device copy of its bytes by
+more than half is rejected as a measurement bug or a cheat. The verdict is written beside the .so as
+``<plugin>.so.admission.json`` and keyed by the .so's sha256: a changed file needs a new verdict.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ytk_hookspecs.models import AdmissionCaseRecord, AdmissionRecord, Candidate, sha256_file
+from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
+
+from ..errors import YtkError
+
+ERROR_BUDGET = ("per element |out - ref| <= rel*|ref| + 4*E + abs*max|ref| + 2^-24; ref = the region's .pt2 in fp32 "
+                "(TF32 off) on the same inputs, E = max error of the region's own torch ops at the engine precision "
+                "on those inputs; fp16: rel 2^-9, abs 2^-12; fp32: rel 2^-18, abs 2^-20")
+BUDGET = {"fp16": (2.0 ** -9, 2.0 ** -12), "fp32": (2.0 ** -18, 2.0 ** -20)}
+#: drawn distributions, each relative to the captured activation's scale
+DISTRIBUTIONS = ("normal", "wide", "offset")
+#: a timed replay under this fraction of a device copy of the same bytes is not believed
+FLOOR_FRACTION = 0.5
+SIMULATED_APIS = ("mock-cpu",)
+#: the child running one plugin's gate is killed after this long (a kernel that never returns)
+CHILD_TIMEOUT_S = 900
+
+
+class AdmissionRefused(YtkError):
+    """A plugin the gate rejected, or one it could not verify where verification is required."""
+
+    exit_code = 5
+
+
+def record_for(so: Path) -> AdmissionRecord | None:
+    """The verdict written beside ``so`` when it is about this very file (same sha256), else None."""
+    p = AdmissionRecord.path_for(so)
+    if not p.is_file() or not Path(so).is_file():
+        return None
+    try:
+        rec = AdmissionRecord.read(p)
+    except Exception:
+        return None
+    return rec if rec.so_sha256 == sha256_file(so) else None
+
+
+def _unverified(so: Path, digest: str, name: str, reason: str) -> AdmissionRecord:
+    rec = AdmissionRecord(plugin_name=name, so_sha256=digest, status="unverified", reason=reason,
+                          error_budget=ERROR_BUDGET)
+    rec.write(AdmissionRecord.path_for(so))
+    return rec
+
+
+def local_cuda(sm: int) -> tuple[Any, str] | str:
+    """(device, name) of a local CUDA GPU that runs sm``sm`` code, else why there is none."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed here"
+    try:
+        if not torch.cuda.is_available():
+            return "no CUDA GPU here"
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            if p.major * 10 + p.minor == sm:
+                return torch.device("cuda", i), p.name
+        p = torch.cuda.get_device_properties(0)
+        return f"the local {p.name} is sm{p.major}{p.minor}, the plugin is built for sm{sm}"
+    except Exception as e:  # a broken driver is a reason, not a crash
+        return f"CUDA is not usable here ({type(e).__name__}: {e})"
+
+
+def admit(so: Path, cand: Candidate | None, prep: Path | None, precision: str,
+          progress: Callable[[str], None] | None = None) -> AdmissionRecord:
+    """Run the gate on ``so`` (the region ``cand`` of the carve in ``prep``); write and return the verdict."""
+    so = Path(so)
+    digest = sha256_file(so)
+    try:
+        desc = read_plugin_description(so)
+    except PluginInfoError as e:
+        return _rejected(so, digest, so.stem, [str(e)])
+    if desc.engine_api in SIMULATED_APIS:
+        return _unverified(so, digest, desc.name, "a simulated plugin (no GPU code): only the mock engine runs it")
+    if cand is None or prep is None or not cand.files.pt2:
+        return _unverified(so, digest, desc.name, "no region reference to check it against (build it with "
+                           "--candidates <prepare dir>/candidates.json)")
+    here = local_cuda(desc.sm)
+    if isinstance(here, str):
+        return _unverified(so, digest, desc.name, f"the gate needs a GPU that runs it: {here}")
+    return _run_isolated(so, digest, desc.name, cand, Path(prep), precision, progress)
+
+
+def _run_isolated(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precision: str,
+                  progress: Callable[[str], None] | None) -> AdmissionRecord:
+    """:func:`_run` in a child process: a kernel that faults (an illegal address leaves the CUDA context
+    unusable) or hangs takes down the child, never the caller; its death is the verdict."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ytk-admission-") as td:
+        job = Path(td) / "job.json"
+        job.write_text(json.dumps({"so": str(so), "digest": digest, "name": name, "prep": str(prep),
+                                   "precision": precision, "candidate": cand.model_dump(mode="json")}))
+        err = Path(td) / "stderr.txt"
+        AdmissionRecord.path_for(so).unlink(missing_ok=True)
+        with open(err, "w") as ef:
+            proc = subprocess.Popen([sys.executable, "-m", "ytk_core.stages.admission", str(job)],
+                                    stdout=subprocess.PIPE, stderr=ef, text=True)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if progress and line.strip():
+                    progress(line.strip())
+            try:
+                rc = proc.wait(timeout=CHILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+        rec = record_for(so)
+        if rc == 0 and rec is not None:
+            return rec
+        tail = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+        why = f"the gate's process died while running the kernel (exit {rc})" + (f": {tail[0][:300]}" if tail else "")
+        return _rejected(so, digest, name, [why])
+
+
+def _child(job_path: str) -> int:
+    """The child's side of :func:`_run_isolated`: run the gate, write the verdict, exit 0."""
+    import json
+
+    job = json.loads(Path(job_path).read_text())
+    so, digest, name = Path(job["so"]), job["digest"], job["name"]
+    here = local_cuda(read_plugin_description(so).sm)
+    if isinstance(here, str):
+        _unverified(so, digest, name, f"the gate needs a GPU that runs it: {here}")
+        return 0
+    device, gpu_name = here
+    cand = Candidate.model_validate(job["candidate"])
+
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+
+    try:
+        _run(so, digest, name, cand, Path(job["prep"]), job["precision"], device, gpu_name, say)
+    except Exception as e:  # a gate that cannot finish admits nothing
+        _rejected(so, digest, name, [f"the gate could not run it: {type(e).__name__}: "
+                                     f"{' '.join(str(e).split())[:300]}"], device=gpu_name)
+    return 0
+
+
+def _rejected(so: Path, digest: str, name: str, problems: list[str], device: str = "",
+              cases: list[AdmissionCaseRecord] | None = None) -> AdmissionRecord:
+    rec = AdmissionRecord(plugin_name=name, so_sha256=digest, status="rejected", reason="; ".join(problems[:3]),
+                          device=device, error_budget=ERROR_BUDGET, cases=cases or [])
+    rec.write(AdmissionRecord.path_for(so))
+    return rec
+
+
+def _run(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precision: str, device: Any,
+         gpu_name: str, progress: Callable[[str], None] | None) -> AdmissionRecord:
+    import torch
+
+    from ytk_hookspecs.admission import DEFAULT_REPEATS, AdmissionCase, check_case, copy_floor_ms, time_replays
+    from ytk_hookspecs.launcher import LauncherLibrary
+    from ytk_hookspecs.pt2 import load_exported
+
+    lib = LauncherLibrary(so)
+    program = load_exported(prep / str(cand.files.pt2)).module().to(device)
+    sites = _site_inputs(cand, prep)
+    if not sites:
+        return _unverified(so, digest, name, "the carve kept no inputs of any site to check it with")
+    roles = list(cand.input_roles)
+    cases: list[AdmissionCaseRecord] = []
+    kernel_ms: list[float] = []
+    floor_ms: list[float] = []
+    problems: list[str] = []
+    for si, captured in enumerate(sites):
+        shape_label = "x".join(str(d) for d in captured[0].shape)
+        plans = [("captured", -1, captured)]
+        for d in DISTRIBUTIONS:
+            seed = secrets.randbelow(2 ** 31)
+            plans.append((d, seed, _seeded(captured, roles, d, seed)))
+        timed = False
+        for dist, seed, logical in plans:
+            label = f"shape{si}({shape_label})/{dist}" + (f"/seed{seed}" if seed >= 0 else "")
+            if progress:
+                progress(f"admission {name}: {label}")
+            ref, tol, overflow = _reference(program, logical, precision, device)
+            if overflow and seed >= 0:
+                cases.append(AdmissionCaseRecord(label=label, ok=True, skipped=overflow))
+                continue
+            ins = _kernel_inputs(lib, logical, device)
+            out = check_case(lib, AdmissionCase(label, ins, ref, tol), device, repeats=DEFAULT_REPEATS)
+            if out.ok and not timed:
+                timed = True
+                ms = time_replays(out)
+                moved = sum(t.numel() * t.element_size() for t in ins) + sum(
+                    r.numel() * torch.empty((), dtype=_dtype(c.dtype)).element_size()
+                    for r, c in zip(ref, lib.meta.outputs))
+                floor = copy_floor_ms(moved, device)
+                if ms is not None:
+                    kernel_ms.append(round(ms, 6))
+                    floor_ms.append(round(floor, 6))
+                    if ms < FLOOR_FRACTION * floor:
+                        out.fail(f"timed at {ms * 1e3:.2f} us per call, under half of a plain device copy of its "
+                                 f"{moved / 1e6:.1f} MB ({floor * 1e3:.2f} us): not a believable time")
+            cases.append(AdmissionCaseRecord(label=label, ok=out.ok, max_abs_err=out.max_abs_err,
+                                             max_rel_err=out.max_rel_err, budget_used=out.budget_used,
+                                             problems=out.problems))
+            problems.extend(out.problems)
+            del out, ins, ref, tol
+            if problems:
+                break
+        if problems:
+            break
+    if problems:
+        return _rejected(so, digest, name, problems, device=gpu_name, cases=cases)
+    rec = AdmissionRecord(plugin_name=name, so_sha256=digest, status="admitted", device=gpu_name,
+                          error_budget=ERROR_BUDGET, repeats=DEFAULT_REPEATS, cases=cases,
+                          kernel_ms_per_site=kernel_ms, floor_ms_per_site=floor_ms)
+    rec.write(AdmissionRecord.path_for(so))
+    return rec
+
+
+def _site_inputs(cand: Candidate, prep: Path) -> list[list[Any]]:
+    """The captured inputs of each distinct site shape (fp32 torch tensors, logical layout)."""
+    import torch
+
+    if not cand.files.io_npz or not (prep / cand.files.io_npz).is_file():
+        return []
+    out: list[list[Any]] = []
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    with np.load(prep / cand.files.io_npz, allow_pickle=False) as z:
+        k = 0
+        while f"site{k}.in0" in z.files:
+            ins = []
+            j = 0
+            while f"site{k}.in{j}" in z.files:
+                ins.append(torch.from_numpy(np.array(z[f"site{k}.in{j}"])))
+                j += 1
+            key = tuple(tuple(t.shape) for t in ins)
+            if key not in seen:
+                seen.add(key)
+                out.append(ins)
+            k += 1
+    return out
+
+
+def _seeded(captured: list[Any], roles: list[str], dist: str, seed: int) -> list[Any]:
+    """Inputs of one seeded distribution at the captured shapes: activations drawn at the captured scale,
+    weights (and any non-float input) as captured."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, t in enumerate(captured):
+        role = roles[i] if i < len(roles) else "activation"
+        if role != "activation" or not t.is_floating_point():
+            out.append(t)
+            continue
+        std = float(t.float().std()) if t.numel() > 1 else 1.0
+        std = std if std > 0 and np.isfinite(std) else 1.0
+        x = torch.randn(t.shape, generator=g)
+        if dist == "wide":
+            x = x * (4.0 * std)
+        elif dist == "offset":
+            x = x * (0.5 * std) + 2.0 * std
+        else:
+            x = x * std
+        out.append(x.to(t.dtype))
+    return out
+
+
+def _reference(program: Any, logical: list[Any], precision: str,
+               device: Any) -> tuple[list[Any], list[Any], str]:
+    """fp32 references (TF32 off), per-element tolerances, and why the case is unfair (the region's own ops
+    overflow at the engine precision on it) or ''."""
+    import torch
+
+    # activations as the engine feeds them: rounded to its precision
+    dev = [(t.half().float() if precision == "fp16" and t.is_floating_point() else t).to(device) for t in logical]
+    prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            ref = [r.float() for r in _as_list(program(*dev))]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+    e = _engine_precision_error(program, dev, ref, precision)
+    overflow = ""
+    if not all(np.isfinite(v) for v in e) or not all(bool(torch.isfinite(r).all()) for r in ref):
+        overflow = f"skipped: the region's own ops overflow at {precision} on these inputs"
+        e = [0.0 if not np.isfinite(v) else v for v in e]
+    rel, ab = BUDGET[precision]
+    tols = []
+    for j, r in enumerate(ref):
+        scale = float(r.abs().max()) if r.numel() else 0.0
+        tols.append(r.abs() * rel + (4.0 * e[j] + ab * scale + 2.0 ** -24))
+    return [r.cpu() for r in ref], [t.cpu() for t in tols], overflow
+
+
+def _engine_precision_error(program: Any, dev: list[Any], ref: list[Any], precision: str) -> list[float]:
+    """Largest error of the region's own ops at the engine precision, per output (the budget's E; inf where
+    they overflow)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            if precision == "fp16":
+                m = copy.deepcopy(program).half()
+                low = _as_list(m(*[t.half() if t.is_floating_point() else t for t in dev]))
+            else:
+                prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+                try:
+                    low = _as_list(program(*dev))
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+        errs = []
+        for lo, r in zip(low, ref):
+            d = (lo.float() - r).abs()
+            errs.append(float(d.max()) if d.numel() else 0.0)
+        return errs
+    except Exception:  # ops without a half kernel: the fixed terms of the budget alone
+        return [0.0] * len(ref)
+
+
+def _kernel_inputs(lib: Any, logical: list[Any], device: Any) -> list[Any]:
+    import torch
+
+    out = []
+    for t, c in zip(logical, lib.meta.inputs):
+        x = t.to(device=device, dtype=_dtype(c.dtype))
+        out.append(x.contiguous(memory_format=torch.channels_last) if c.format == "kHWC8" else x.contiguous())
+    return out
+
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return {"float16": torch.float16, "float32": torch.float32, "int32": torch.int32, "int8": torch.int8}[name]
+
+
+def gate_plugins(plugins: list[tuple[Path, str]], onnx: Path, precision: str, allow_unverified: bool,
+                 progress: Callable[[str], None] | None = None) -> tuple[dict[str, str], list[str]]:
+    """Before a real engine loads ``plugins`` ((path, name) pairs): each must be admitted. A .so without a
+    verdict for its current bytes is gated now, against the region in the candidates.json beside ``onnx``.
+    Returns each plugin's status and the warnings; a rejected plugin is an error, an unverified one too
+    unless ``allow_unverified``."""
+    from ytk_hookspecs.models import CandidatesFile
+
+    cands: dict[str, Candidate] = {}
+    cj = Path(onnx).parent / "candidates.json"
+    if cj.is_file():
+        try:
+            cands = {c.name: c for c in CandidatesFile.read(cj).candidates}
+        except Exception:
+            cands = {}
+    status: dict[str, str] = {}
+    warnings: list[str] = []
+    for path, name in plugins:
+        rec = record_for(path)
+        if rec is None or rec.status == "unverified":
+            rec = admit(path, cands.get(name), cj.parent if name in cands else None, precision, progress)
+        status[name] = rec.status
+        if rec.status == "rejected":
+            problems = [p for c in rec.cases for p in c.problems] or [rec.reason]
+            raise AdmissionRefused(f"plugin {name} ({path}) was rejected by the admission gate, so no engine may "
+                                   f"load it (every case in {AdmissionRecord.path_for(path)}):\n  - "
+                                   + "\n  - ".join(problems[:8]))
+        if rec.status == "unverified":
+            msg = f"plugin {name} ({path}) is unverified: {rec.reason}"
+            if not allow_unverified:
+                raise AdmissionRefused(msg + ". A real engine loads only admitted plugins: run this on a GPU of "
+                                       "the plugin's SM with the carved ONNX's candidates.json beside it, or pass "
+                                       "--allow-unverified to load it unchecked", exit_code=2)
+            warnings.append(msg + " (loaded unchecked: --allow-unverified)")
+    return status, warnings
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_child(sys.argv[1]))
