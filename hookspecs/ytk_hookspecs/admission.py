@@ -9,13 +9,13 @@ What one :func:`check_case` does, and which cheat each step catches:
 - every buffer (each input, each output, the workspace) is its own allocation with a canary zone
   on both sides (at least 64 KiB, up to the buffer's own size), and sentinel blocks lie between the
   groups of buffers: writes outside a buffer, near or far, change a canary;
-- the references, tolerances and the original input bits stay on the host, where nothing the kernel
-  writes on the device can reach them;
+- the references, tolerances and the original input bits stay on the host while the kernel runs,
+  where nothing it writes on the device can reach them;
 - outputs are poisoned (every byte 0xFF: NaN for floats) and the workspace filled with 0xFF before
   every run: unwritten outputs and reads of an unset workspace show;
 - the first launch goes on a fresh non-blocking stream while a long sleep occupies the legacy
-  default stream; the outputs are copied back after that stream alone is synchronised, and again
-  after the whole device is: a kernel put on any other stream shows as a difference;
+  default stream; the outputs are copied on that stream and again after the whole device is
+  synchronised: a kernel put on any other stream shows as a difference;
 - the launch is then captured into a CUDA graph on that stream and replayed ``repeats`` times
   (re-poisoned each time): a launcher that cannot be captured, or whose work escapes the capture,
   fails, and every replay must equal the first launch bit for bit (races, uninitialised reads,
@@ -69,7 +69,7 @@ class CaseOutcome:
     max_rel_err: float = 0.0     # max |out - ref| / max |ref|
     budget_used: float = 0.0     # max |out - ref| / tol (<= 1 passes)
     problems: list[str] = field(default_factory=list)
-    outputs: list[Any] = field(default_factory=list, repr=False)   # host copies of the first launch
+    outputs: list[Any] = field(default_factory=list, repr=False)   # copies of the first launch's outputs
     replay: Any = field(default=None, repr=False)   # what :func:`time_replays` needs, when the graph exists
 
     def fail(self, why: str) -> None:
@@ -184,7 +184,9 @@ def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
             ws.poison()
 
     def snapshot() -> list["torch.Tensor"]:
-        return [_bits(g.tensor.detach()).to("cpu", non_blocking=False).clone() for g in outs]
+        """The outputs' bits, copied into fresh memory of the device (compared there: full-size outputs
+        are hundreds of MB)."""
+        return [_bits(g.tensor.detach()).clone() for g in outs]
 
     # 1. the first launch, on a non-blocking stream, the legacy default stream held by a sleep
     if cuda:
@@ -204,10 +206,8 @@ def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
         return res
     if cuda:
         with torch.cuda.stream(stream):
-            first = [_bits(g.tensor.detach()).contiguous() for g in outs]
-            at_stream = [f.to("cpu", non_blocking=True) for f in first]
+            at_stream = snapshot()   # ordered after the launch on its stream, and on nothing else
         stream.synchronize()
-        at_stream = [t.clone() for t in at_stream]
         torch.cuda.synchronize(device)
         at_device = snapshot()
         if any(not torch.equal(a, b) for a, b in zip(at_stream, at_device)):
@@ -239,8 +239,7 @@ def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
 
     # 3. numerics of the first launch (on the device, now that the kernel runs no more)
     res.outputs = [b.view(_dtype(meta.outputs[j].dtype)) for j, b in enumerate(at_device)]
-    _compare(res, [o.to(device).float() for o in res.outputs], [r.to(device) for r in refs],
-             [t.to(device) for t in tols])
+    _compare(res, [o.float() for o in res.outputs], [r.to(device) for r in refs], [t.to(device) for t in tols])
     if graph is not None:
         res.replay = _Replay(graph, stream, prime, snapshot, at_device)
     return res
