@@ -9,6 +9,7 @@
 #                                            adds torch.compile max-autotune; ZOO_NO_TABLE=1 skips the table;
 #                                            each model's workdir is removed after its table unless ZOO_KEEP=1)
 #   bash benchmarks/device_flow.sh zootable  the tables again for ZOO_MODELS whose autoloop ran on this warm machine
+#   bash benchmarks/device_flow.sh admission the admission gate against the planted kernels (benchmarks/admission_suite.py)
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
 # still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch, kernelgen=templates, builder=nvcc. Logs and small artifacts go to $OUT.
@@ -88,12 +89,19 @@ do_zoo() {
     [ -n "${ZOO_KEEP:-}${ZOO_NO_TABLE:-}" ] || rm -rf "$A"
   done
 }
+do_admission() {
+  timeout ${ADMISSION_TIMEOUT:-300} python3 benchmarks/admission_suite.py --workdir runs/admission --jobs 4 \
+    > "$OUT/admission_suite.txt" 2>&1
+  echo "admission suite rc=$?"
+  python3 benchmarks/admission_suite.py --workdir runs/admission --only exact --json > "$OUT/admission_exact.json" 2>&1
+  cat "$OUT/admission_suite.txt"
+}
 do_zootable() {  # the tables again, for models whose autoloop ran earlier on this (still warm) machine
   for m in ${ZOO_MODELS:?name the corpus models}; do zoo_table "$m"; done
 }
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|autoloop|zoo|zootable) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo, zootable)"; exit 2 ;;
+    flow|table|gputests|autoloop|zoo|zootable|admission) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo, zootable, admission)"; exit 2 ;;
   esac
 done

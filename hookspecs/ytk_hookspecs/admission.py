@@ -7,8 +7,8 @@ calls the same function with its own tolerances. torch is imported only when cal
 What one :func:`check_case` does, and which cheat each step catches:
 
 - every buffer (each input, each output, the workspace) is its own allocation with a canary zone
-  on both sides (at least 64 KiB, up to the buffer's own size), and sentinel blocks lie between the
-  groups of buffers: writes outside a buffer, near or far, change a canary;
+  on both sides (the buffer's own size, at least 16 MiB and at most 256 MiB), and sentinel blocks lie
+  between the groups of buffers: writes outside a buffer, near or far, change a canary;
 - the references, tolerances and the original input bits stay on the host while the kernel runs,
   where nothing it writes on the device can reach them;
 - outputs are poisoned (every byte 0xFF: NaN for floats) and the workspace filled with 0xFF before
@@ -39,8 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: canary byte pattern (as fp16 it reads 0x7E55, a NaN payload no kernel writes by accident)
 CANARY = (0x55, 0x7E)
-MIN_GUARD_BYTES = 64 * 1024
-MAX_GUARD_BYTES = 64 * 1024 * 1024
+MIN_GUARD_BYTES = 16 * 1024 * 1024
+MAX_GUARD_BYTES = 256 * 1024 * 1024
 SENTINEL_BYTES = 4 * 1024 * 1024
 #: replays after the first launch, each compared with it bit for bit
 DEFAULT_REPEATS = 5
@@ -233,7 +233,8 @@ def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
             again = snapshot()
             if any(not torch.equal(a, b) for a, b in zip(at_device, again)):
                 res.fail(f"run {r + 2} of {repeats + 1} differs bit-wise from the first launch (a race, an "
-                         "uninitialised read, or state kept between calls)")
+                         "uninitialised read, state kept between calls, or work put on another stream than the "
+                         "one given, which a graph capture does not record)")
                 break
         _check_memory(res, ins, outs, ws, sentinels, host_in, "the repeated runs")
 
@@ -264,9 +265,9 @@ def time_replays(res: CaseOutcome, iters: int = 50) -> float | None:
     graph, stream, prime, snapshot, first = (res.replay.graph, res.replay.stream, res.replay.prime,
                                              res.replay.snapshot, res.replay.first)
     with torch.cuda.stream(stream):
-        prime()
         for _ in range(3):
             graph.replay()
+        prime()   # after the warm-up: what is left at the end was written by the timed replays
     stream.synchronize()
     times = []
     with torch.cuda.stream(stream):

@@ -8,7 +8,7 @@ region's own ``.pt2`` in fp32 on:
 
 - the inputs captured at every distinct site shape during the carve, and
 - inputs of three distributions at those shapes (the captured activations' scale, four times wider,
-  and shifted off zero), drawn with fresh seeds on every run (recorded in the verdict) so no kernel
+  shifted off zero, and 64 times wider, where an fp16 accumulation overflows), drawn with fresh seeds on every run (recorded in the verdict) so no kernel
   can have memorised them; lifted weights stay the captured ones so the region's arithmetic stays in
   its real range. A drawn case on which the region's own ops overflow at the engine precision is
   skipped (and says so); the captured case never is.
@@ -40,7 +40,7 @@ ERROR_BUDGET = ("per element |out - ref| <= rel*|ref| + 4*E + abs*max|ref| + 2^-
                 "on those inputs; fp16: rel 2^-9, abs 2^-12; fp32: rel 2^-18, abs 2^-20")
 BUDGET = {"fp16": (2.0 ** -9, 2.0 ** -12), "fp32": (2.0 ** -18, 2.0 ** -20)}
 #: drawn distributions, each relative to the captured activation's scale
-DISTRIBUTIONS = ("normal", "wide", "offset")
+DISTRIBUTIONS = ("normal", "wide", "offset", "large")
 #: a timed replay under this fraction of a device copy of the same bytes is not believed
 FLOOR_FRACTION = 0.5
 SIMULATED_APIS = ("mock-cpu",)
@@ -143,7 +143,10 @@ def _run_isolated(so: Path, digest: str, name: str, cand: Candidate, prep: Path,
         if rc == 0 and rec is not None:
             return rec
         tail = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()][-1:]
-        why = f"the gate's process died while running the kernel (exit {rc})" + (f": {tail[0][:300]}" if tail else "")
+        if rc == 0:
+            why = "the gate finished but left no readable verdict"
+        else:
+            why = f"the gate's process died while running the kernel (exit {rc})" + (f": {tail[0][:300]}" if tail else "")
         return _rejected(so, digest, name, [why])
 
 
@@ -288,6 +291,8 @@ def _seeded(captured: list[Any], roles: list[str], dist: str, seed: int) -> list
         x = torch.randn(t.shape, generator=g)
         if dist == "wide":
             x = x * (4.0 * std)
+        elif dist == "large":
+            x = x * (64.0 * std)
         elif dist == "offset":
             x = x * (0.5 * std) + 2.0 * std
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Versioned
 
@@ -13,6 +13,9 @@ AdmissionStatus = Literal["admitted", "rejected", "unverified"]
 
 
 class AdmissionCaseRecord(BaseModel):
+    # an error of inf (a NaN output) must read back as inf, not as a null that fails validation
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
     label: str = Field(description="site shape / input distribution / seed")
     ok: bool
     max_abs_err: float = 0.0
