@@ -109,9 +109,9 @@ def main() -> int:
                          precision="fp16", workdir=a.out / "engine",
                          options={"profile_iterations": str(a.layer_iterations)})
     ctx = StageContext()
-    res = engine.ytk_engine_compile(req, ctx)
-    prof = engine.ytk_engine_profile(ProfileRequest(compile=res, request=req, iterations=a.iterations,
-                                                    warmup=a.warmup), ctx)
+    res = engine.compile_engine(req, ctx)
+    prof = engine.profile_engine(ProfileRequest(compile=res, request=req, iterations=a.iterations,
+                                                warmup=a.warmup), ctx)
     outs = np.load(prof.outputs)
     numerics = []
     for name, r in zip(outs.files, ref):

@@ -6,8 +6,7 @@ prepare (trace + export) -> compile the baseline -> propose (``min_ms=0`` and ``
 so that small sizes still propose) -> carve every proposal on its own -> for each carved region, the
 selected kernel generator's support answer and the templates recogniser's -> carve every accepted
 proposal together. It calls the
-Python functions the CLI calls (``do_prepare``, ``run_compile``, ``propose``, the frontend's ``ytk_carve``
-hook). The backends and the input size come from the environment (``YTK_ENGINE``, ``YTK_EXAMPLE_SIZE``...),
+Python functions the CLI calls (``do_prepare``, ``run_compile``, ``propose``, the frontend's ``carve``). The backends and the input size come from the environment (``YTK_ENGINE``, ``YTK_EXAMPLE_SIZE``...),
 which the parent sets.
 
 Each carve starts from a copy of the baseline's prepare directory (ONNX, inputs, fx_nodes.json) and calls
@@ -192,13 +191,14 @@ class Flow:
         for name in BASE_FILES:
             shutil.copy2(self.base / name, dest / name)
         rt = runtime()
-        res = rt.call(rt.frontend(), "ytk_carve", "carve", workdir=dest,
-                      request=CarveRequest(prepare_dir=dest, onnx=dest / "model.onnx", fx_nodes=dest / "fx_nodes.json",
-                                           selectors=selectors))
+        front = rt.frontend()
+        res = front.backend.impl.carve(CarveRequest(prepare_dir=dest, onnx=dest / "model.onnx",
+                                                    fx_nodes=dest / "fx_nodes.json", selectors=selectors),
+                                       rt.context(front, "carve", dest))
         return CandidatesFile.read(res.candidates)
 
     def support(self, cand: CandidateRun, carved: Any, dest: Path) -> None:
-        """The selected kernel generator's answer (the ytk_kernelgen_supports hook), where the tree has it."""
+        """The selected kernel generator's answer (its supports()), where the tree has it."""
         try:
             from ytk_core.stages.supports import check_support
         except ImportError:

@@ -17,7 +17,7 @@ from ytk_hookspecs.models.base import Versioned
 
 Stage = Literal["prepare", "compile", "propose", "carve", "carve-together", "support", "templates", "timeout",
                 "crash"]
-#: Shown in the supports column when ytk_core.stages.supports (the ytk_kernelgen_supports hook) is absent.
+#: Shown in the supports column when ytk_core.stages.supports (a generator's supports()) is absent.
 NO_SUPPORTS_HOOK = "n/a (no supports hook)"
 
 

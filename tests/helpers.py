@@ -1,11 +1,13 @@
-"""Helpers for tests that need a prepared directory (shared across modules, computed once)."""
+"""Helpers shared across test modules: prepared directories (computed once) and test backends."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import os
+import types
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import REPO, Result
 
@@ -53,3 +55,48 @@ def prepare(model: Path, out: Path, selectors: list[str] = (), size: str = "1x64
     for s in selectors:
         args += ["--plugin", s]
     return ytk_inproc(*args, YTK_EXAMPLE_SIZE=size)
+
+
+def backend_object(name: str, roles: list[str], *, description: str = "", simulated: bool = False,
+                   available: bool = True, priority: int | None = None, **methods: Any) -> Any:
+    """A backend object ``name`` serving ``roles`` with ``methods`` (plain functions taking the role
+    methods' arguments, e.g. ``submit=lambda request, ctx: ...``), as a third-party package registers."""
+    from ytk_hookspecs.models import Availability, BackendInfo
+
+    info = BackendInfo(name=name, roles=roles, description=description or f"test {name}", simulated=simulated,
+                       auto_priority={r: priority for r in roles} if priority is not None else {})
+
+    def availability(arch: Any = None) -> Availability:
+        return Availability(available=available, reason="test backend" if available else f"{name} missing")
+
+    return types.SimpleNamespace(info=info, availability=availability, **methods)
+
+
+def backend_plugin(*backends: Any) -> types.ModuleType:
+    """A plugin module whose ``ytk_register_backends`` registers ``backends``, as an installed
+    package's ``plugin.py`` does (pass it to ``BackendManager(extra_plugins=...)``)."""
+    from ytk_hookspecs import hookimpl
+
+    mod = types.ModuleType("test_backend_plugin")
+
+    @hookimpl
+    def ytk_register_backends(register):  # type: ignore[no-untyped-def]
+        for b in backends:
+            register(b)
+
+    mod.ytk_register_backends = ytk_register_backends
+    return mod
+
+
+def simulated_plugin(name: str, role: str, **methods: Any) -> types.ModuleType:
+    """A plugin registering a simulated test backend ``name`` in ``role`` with ``methods`` (usually
+    wrapping the mock's); a kernel generator given no ``supports`` answers "supported, not certain"
+    (its job decides) and one given no ``fetch`` knows no job."""
+    from ytk_hookspecs.models import SupportAnswer
+
+    if role == "kernelgen":
+        methods.setdefault("supports", lambda request, ctx: SupportAnswer(supported=True, certain=False,
+                                                                          why="test generator: its job decides"))
+        methods.setdefault("fetch", lambda job_id, output, ctx: None)
+    return backend_plugin(backend_object(name, [role], description=f"test {role} around the mock", simulated=True,
+                                         **methods))

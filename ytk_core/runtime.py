@@ -122,10 +122,6 @@ class Runtime:
         return CoreStageContext(log=get_logger(stage=stage, backend=backend), workdir=workdir,
                                 config=cfg, run_id=self.run_id)
 
-    def call(self, sel: Selection, hook: str, stage: str, workdir: Path | None = None, **kw: Any) -> Any:
-        ctx = self.context(sel, stage, workdir)
-        return self.manager.call(sel.backend, hook, ctx=ctx, **kw)
-
     def frontend(self) -> Selection:
         return select_backend(self.manager, "frontend", None, {})
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.helpers import simulated_plugin
 from ytk_core.autoloop.control import WorkdirLock, parse_duration
 from ytk_core.autoloop.state import STATE_FILE, AutoloopState
 from ytk_core.errors import UsageError
@@ -98,11 +99,11 @@ def test_kill_and_resume_at_several_points(tmp_path):
 
 def test_every_candidate_loses_keeps_the_baseline(tmp_path, monkeypatch):
     """A generator whose kernels are slow: the loop must drop them all, stop at once and keep the baseline."""
-    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_backend_mock.plugin import MockBackend
     from ytk_hookspecs.kernel_source import KernelSource
 
     def submit(request, ctx):  # type: ignore[no-untyped-def]
-        res = mock_plugin.ytk_kernelgen_submit(request, ctx)
+        res = MockBackend().submit(request, ctx)
         src = KernelSource.read(res.source)
         perf = src.meta.perf.model_copy(update={"achieved_bandwidth_fraction": 0.0005})  # declared 1000x slow
         KernelSource(header=src.header, source=src.source, meta=src.meta.model_copy(update={"perf": perf}),
@@ -192,7 +193,7 @@ def _autoloop_with_generator(tmp_path: Path, name: str, submit):  # type: ignore
     from ytk_core.runtime import reset_runtime, runtime
 
     reset_runtime()
-    runtime()._mgr = BackendManager(extra_plugins={name: _kernelgen_backend(name, submit)})
+    runtime()._mgr = BackendManager(extra_plugins={name: simulated_plugin(name, "kernelgen", submit=submit)})
     try:
         return run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": name,
                                                                    "builder": "mock"}, 3, 0.001, 2, None)
@@ -200,27 +201,11 @@ def _autoloop_with_generator(tmp_path: Path, name: str, submit):  # type: ignore
         reset_runtime()
 
 
-def _kernelgen_backend(name: str, submit):  # type: ignore[no-untyped-def]
-    """A test kernelgen backend module registering ``name`` with the given submit hook."""
-    from ytk_hookspecs import hookimpl
-    from ytk_hookspecs.models import Availability, BackendInfo
-
-    mod = types.ModuleType(name)
-
-    @hookimpl
-    def ytk_register_backend(register):
-        register(BackendInfo(name=name, roles=["kernelgen"], description="test generator around the mock",
-                             simulated=True), lambda: Availability(available=True, reason="test backend"))
-
-    mod.ytk_register_backend, mod.ytk_kernelgen_submit = ytk_register_backend, hookimpl(submit)
-    return mod
-
-
 def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
     """A generator whose first kernels reach 45% of the floor and whose re-optimizations reach the
     mock's usual figure: round 1 keeps the slow kernels, a later round re-optimizes them (their
     "ms/site to beat" leaves headroom) and swaps the faster ones in, under the same plugin names."""
-    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_backend_mock.plugin import MockBackend
 
     seen: list[dict[str, str]] = []
 
@@ -229,7 +214,7 @@ def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
         seen.append(cfg)
         if cfg.get("reoptimize") != "1":
             cfg["mock_bandwidth_fraction"] = "0.45"
-        return mock_plugin.ytk_kernelgen_submit(request.model_copy(update={"config": cfg}), ctx)
+        return MockBackend().submit(request.model_copy(update={"config": cfg}), ctx)
 
     rep = _autoloop_with_generator(tmp_path, "stepgen", submit)
     st = rep.state

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers import simulated_plugin
 from ytk_core.errors import BackendError, RegionRefused, UsageError
 
 pytestmark = pytest.mark.slow
@@ -203,24 +204,6 @@ def test_a_disk_too_full_for_the_carve_stops_the_loop_and_blames_nobody(ytk, tmp
 # -- kernel generation and build -------------------------------------------------------------------------
 
 
-def _backend(name: str, role: str, **hooks):  # type: ignore[no-untyped-def]
-    """A test backend module ``name`` in ``role`` with the given hook functions."""
-    from ytk_hookspecs import hookimpl
-    from ytk_hookspecs.models import Availability, BackendInfo
-
-    mod = types.ModuleType(name)
-
-    @hookimpl
-    def ytk_register_backend(register):  # type: ignore[no-untyped-def]
-        register(BackendInfo(name=name, roles=[role], description=f"test {role} around the mock", simulated=True),
-                 lambda: Availability(available=True, reason="test backend"))
-
-    mod.ytk_register_backend = ytk_register_backend
-    for hook, fn in hooks.items():
-        setattr(mod, hook, hookimpl(fn))
-    return mod
-
-
 def _install(**mods):  # type: ignore[no-untyped-def]
     """Make the next in-process ``ytk`` see the test backends ``mods`` beside the installed ones."""
     from ytk_core.logs import configure
@@ -233,14 +216,14 @@ def _install(**mods):  # type: ignore[no-untyped-def]
 
 
 def test_kernel_generation_job_raising_drops_only_it(ytk, tmp_path):
-    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_backend_mock.plugin import MockBackend
 
     def submit(request, ctx):  # type: ignore[no-untyped-def]
         if request.plugin_name == BAD:
             raise RuntimeError("the generator tripped over its own feet (planted)")
-        return mock_plugin.ytk_kernelgen_submit(request, ctx)
+        return MockBackend().submit(request, ctx)
 
-    _install(badgen=_backend("badgen", "kernelgen", ytk_kernelgen_submit=submit))
+    _install(badgen=simulated_plugin("badgen", "kernelgen", submit=submit))
     w = tmp_path / "w"
     r = cli(ytk, w, kernelgen="badgen")
     check_dropped(r, w, "kernelgen", "kernel generation: RuntimeError: the generator tripped over its own feet (planted)")
@@ -259,15 +242,15 @@ def test_kernel_generation_job_raising_drops_only_it(ytk, tmp_path):
 def test_a_failed_kernel_generation_job_is_said_once(ytk, tmp_path):
     """A job the generator reports failed: its drop reason names the job and the generator's words, and
     says "kernel generation" once (the report's why column and the event log read it as it is)."""
-    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_backend_mock.plugin import MockBackend
     from ytk_hookspecs.models import KernelGenResult
 
     def submit(request, ctx):  # type: ignore[no-untyped-def]
         if request.plugin_name == BAD:
             return KernelGenResult(job_id="failgen-7", status="failed", message="no variant beats torch (planted)")
-        return mock_plugin.ytk_kernelgen_submit(request, ctx)
+        return MockBackend().submit(request, ctx)
 
-    _install(failgen=_backend("failgen", "kernelgen", ytk_kernelgen_submit=submit))
+    _install(failgen=simulated_plugin("failgen", "kernelgen", submit=submit))
     w = tmp_path / "w"
     reason = "kernel generation: job failgen-7 (backend failgen) failed: no variant beats torch (planted)"
     bad = check_dropped(cli(ytk, w, kernelgen="failgen"), w, "kernelgen", reason)
@@ -276,14 +259,14 @@ def test_a_failed_kernel_generation_job_is_said_once(ytk, tmp_path):
 
 
 def test_build_raising_drops_only_it(ytk, tmp_path):
-    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_backend_mock.plugin import MockBackend
 
     def build(request, ctx):  # type: ignore[no-untyped-def]
         if request.plugin_name == BAD:
             raise KeyError("sm_87")
-        return mock_plugin.ytk_build_plugin(request, ctx)
+        return MockBackend().build_plugin(request, ctx)
 
-    _install(badbuild=_backend("badbuild", "builder", ytk_build_plugin=build))
+    _install(badbuild=simulated_plugin("badbuild", "builder", build_plugin=build))
     r = cli(ytk, tmp_path / "w", builder="badbuild")
     check_dropped(r, tmp_path / "w", "build", "build: KeyError: 'sm_87'")
 
@@ -419,9 +402,9 @@ def test_an_uncertain_refusal_leaves_it_to_the_job(ytk, tmp_path, monkeypatch):
 
 
 def test_a_carved_region_the_generator_refuses_gets_no_job(ytk, tmp_path):
-    """After the carve the loop asks the generator (ytk_kernelgen_supports) before each job: a certain
+    """After the carve the loop asks the generator (its supports()) before each job: a certain
     "no" drops the candidate at kernelgen with the generator's reason, and no job is submitted for it."""
-    import ytk_backend_mock.plugin as mock_plugin
+    from ytk_backend_mock.plugin import MockBackend
     from ytk_hookspecs.models import SupportAnswer
 
     submitted: list[str | None] = []
@@ -429,13 +412,13 @@ def test_a_carved_region_the_generator_refuses_gets_no_job(ytk, tmp_path):
     def supports(request, ctx):  # type: ignore[no-untyped-def]
         if request.candidate is not None and request.candidate.name == BAD:
             return SupportAnswer(supported=False, certain=True, why="a dense 3x3 conv (planted)")
-        return None
+        return SupportAnswer(supported=True, certain=False, why="the job decides")
 
     def submit(request, ctx):  # type: ignore[no-untyped-def]
         submitted.append(request.plugin_name)
-        return mock_plugin.ytk_kernelgen_submit(request, ctx)
+        return MockBackend().submit(request, ctx)
 
-    _install(pickygen=_backend("pickygen", "kernelgen", ytk_kernelgen_supports=supports, ytk_kernelgen_submit=submit))
+    _install(pickygen=simulated_plugin("pickygen", "kernelgen", supports=supports, submit=submit))
     r = cli(ytk, tmp_path / "w", kernelgen="pickygen")
     check_dropped(r, tmp_path / "w", "kernelgen",
                   "kernel generation: pickygen refuses the carved region (no job was run): a dense 3x3 conv (planted)")

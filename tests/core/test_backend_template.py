@@ -35,14 +35,13 @@ def test_template_is_listed(template_site):
     assert r.json()["selected"]["kernelgen"] != "example"
 
 
-def test_template_is_selected_and_its_hook_called(template_site):
+def test_template_is_selected_and_its_generator_called(template_site):
     code = (
         "from ytk_core.plugins import BackendManager, select_backend\n"
         "from ytk_hookspecs import StageContext\n"
         "from ytk_hookspecs.models import KernelGenRequest\n"
         "m = BackendManager(); s = select_backend(m, 'kernelgen', None, {'backends': {'kernelgen': 'example'}})\n"
-        "r = m.call(s.backend, 'ytk_kernelgen_submit', request=KernelGenRequest(reference='r.pt2', gpu='Orin',"
-        " output='o.py'), ctx=StageContext())\n"
+        "r = s.backend.impl.submit(KernelGenRequest(reference='r.pt2', gpu='Orin', output='o.py'), StageContext())\n"
         "print(s.name, s.source, r.job_id, r.status)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, **_env(template_site)})

@@ -7,30 +7,23 @@ import types
 
 import pytest
 
+from tests.helpers import backend_object, backend_plugin
 from ytk_core.errors import UsageError, YtkError
 from ytk_core.plugins import BackendManager, select_backend
-from ytk_core.plugins import manager as manager_mod
-from ytk_hookspecs import StageContext, hookimpl
-from ytk_hookspecs.models import Availability, BackendInfo, KernelGenRequest, KernelGenResult
+from ytk_hookspecs import StageContext, hookimpl, loader
+from ytk_hookspecs.models import BackendInfo, KernelGenRequest, KernelGenResult, SupportAnswer
 
 
 def make_kernelgen(name: str, calls: list[str], priority: int | None = None, available: bool = True):
-    ns = types.ModuleType("testplugin")
-
-    @hookimpl
-    def ytk_register_backend(register):
-        register(BackendInfo(name=name, roles=["kernelgen"], description=f"test {name}",
-                             auto_priority={"kernelgen": priority} if priority is not None else {}),
-                 lambda: Availability(available=available, reason="ok" if available else f"{name} missing"))
-
-    @hookimpl
-    def ytk_kernelgen_submit(request, ctx):
+    """A plugin module registering one kernel generator ``name`` that records its submits in ``calls``."""
+    def submit(request, ctx):
         calls.append(name)
         return KernelGenResult(job_id=name, status="failed", message=name)
 
-    ns.ytk_register_backend = ytk_register_backend
-    ns.ytk_kernelgen_submit = ytk_kernelgen_submit
-    return ns
+    return backend_plugin(backend_object(
+        name, ["kernelgen"], priority=priority, available=available, submit=submit,
+        fetch=lambda job_id, output, ctx: None,
+        supports=lambda request, ctx: SupportAnswer(supported=True, certain=False, why="test")))
 
 
 def test_builtin_frontend_registers_without_autoload():
@@ -52,12 +45,25 @@ def test_only_the_selected_backend_is_called():
         "a": make_kernelgen("alpha", calls, priority=5), "b": make_kernelgen("beta", calls, priority=9)})
     req = KernelGenRequest(reference="x.pt2", gpu="H200", output="x.py")
     sel = select_backend(mgr, "kernelgen", "alpha", {})
-    res = mgr.call(sel.backend, "ytk_kernelgen_submit", request=req, ctx=StageContext())
+    res = sel.backend.impl.submit(req, StageContext())
     assert res.job_id == "alpha" and calls == ["alpha"]
     sel = select_backend(mgr, "kernelgen", None, {})
     assert sel.name == "beta" and sel.source == "auto"
-    mgr.call(sel.backend, "ytk_kernelgen_submit", request=req, ctx=StageContext())
+    sel.backend.impl.submit(req, StageContext())
     assert calls == ["alpha", "beta"]
+
+
+def test_one_distribution_registers_several_backends():
+    """Any number of objects per plugin; one object may serve several roles."""
+    gen = backend_object("gen", ["kernelgen"], submit=lambda r, c: None, fetch=lambda j, o, c: None,
+                         supports=lambda r, c: None)
+    both = backend_object("both", ["engine", "builder"], compile=lambda r, c: None, profile=lambda r, c: None,
+                          build_plugin=lambda r, c: None)
+    mgr = BackendManager(autoload=False, extra_plugins={"multi": backend_plugin(gen, both)})
+    assert mgr.warnings == []
+    assert [b.name for b in mgr.for_role("kernelgen")] == ["gen"]
+    assert [b.name for b in mgr.for_role("engine")] == [b.name for b in mgr.for_role("builder")] == ["both"]
+    assert mgr.get("gen").impl is gen and mgr.get("both").distribution == "multi (registered in-process)"
 
 
 def test_precedence_flag_env_config_auto(monkeypatch):
@@ -85,6 +91,21 @@ def test_auto_skips_unavailable_and_says_why():
     assert "hi: hi missing" in sel.reason
 
 
+def test_a_raising_or_lying_availability_probe_makes_the_backend_unavailable():
+    def boom(arch=None):
+        raise OSError("driver gone")
+
+    raising = backend_object("raising", ["builder"], build_plugin=lambda r, c: None)
+    raising.availability = boom
+    lying = backend_object("lying", ["builder"], build_plugin=lambda r, c: None)
+    lying.availability = lambda arch=None: True
+    mgr = BackendManager(autoload=False, extra_plugins={"p": backend_plugin(raising, lying)})
+    av = mgr.get("raising").availability()
+    assert not av.available and av.reason == "availability probe failed: OSError: driver gone"
+    av = mgr.get("lying").availability()
+    assert not av.available and "returned bool, not Availability" in av.reason
+
+
 def test_unknown_name_lists_installed():
     mgr = BackendManager(autoload=False, extra_plugins={"a": make_kernelgen("alpha", []),
                                                         "b": make_kernelgen("beta", [])})
@@ -98,59 +119,102 @@ def test_third_party_backend_never_auto_selected():
         select_backend(mgr, "kernelgen", None, {})
 
 
+# -- every load-time failure disables one plugin (or one object) with one warning ------------------------
+
+
+def _only_warning(mgr: BackendManager, needle: str) -> str:
+    (w,) = [w for w in mgr.warnings if needle in w]
+    assert "\n" not in w
+    return w
+
+
 def test_misspelled_hook_disables_only_that_plugin():
     bad = types.ModuleType("testplugin")
 
     @hookimpl
-    def ytk_engine_compil(request, ctx):  # noqa: ARG001
+    def ytk_register_backend(register):  # noqa: ARG001
         return None
 
-    bad.ytk_engine_compil = ytk_engine_compil
+    bad.ytk_register_backend = ytk_register_backend
     mgr = BackendManager(autoload=False, extra_plugins={"bad": bad, "ok": make_kernelgen("fine", [])})
     assert "fine" in mgr.backends and not mgr.pm.has_plugin("bad")
     assert [w for w in mgr.warnings if "'bad'" in w] == [
-        "backend plugin 'bad' from bad (registered in-process) is disabled: it implements hook 'ytk_engine_compil', "
-        "which is no ytk hook (did you mean 'ytk_engine_compile'?)"]
+        "backend plugin 'bad' from bad (registered in-process) is disabled: it implements hook 'ytk_register_backend', "
+        "which is no ytk hook (stage hooks were replaced by backend objects: implement ytk_register_backends and "
+        "register objects with the methods of ytk_hookspecs.roles)"]
+
+
+def test_unknown_hook_name_suggests_the_closest():
+    bad = types.ModuleType("testplugin")
+
+    @hookimpl
+    def ytk_cli_command(cli):  # noqa: ARG001
+        return None
+
+    bad.ytk_cli_command = ytk_cli_command
+    mgr = BackendManager(autoload=False, extra_plugins={"bad": bad})
+    assert _only_warning(mgr, "'bad'").endswith("it implements hook 'ytk_cli_command', which is no ytk hook "
+                                                 "(did you mean 'ytk_cli_commands'?)")
 
 
 def test_a_hookimpl_with_wrong_arguments_disables_only_that_plugin():
     bad = types.ModuleType("testplugin")
 
     @hookimpl
-    def ytk_kernelgen_submit(req, context):  # noqa: ARG001  (the hook's arguments are request, ctx)
+    def ytk_register_backends(reg):  # noqa: ARG001  (the hook's argument is register)
         return None
 
-    bad.ytk_kernelgen_submit = ytk_kernelgen_submit
+    bad.ytk_register_backends = ytk_register_backends
     mgr = BackendManager(autoload=False, extra_plugins={"bad": bad, "ok": make_kernelgen("fine", [])})
     assert "fine" in mgr.backends and not mgr.pm.has_plugin("bad")
-    (w,) = [w for w in mgr.warnings if "'bad'" in w]
-    assert "is disabled" in w and "ytk_kernelgen_submit" in w and "\n" not in w
+    w = _only_warning(mgr, "'bad'")
+    assert "is disabled" in w and "ytk_register_backends" in w
 
 
-def test_registration_exception_is_a_warning():
+def test_registration_exception_disables_the_plugin_and_what_it_registered():
     bad = types.ModuleType("testplugin")
+    early = backend_object("early", ["builder"], build_plugin=lambda r, c: None)
 
     @hookimpl
-    def ytk_register_backend(register):
+    def ytk_register_backends(register):
+        register(early)
         raise RuntimeError("boom")
 
-    bad.ytk_register_backend = ytk_register_backend
+    bad.ytk_register_backends = ytk_register_backends
     mgr = BackendManager(autoload=False, extra_plugins={"bad": bad, "ok": make_kernelgen("fine", [])})
-    assert "fine" in mgr.backends
-    assert any("'bad'" in w and "boom" in w for w in mgr.warnings)
+    assert "fine" in mgr.backends and "early" not in mgr.backends and not mgr.pm.has_plugin("bad")
+    assert _only_warning(mgr, "'bad'") == ("backend plugin 'bad' from bad (registered in-process) failed to register "
+                                           "and is disabled: RuntimeError: boom")
 
 
-def test_missing_stage_hook_disables_backend():
-    half = types.ModuleType("testplugin")
+def test_an_object_missing_a_method_of_its_role_is_disabled_alone():
+    half = backend_object("half", ["engine"], compile=lambda r, c: None)  # no profile
+    whole = backend_object("whole", ["builder"], build_plugin=lambda r, c: None)
+    mgr = BackendManager(autoload=False, extra_plugins={"two": backend_plugin(half, whole)})
+    assert "half" not in mgr.backends and "whole" in mgr.backends
+    assert _only_warning(mgr, "'half'") == ("backend 'half' from two (registered in-process) is disabled: it declares "
+                                            "role(s) engine but has no method profile()")
 
-    @hookimpl
-    def ytk_register_backend(register):
-        register(BackendInfo(name="half", roles=["engine"], description="no hooks"))
 
-    half.ytk_register_backend = ytk_register_backend
-    mgr = BackendManager(autoload=False, extra_plugins={"half": half})
-    assert "half" not in mgr.backends
-    assert any("ytk_engine_compile" in w for w in mgr.warnings)
+def test_an_object_whose_method_cannot_take_the_arguments_is_disabled():
+    odd = backend_object("odd", ["builder"], build_plugin=lambda request: None)  # no ctx
+    mgr = BackendManager(autoload=False, extra_plugins={"p": backend_plugin(odd)})
+    assert "odd" not in mgr.backends
+    assert "its build_plugin() cannot take the 2 argument(s) ytk passes" in _only_warning(mgr, "'odd'")
+
+
+def test_an_object_without_info_is_disabled():
+    mgr = BackendManager(autoload=False, extra_plugins={"p": backend_plugin(object())})
+    assert _only_warning(mgr, "object object") == ("backend object object from p (registered in-process) is "
+                                                   "disabled: object has no `info` (a BackendInfo)")
+
+
+def test_a_taken_name_keeps_the_first():
+    first = backend_object("same", ["builder"], build_plugin=lambda r, c: "first")
+    second = backend_object("same", ["builder"], build_plugin=lambda r, c: "second")
+    mgr = BackendManager(autoload=False, extra_plugins={"a": backend_plugin(first), "b": backend_plugin(second)})
+    assert mgr.get("same").impl is first
+    assert "backend name 'same' from b (registered in-process) is already taken" in _only_warning(mgr, "'same'")
 
 
 def test_broken_entry_point_import_names_the_distribution(monkeypatch):
@@ -164,30 +228,45 @@ def test_broken_entry_point_import_names_the_distribution(monkeypatch):
             raise ImportError("No module named 'ytk_backend_broken_nope'")
 
     real = md.entry_points
-    monkeypatch.setattr(manager_mod.md, "entry_points",
-                        lambda group=None: [FakeEP(), *real(group=group)])
+    monkeypatch.setattr(loader.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
     mgr = BackendManager(autoload=True)
     assert "mock" in mgr.backends  # everything else keeps working
     assert any("ytk-backend-broken 9.9" in w and "failed to import" in w for w in mgr.warnings)
 
 
-@pytest.mark.parametrize("flaw", ["misspelled hook", "wrong arguments"])
-def test_a_broken_installed_backend_leaves_every_command_working(ytk, monkeypatch, flaw):
-    """As a user meets it: a third-party package with a typo in a hook name or its arguments is installed;
-    `ytk --help` and `ytk backends` still work (exit 0), with one warning line naming the package."""
-    from ytk_core.runtime import reset_runtime
-
+def _broken_plugin(flaw: str):  # type: ignore[no-untyped-def]
+    """What a third-party package with ``flaw`` hands ytk: its entry point's load() result (or error)."""
     bad = types.ModuleType("ytk_backend_typo")
+    if flaw == "import error":
+        return ImportError("No module named 'cupy'")
     if flaw == "misspelled hook":
         @hookimpl
-        def ytk_engine_compil(request, ctx):  # noqa: ARG001
+        def ytk_register_backend(register):  # noqa: ARG001
             return None
-        bad.ytk_engine_compil = ytk_engine_compil
-    else:
+        bad.ytk_register_backend = ytk_register_backend
+    elif flaw == "wrong arguments":
         @hookimpl
-        def ytk_kernelgen_submit(req, context):  # noqa: ARG001
+        def ytk_register_backends(reg):  # noqa: ARG001
             return None
-        bad.ytk_kernelgen_submit = ytk_kernelgen_submit
+        bad.ytk_register_backends = ytk_register_backends
+    elif flaw == "raising register":
+        @hookimpl
+        def ytk_register_backends(register):
+            raise KeyError("CUDA_HOME")
+        bad.ytk_register_backends = ytk_register_backends
+    elif flaw == "missing method":
+        return backend_plugin(backend_object("typo", ["kernelgen"], submit=lambda r, c: None))
+    return bad
+
+
+@pytest.mark.parametrize("flaw", ["import error", "misspelled hook", "wrong arguments", "raising register",
+                                  "missing method"])
+def test_a_broken_installed_backend_leaves_every_command_working(ytk, monkeypatch, flaw):
+    """As a user meets it: a broken third-party package is installed; `ytk --help` and `ytk backends` still
+    work (exit 0), with one warning line naming the package and the cause."""
+    from ytk_core.runtime import reset_runtime
+
+    loaded = _broken_plugin(flaw)
 
     class FakeDist:
         name, version = "ytk-backend-typo", "0.1"
@@ -196,17 +275,45 @@ def test_a_broken_installed_backend_leaves_every_command_working(ytk, monkeypatc
         name, value, dist = "typo", "ytk_backend_typo", FakeDist()
 
         def load(self):
-            return bad
+            if isinstance(loaded, Exception):
+                raise loaded
+            return loaded
 
     real = md.entry_points
-    monkeypatch.setattr(manager_mod.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
+    monkeypatch.setattr(loader.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
     reset_runtime()
     try:
         for args in (["--help"], ["backends"]):
             r = ytk(*args)
             assert r.code == 0, r.stderr
             assert "Traceback" not in r.stderr
-        assert "ytk-backend-typo 0.1" in r.stderr and "is disabled" in r.stderr
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("warning:")]
+        assert len(lines) == 1 and "ytk-backend-typo 0.1" in lines[0] and "disabled" in lines[0], r.stdout
+        cause = {"import error": "No module named 'cupy'", "misspelled hook": "'ytk_register_backend'",
+                 "wrong arguments": "ytk_register_backends", "raising register": "KeyError: 'CUDA_HOME'",
+                 "missing method": "no method supports(), fetch()"}[flaw]
+        assert cause in lines[0]
         assert "mock" in r.stdout
+        r = ytk("backends", "--json")
+        assert r.code == 0 and len(r.json()["warnings"]) == 1
     finally:
         reset_runtime()
+
+
+def test_the_readme_example_backend_loads_and_answers():
+    """The README's "Writing your own backend" example is a backend ytk loads as written."""
+    import re
+
+    from tests.conftest import REPO
+    from ytk_hookspecs.models import RegionSketch, SupportRequest
+
+    section = (REPO / "README.md").read_text().split("## Writing your own backend", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    mod = types.ModuleType("readme_backend")
+    exec(compile(code, "README.md", "exec"), mod.__dict__)
+    mgr = BackendManager(autoload=False, extra_plugins={"readme": mod})
+    assert mgr.warnings == [] and "mygen" in mgr.backends
+    gen = mgr.get("mygen").impl
+    ans = gen.supports(SupportRequest(sketch=RegionSketch(kind="depthwise_conv")), StageContext())
+    assert ans.supported and not ans.certain
+    assert not gen.supports(SupportRequest(sketch=RegionSketch(kind="gemm")), StageContext()).supported

@@ -7,10 +7,10 @@ import types
 
 import pytest
 
+from tests.helpers import backend_plugin
 from tests.stages.carved_fixture import ARCH, PLUGIN
-from ytk_hookspecs import hookimpl
 from ytk_hookspecs.kernel_source import KernelSource, report_path
-from ytk_hookspecs.models import (Availability, BackendInfo, BuildResult, KernelGenResult, KernelReport)
+from ytk_hookspecs.models import BackendInfo, BuildResult, KernelGenResult, KernelReport, SupportAnswer
 from ytk_hookspecs.plugin_info import read_plugin_description
 
 
@@ -62,13 +62,12 @@ def test_kernelgen_without_candidate_fails_clearly(ytk, fixture_dir):
 class _BadKernelgen:
     """A generator that forgets the lifted weights: the core must refuse its kernel."""
 
-    @hookimpl
-    def ytk_register_backend(self, register):  # type: ignore[no-untyped-def]
-        register(BackendInfo(name="forgetful", roles=["kernelgen"], description="test"),
-                 lambda: Availability(available=True, reason="test"))
+    info = BackendInfo(name="forgetful", roles=["kernelgen"], description="test")
 
-    @hookimpl
-    def ytk_kernelgen_submit(self, request, ctx):  # type: ignore[no-untyped-def]
+    def supports(self, request, ctx):  # type: ignore[no-untyped-def]
+        return SupportAnswer(supported=True, certain=False, why="test")
+
+    def submit(self, request, ctx):  # type: ignore[no-untyped-def]
         from ytk_backend_mock.kernelgen import make_meta
 
         meta = make_meta(request.candidate, "fp16", 87, 0.5)
@@ -80,8 +79,7 @@ class _BadKernelgen:
                            ).write(report_path(request.output))
         return KernelGenResult(job_id="f-1", status="done", source=request.output, report=rep)
 
-    @hookimpl
-    def ytk_kernelgen_fetch(self, job_id, output, ctx):  # type: ignore[no-untyped-def]
+    def fetch(self, job_id, output, ctx):  # type: ignore[no-untyped-def]
         return None
 
 
@@ -93,7 +91,7 @@ def _with_backend(monkeypatch, name, obj):  # type: ignore[no-untyped-def]
 
     def manager(self):  # type: ignore[no-untyped-def]
         if self._mgr is None:
-            self._mgr = BackendManager(extra_plugins={name: obj})
+            self._mgr = BackendManager(extra_plugins={name: backend_plugin(obj)})
         return self._mgr
 
     monkeypatch.setattr(rt_mod.Runtime, "manager", property(manager))
@@ -152,13 +150,9 @@ def test_build_plugin_refuses_broken_sources_before_building(ytk, fixture_dir, t
 class _LyingBuilder:
     """Writes a .so whose self-description disagrees with the source it was given."""
 
-    @hookimpl
-    def ytk_register_backend(self, register):  # type: ignore[no-untyped-def]
-        register(BackendInfo(name="liar", roles=["builder"], description="test"),
-                 lambda: Availability(available=True, reason="test"))
+    info = BackendInfo(name="liar", roles=["builder"], description="test")
 
-    @hookimpl
-    def ytk_build_plugin(self, request, ctx):  # type: ignore[no-untyped-def]
+    def build_plugin(self, request, ctx):  # type: ignore[no-untyped-def]
         from ytk_backend_mock import builder
 
         res = builder.build(request, ctx)

@@ -1,4 +1,4 @@
-"""``ytk_kernelgen_supports``: asking a generator before paying for a carve or a job."""
+"""A generator's ``supports()``: asking a generator before paying for a carve or a job."""
 
 from __future__ import annotations
 
@@ -59,16 +59,30 @@ def test_after_the_carve_the_answer_is_the_recogniser(tmp_path):
     assert not (tmp_path / "Dw.module_source.py").exists() and not (tmp_path / "SE.module_source.py").exists()
 
 
-def test_a_backend_that_raises_answers_no_rather_than_crashing(monkeypatch):
-    from ytk_core.runtime import runtime
+@pytest.mark.parametrize("answer, why", [
+    (RuntimeError("bug in a backend"), "buggy failed to answer: RuntimeError: bug in a backend"),
+    (None, "buggy answered a NoneType, not a SupportAnswer"),
+])
+def test_a_backend_that_raises_or_answers_nothing_is_a_refusal(answer, why):
+    from tests.helpers import backend_object, backend_plugin
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
     from ytk_core.stages import supports as mod
 
-    def boom(*a, **k):
-        raise RuntimeError("bug in a third-party backend")
+    def supports(request, ctx):  # type: ignore[no-untyped-def]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
-    monkeypatch.setattr(type(runtime()), "call", boom)
-    ans = mod.check_sketch(RegionSketch(kind="conv"), "mock")
-    assert not ans.supported and "RuntimeError" in ans.why and ans.backend == "mock"
+    buggy = backend_object("buggy", ["kernelgen"], supports=supports, submit=lambda r, c: None,
+                           fetch=lambda j, o, c: None)
+    reset_runtime()
+    runtime()._mgr = BackendManager(autoload=False, extra_plugins={"buggy": backend_plugin(buggy)})
+    try:
+        ans = mod.check_sketch(RegionSketch(kind="conv"), "buggy")
+    finally:
+        reset_runtime()
+    assert not ans.supported and not ans.certain and ans.why == why and ans.backend == "buggy"
 
 
 def test_templates_refuse_what_their_kernel_layout_cannot_carry():

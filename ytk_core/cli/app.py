@@ -74,7 +74,7 @@ def build_app() -> typer.Typer:
     global _registered
     if not _registered:
         _register_groups()
-        runtime().manager.broadcast_cli(CliExtension(root=app, worker=worker_app))
+        runtime().manager.add_cli_commands(CliExtension(root=app, worker=worker_app))
         _registered = True
     return app
 

@@ -1,6 +1,6 @@
 """Plugin manager and per-role backend selection."""
 
-from .manager import BackendManager, RegisteredBackend
+from .manager import BackendManager
 from .selection import Selection, select_backend
 
-__all__ = ["BackendManager", "RegisteredBackend", "Selection", "select_backend"]
+__all__ = ["BackendManager", "Selection", "select_backend"]

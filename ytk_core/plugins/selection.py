@@ -10,10 +10,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BackendError, UsageError
+from ytk_hookspecs.loader import LoadedBackend
 from ytk_hookspecs.models import ArchSpec
 
-from .manager import BackendManager, RegisteredBackend
+from ..errors import BackendError, UsageError
+from .manager import BackendManager
 
 ENV_VARS = {"engine": "YTK_ENGINE", "kernelgen": "YTK_KERNELGEN", "builder": "YTK_BUILDER"}
 
@@ -21,7 +22,7 @@ ENV_VARS = {"engine": "YTK_ENGINE", "kernelgen": "YTK_KERNELGEN", "builder": "YT
 @dataclass
 class Selection:
     role: str
-    backend: RegisteredBackend
+    backend: LoadedBackend  # .impl is the object whose methods the stage calls
     source: str  # flag | env | config | auto | only
     reason: str
     skipped: list[str] = field(default_factory=list)
@@ -39,7 +40,7 @@ def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
                    need_available: bool = True) -> Selection:
     """Select the backend for ``role``; with ``arch``, availability is judged for that target.
     ``need_available=False`` lets an explicitly named backend answer questions that need none of
-    what it lacks here (``ytk_kernelgen_supports`` needs no GPU)."""
+    what it lacks here (a generator's ``supports`` needs no GPU)."""
     candidates = mgr.for_role(role)
     cfg_backends = (config or {}).get("backends", {}) if config else {}
     explicit: tuple[str, str, str] | None = None

@@ -106,7 +106,7 @@ def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, bu
     with tempfile.TemporaryDirectory(prefix="ytk-build-plugin-") as td:
         staged = copy.write(Path(td) / f"{plugin_name}.module_source.py")
         req = BuildRequest(source=staged, plugin_name=plugin_name, arch=target.spec, output=output.resolve())
-        res = rt.call(sel, "ytk_build_plugin", "build_plugin", Path(td), request=req)
+        res = sel.backend.impl.build_plugin(req, rt.context(sel, "build_plugin", Path(td)))
     if not isinstance(res, BuildResult):
         raise BackendError(f"builder {sel.name!r} returned {type(res).__name__}, not a BuildResult")
     so = Path(res.so_path)

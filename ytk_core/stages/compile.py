@@ -119,12 +119,12 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
     try:
         req = CompileRequest(onnx=onnx.resolve(), npz=npz.resolve(), arch=target.spec, precision=prec,  # type: ignore[arg-type]
                              plugins=artifacts, workdir=workdir.resolve())
-        cres = rt.call(sel, "ytk_engine_compile", "compile", workdir, request=req)
+        cres = sel.backend.impl.compile(req, rt.context(sel, "compile", workdir))
         if not isinstance(cres, CompileResult):
             raise BackendError(f"engine backend {sel.name!r} returned {type(cres).__name__} from compile, "
                                "not a CompileResult")
-        pres = rt.call(sel, "ytk_engine_profile", "profile", workdir,
-                       request=ProfileRequest(compile=cres, request=req, iterations=iterations, warmup=warmup))
+        pres = sel.backend.impl.profile(ProfileRequest(compile=cres, request=req, iterations=iterations,
+                                                       warmup=warmup), rt.context(sel, "profile", workdir))
         if not isinstance(pres, ProfileResult):
             raise BackendError(f"engine backend {sel.name!r} returned {type(pres).__name__} from profile, "
                                "not a ProfileResult")

@@ -134,7 +134,7 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
             out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name, warnings=warnings)
             _check_result(out, Path(output), cand, prec)
             return out
-    res = rt.call(sel, "ytk_kernelgen_submit", "kernelgen", cache_dir() / "kernelgen", request=req)
+    res = sel.backend.impl.submit(req, rt.context(sel, "kernelgen", cache_dir() / "kernelgen"))
     if not isinstance(res, KernelGenResult):
         raise BackendError(f"kernelgen backend {sel.name!r} returned {type(res).__name__}, not a KernelGenResult")
     out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name if cand else None,
@@ -198,12 +198,8 @@ def run_kernelgen_get(job_id: str, output: Path, kernelgen: str | None = None) -
     """Fetch a job's source bundle; checks it on its own (the region is not known here)."""
     rt = runtime()
     sel = rt.select("kernelgen", kernelgen)
-    # Called directly rather than through BackendManager.call, which treats None as "stage not
-    # implemented": for fetch, None is the documented answer for a job the backend does not know.
     ctx = rt.context(sel, "kernelgen", cache_dir() / "kernelgen")
-    others = [p for p in rt.manager.pm.get_plugins() if p is not sel.backend.plugin]
-    fetch = rt.manager.pm.subset_hook_caller("ytk_kernelgen_fetch", remove_plugins=others)
-    res = fetch(job_id=job_id, output=Path(output).resolve(), ctx=ctx)
+    res = sel.backend.impl.fetch(job_id, Path(output).resolve(), ctx)
     if res is None:
         raise UsageError(f"kernelgen backend {sel.name!r} does not know job {job_id!r}")
     out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=None)

@@ -53,15 +53,14 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
     # Everything lands at once or not at all: a failed trace or carve leaves the directory's previous
     # outputs (an earlier carve's ONNX, candidates and manifest) exactly as they were.
     with Staged(prep_dir, marker=prep_dir / PREPARE_MANIFEST) as st:
-        trace: TraceResult = rt.call(front, "ytk_trace", "trace", workdir=st.dir,
-                                     request=TraceRequest(model_path=model, onnx_out=st.path(onnx_out),
-                                                          npz_out=st.path(npz_out),
-                                                          reference_out=st.path(reference_out)))
+        trace: TraceResult = front.backend.impl.trace(
+            TraceRequest(model_path=model, onnx_out=st.path(onnx_out), npz_out=st.path(npz_out),
+                         reference_out=st.path(reference_out)), rt.context(front, "trace", st.dir))
         carve: CarveResult | None = None
         if selectors:
-            carve = rt.call(front, "ytk_carve", "carve", workdir=st.dir,
-                            request=CarveRequest(prepare_dir=st.dir, onnx=trace.onnx, fx_nodes=trace.fx_nodes,
-                                                 selectors=selectors))
+            carve = front.backend.impl.carve(
+                CarveRequest(prepare_dir=st.dir, onnx=trace.onnx, fx_nodes=trace.fx_nodes, selectors=selectors),
+                rt.context(front, "carve", st.dir))
             carve = carve.model_copy(update={k: st.final(getattr(carve, k)) for k in ("plugins", "candidates", "onnx")})
         trace = trace.model_copy(update={k: st.final(getattr(trace, k)) for k in ("onnx", "npz", "reference",
                                                                                   "fx_nodes")})

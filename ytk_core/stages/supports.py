@@ -2,7 +2,7 @@
 
 propose asks with a :class:`~ytk_hookspecs.models.RegionSketch` (no carve yet), the autoloop and
 ``ytk kernelgen compile --dry-run`` ask again with the carved candidate and its canonical ``.pt2``.
-A generator that does not answer is treated as "supported, not certain": its job decides.
+An answer that is not a :class:`~ytk_hookspecs.models.SupportAnswer`, or an error, is a refusal naming it.
 """
 
 from __future__ import annotations
@@ -22,14 +22,11 @@ def ask(request: SupportRequest, kernelgen: str | None, arch: ArchSpec | None = 
     rt = runtime()
     sel = selection or rt.select("kernelgen", kernelgen, arch)
     try:
-        ans = rt.call(sel, "ytk_kernelgen_supports", "kernelgen", request=request)
+        ans = sel.backend.impl.supports(request, rt.context(sel, "kernelgen"))
     except Exception as e:  # a third-party backend's bug is its answer, not the caller's crash
-        rt.log.debug("supports hook raised", backend=sel.name, error=repr(e))
+        rt.log.debug("supports raised", backend=sel.name, error=repr(e))
         return SupportAnswer(supported=False, certain=False, backend=sel.name,
                              why=f"{sel.name} failed to answer: {type(e).__name__}: {str(e)[:200]}")
-    if ans is None:
-        return SupportAnswer(supported=True, certain=False, backend=sel.name,
-                             why=f"{sel.name} does not say before a job; its job decides")
     if not isinstance(ans, SupportAnswer):
         return SupportAnswer(supported=False, certain=False, backend=sel.name,
                              why=f"{sel.name} answered a {type(ans).__name__}, not a SupportAnswer")

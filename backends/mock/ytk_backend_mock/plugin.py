@@ -11,66 +11,62 @@ from __future__ import annotations
 from pathlib import Path
 
 from ytk_hookspecs import StageContext, hookimpl
-from ytk_hookspecs.models import (Availability, BackendInfo, BuildRequest, BuildResult, CompileRequest,
-                                  CompileResult, KernelGenRequest, KernelGenResult, ProfileRequest,
-                                  ProfileResult)
+from ytk_hookspecs.models import (ArchSpec, Availability, BackendInfo, BuildRequest, BuildResult, CompileRequest,
+                                  CompileResult, KernelGenRequest, KernelGenResult, ProfileRequest, ProfileResult,
+                                  SupportAnswer, SupportRequest)
 
 NAME = "mock"
 
 
-def _probe() -> Availability:
-    from .builder import compiler
+class MockBackend:
+    """One object serving the engine, kernelgen and builder roles (:mod:`ytk_hookspecs.roles`)."""
 
-    if compiler() is None:
-        return Availability(available=False, reason="no C compiler (cc/gcc/clang) for the mock builder")
-    return Availability(available=True, reason="simulated DRIVE AGX Orin / TensorRT 8.6 (no hardware needed)")
+    info = BackendInfo(name=NAME, roles=["engine", "kernelgen", "builder"], version="0.1.0", simulated=True,
+                       description="simulated DRIVE AGX Orin (TensorRT 8.6 cost model); every figure is "
+                                   "labelled simulated",
+                       auto_priority={"engine": 0, "kernelgen": 0, "builder": 0})
 
+    def availability(self, arch: ArchSpec | None = None) -> Availability:
+        from .builder import compiler
 
-@hookimpl
-def ytk_register_backend(register):  # type: ignore[no-untyped-def]
-    register(BackendInfo(name=NAME, roles=["engine", "kernelgen", "builder"], version="0.1.0", simulated=True,
-                         description="simulated DRIVE AGX Orin (TensorRT 8.6 cost model); every figure is "
-                                     "labelled simulated",
-                         auto_priority={"engine": 0, "kernelgen": 0, "builder": 0}), _probe)
+        if compiler() is None:
+            return Availability(available=False, reason="no C compiler (cc/gcc/clang) for the mock builder")
+        return Availability(available=True, reason="simulated DRIVE AGX Orin / TensorRT 8.6 (no hardware needed)")
 
+    # -- engine ---------------------------------------------------------------------------------
+    def compile(self, request: CompileRequest, ctx: StageContext) -> CompileResult:
+        from .engine import compile_engine
 
-@hookimpl
-def ytk_engine_compile(request: CompileRequest, ctx: StageContext) -> CompileResult:
-    from .engine import compile_engine
+        return compile_engine(request, ctx)
 
-    return compile_engine(request, ctx)
+    def profile(self, request: ProfileRequest, ctx: StageContext) -> ProfileResult:
+        from .engine import profile_engine
 
+        return profile_engine(request, ctx)
 
-@hookimpl
-def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
-    from .engine import profile_engine
+    # -- kernelgen ------------------------------------------------------------------------------
+    def supports(self, request: SupportRequest, ctx: StageContext) -> SupportAnswer:
+        from .kernelgen import supports
 
-    return profile_engine(request, ctx)
+        return supports(request)
 
+    def submit(self, request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
+        from .kernelgen import submit
 
-@hookimpl
-def ytk_kernelgen_submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
-    from .kernelgen import submit
+        return submit(request, ctx)
 
-    return submit(request, ctx)
+    def fetch(self, job_id: str, output: Path, ctx: StageContext) -> KernelGenResult | None:
+        from .kernelgen import fetch
 
+        return fetch(job_id, Path(output), ctx)
 
-@hookimpl
-def ytk_kernelgen_supports(request, ctx):  # type: ignore[no-untyped-def]
-    from .kernelgen import supports
+    # -- builder --------------------------------------------------------------------------------
+    def build_plugin(self, request: BuildRequest, ctx: StageContext) -> BuildResult:
+        from .builder import build
 
-    return supports(request)
-
-
-@hookimpl
-def ytk_kernelgen_fetch(job_id: str, output, ctx: StageContext):  # type: ignore[no-untyped-def]
-    from .kernelgen import fetch
-
-    return fetch(job_id, Path(output), ctx)
+        return build(request, ctx)
 
 
 @hookimpl
-def ytk_build_plugin(request: BuildRequest, ctx: StageContext) -> BuildResult:
-    from .builder import build
-
-    return build(request, ctx)
+def ytk_register_backends(register):  # type: ignore[no-untyped-def]
+    register(MockBackend())

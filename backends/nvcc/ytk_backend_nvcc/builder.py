@@ -1,4 +1,4 @@
-"""``ytk_build_plugin`` for nvcc: a kernel source bundle becomes a self-describing launcher .so."""
+"""``build_plugin`` for nvcc: a kernel source bundle becomes a self-describing launcher .so."""
 
 from __future__ import annotations
 

@@ -10,31 +10,35 @@ from .toolchain import find_nvcc, host_arch, nvcc_version, target_problem
 NAME = "nvcc"
 
 
-def probe(arch: ArchSpec | None = None) -> Availability:
-    """Available when nvcc is found and, for ``arch``, when this host can build a plugin that loads there."""
-    nvcc = find_nvcc()
-    if nvcc is None:
-        return Availability(available=False, reason="nvcc not found (PATH, $YTK_NVCC, $CUDA_HOME/bin)")
-    details = {"nvcc": nvcc, "cuda": nvcc_version(nvcc), "host": host_arch()}
-    if arch is not None:
-        problem = target_problem(arch, nvcc)
-        if problem:
-            return Availability(available=False, reason=problem, details=details)
-        return Availability(available=True, reason=f"nvcc {details['cuda']} builds for {arch.spec}", details=details)
-    return Availability(available=True, reason=f"nvcc {details['cuda']} at {nvcc} ({details['host']} host)",
-                        details=details)
+class NvccBuilder:
+    """:class:`ytk_hookspecs.roles.BuilderBackend`: a kernel source bundle becomes a launcher ``.so``."""
+
+    info = BackendInfo(name=NAME, roles=["builder"], version="0.1.0",
+                       description="local nvcc builder: kernel source bundle -> launcher plugin .so "
+                                   "(engine API torch-launcher; TensorRT shims come later)",
+                       auto_priority={"builder": 20})
+
+    def availability(self, arch: ArchSpec | None = None) -> Availability:
+        """Available when nvcc is found and, for ``arch``, when this host can build a plugin that loads there."""
+        nvcc = find_nvcc()
+        if nvcc is None:
+            return Availability(available=False, reason="nvcc not found (PATH, $YTK_NVCC, $CUDA_HOME/bin)")
+        details = {"nvcc": nvcc, "cuda": nvcc_version(nvcc), "host": host_arch()}
+        if arch is not None:
+            problem = target_problem(arch, nvcc)
+            if problem:
+                return Availability(available=False, reason=problem, details=details)
+            return Availability(available=True, reason=f"nvcc {details['cuda']} builds for {arch.spec}",
+                                details=details)
+        return Availability(available=True, reason=f"nvcc {details['cuda']} at {nvcc} ({details['host']} host)",
+                            details=details)
+
+    def build_plugin(self, request: BuildRequest, ctx: StageContext) -> BuildResult:
+        from .builder import build
+
+        return build(request, ctx)
 
 
 @hookimpl
-def ytk_register_backend(register):  # type: ignore[no-untyped-def]
-    register(BackendInfo(name=NAME, roles=["builder"], version="0.1.0",
-                         description="local nvcc builder: kernel source bundle -> launcher plugin .so "
-                                     "(engine API torch-launcher; TensorRT shims come later)",
-                         auto_priority={"builder": 20}), probe)
-
-
-@hookimpl
-def ytk_build_plugin(request: BuildRequest, ctx: StageContext) -> BuildResult:
-    from .builder import build
-
-    return build(request, ctx)
+def ytk_register_backends(register):  # type: ignore[no-untyped-def]
+    register(NvccBuilder())

@@ -5,57 +5,57 @@ from __future__ import annotations
 from pathlib import Path
 
 from ytk_hookspecs import StageContext, hookimpl
-from ytk_hookspecs.models import ArchSpec, Availability, BackendInfo, KernelGenRequest, KernelGenResult
+from ytk_hookspecs.models import (ArchSpec, Availability, BackendInfo, KernelGenRequest, KernelGenResult,
+                                  SupportAnswer, SupportRequest)
 
 from . import __version__
 
 NAME = "templates"
 
 
-def probe(arch: ArchSpec | None = None) -> Availability:
-    """Available with a CUDA GPU to score on and nvcc to build with, for targets of that GPU's sm."""
-    from ytk_backend_nvcc.toolchain import find_nvcc
+class TemplatesGenerator:
+    """:class:`ytk_hookspecs.roles.KernelGenBackend`: recognised regions become autotuned CUDA templates."""
 
-    from .gpu import local_gpu, sm_mismatch
+    info = BackendInfo(name=NAME, roles=["kernelgen"], version=__version__,
+                       description="CUDA templates for recognised regions (depthwise conv, LiteMLA), autotuned "
+                                   "and checked on the local GPU",
+                       auto_priority={"kernelgen": 20})
 
-    if find_nvcc() is None:
-        return Availability(available=False, reason="nvcc not found (needed to build kernel variants)")
-    gpu = local_gpu()
-    if gpu is None:
-        return Availability(available=False, reason="no CUDA device to score kernels on")
-    why = sm_mismatch(gpu, arch) if arch is not None else None
-    if why:
-        return Availability(available=False, reason=why)
-    return Availability(available=True, reason=f"scores kernels on the local {gpu.name} (sm_{gpu.sm})",
-                        details={"gpu": gpu.name, "sm": str(gpu.sm)})
+    def availability(self, arch: ArchSpec | None = None) -> Availability:
+        """Available with a CUDA GPU to score on and nvcc to build with, for targets of that GPU's sm."""
+        from ytk_backend_nvcc.toolchain import find_nvcc
+
+        from .gpu import local_gpu, sm_mismatch
+
+        if find_nvcc() is None:
+            return Availability(available=False, reason="nvcc not found (needed to build kernel variants)")
+        gpu = local_gpu()
+        if gpu is None:
+            return Availability(available=False, reason="no CUDA device to score kernels on")
+        why = sm_mismatch(gpu, arch) if arch is not None else None
+        if why:
+            return Availability(available=False, reason=why)
+        return Availability(available=True, reason=f"scores kernels on the local {gpu.name} (sm_{gpu.sm})",
+                            details={"gpu": gpu.name, "sm": str(gpu.sm)})
+
+    def supports(self, request: SupportRequest, ctx: StageContext) -> SupportAnswer:
+        from .supports import supports
+
+        return supports(request)
+
+    def submit(self, request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
+        from .generate import generate
+
+        return generate(request, ctx)
+
+    def fetch(self, job_id: str, output: Path, ctx: StageContext) -> KernelGenResult | None:
+        if not str(job_id).startswith(f"{NAME}-"):
+            return None
+        from .generate import fetch
+
+        return fetch(job_id, Path(output) if output else None, ctx)
 
 
 @hookimpl
-def ytk_register_backend(register):  # type: ignore[no-untyped-def]
-    register(BackendInfo(name=NAME, roles=["kernelgen"], version=__version__,
-                         description="CUDA templates for recognised regions (depthwise conv, LiteMLA), autotuned "
-                                     "and checked on the local GPU",
-                         auto_priority={"kernelgen": 20}), probe)
-
-
-@hookimpl
-def ytk_kernelgen_submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
-    from .generate import generate
-
-    return generate(request, ctx)
-
-
-@hookimpl
-def ytk_kernelgen_supports(request, ctx):  # type: ignore[no-untyped-def]
-    from .supports import supports
-
-    return supports(request)
-
-
-@hookimpl
-def ytk_kernelgen_fetch(job_id: str, output, ctx: StageContext):  # type: ignore[no-untyped-def]
-    if not str(job_id).startswith(f"{NAME}-"):
-        return None
-    from .generate import fetch
-
-    return fetch(job_id, Path(output) if output else None, ctx)
+def ytk_register_backends(register):  # type: ignore[no-untyped-def]
+    register(TemplatesGenerator())

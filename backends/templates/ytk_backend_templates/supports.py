@@ -1,4 +1,4 @@
-"""The templates' answer to ``ytk_kernelgen_supports``: the recogniser's own rules, without a GPU.
+"""The templates' answer to ``supports()``: the recogniser's own rules, without a GPU.
 
 After the carve the answer is the recogniser run on the region's canonical ``.pt2`` (exactly what a
 job would do first). Before it, only propose's sketch is known: the geometry decides (square

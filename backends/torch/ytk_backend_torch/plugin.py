@@ -49,12 +49,27 @@ def _probe(arch: ArchSpec | None = None) -> Availability:
                                                                 "torch": torch.__version__})
 
 
+class TorchEngine:
+    """:class:`ytk_hookspecs.roles.EngineBackend` on PyTorch (:func:`compile_engine`, :func:`profile_engine`)."""
+
+    info = BackendInfo(name=NAME, roles=["engine"], version=__version__,
+                       description="PyTorch GPU engine: ONNX executed in fp16 channels_last with folded "
+                                   "BatchNorm, CUDA graphs, plugins through the launcher ABI (no TensorRT)",
+                       auto_priority={"engine": 20})
+
+    def availability(self, arch: ArchSpec | None = None) -> Availability:
+        return _probe(arch)
+
+    def compile(self, request: CompileRequest, ctx: StageContext) -> CompileResult:
+        return compile_engine(request, ctx)
+
+    def profile(self, request: ProfileRequest, ctx: StageContext) -> ProfileResult:
+        return profile_engine(request, ctx)
+
+
 @hookimpl
-def ytk_register_backend(register):  # type: ignore[no-untyped-def]
-    register(BackendInfo(name=NAME, roles=["engine"], version=__version__,
-                         description="PyTorch GPU engine: ONNX executed in fp16 channels_last with folded "
-                                     "BatchNorm, CUDA graphs, plugins through the launcher ABI (no TensorRT)",
-                         auto_priority={"engine": 20}), _probe)
+def ytk_register_backends(register):  # type: ignore[no-untyped-def]
+    register(TorchEngine())
 
 
 def _options(request: CompileRequest, ctx: StageContext) -> dict[str, str]:
@@ -76,8 +91,8 @@ def _int_option(options: dict[str, str], key: str, default: int) -> int:
     return v
 
 
-@hookimpl
-def ytk_engine_compile(request: CompileRequest, ctx: StageContext) -> CompileResult:
+def compile_engine(request: CompileRequest, ctx: StageContext) -> CompileResult:
+    """Fold the ONNX into an engine file and check it runs on the device (see the module docstring)."""
     from .engine import build_plan, device_name, read_inputs, resolve_device, save_plan, tuned_kernels
     from .layer_info import build_layer_info
     from .program import Program
@@ -119,8 +134,8 @@ def ytk_engine_compile(request: CompileRequest, ctx: StageContext) -> CompileRes
                          extra={"device_type": device.type, "layers": len(program.steps), **plan.stats})
 
 
-@hookimpl
-def ytk_engine_profile(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
+def profile_engine(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
+    """Per-layer medians, CUDA-graph replay latencies and the outputs of a compiled engine."""
     from .engine import device_name, load_program, read_inputs, resolve_device, tuned_kernels, write_outputs
     from .profiling import benchmark, export_profile, layer_times
 

@@ -34,7 +34,7 @@ class Availability(BaseModel):
 
 
 class BackendInfo(Versioned):
-    """A backend's self-description, passed to ``register()`` from ``ytk_register_backend``.
+    """A backend's self-description: the ``info`` of every object a plugin registers (:mod:`ytk_hookspecs.roles`).
 
     ``auto_priority`` maps a role to the backend's rank in the automatic choice for that role
     (highest available wins); a role missing from it is never chosen automatically, so installing

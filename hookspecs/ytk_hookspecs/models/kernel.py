@@ -175,7 +175,7 @@ class RegionSketch(BaseModel):
 
 
 class SupportRequest(Versioned):
-    """``ytk_kernelgen_supports``: would this generator take the region?
+    """``KernelGenBackend.supports``: would this generator take the region?
 
     Before the carve only ``sketch`` is set (propose, the autoloop choosing what to carve); after it,
     ``candidate`` and ``reference`` (its ``.pt2``, the canonical region program) are set too.

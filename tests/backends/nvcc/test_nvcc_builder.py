@@ -13,7 +13,7 @@ from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import ArchSpec, BuildRequest, PluginMeta, TensorContract
 from ytk_hookspecs.plugin_info import read_plugin_description
 
-from ytk_backend_nvcc.plugin import probe, ytk_build_plugin
+from ytk_backend_nvcc.plugin import NvccBuilder
 from ytk_backend_nvcc.toolchain import find_nvcc
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
@@ -41,6 +41,8 @@ HEADER = ('#include <cuda_runtime.h>\n#include <cstdint>\n'
           'extern "C" int ytk_launch_Scale(const void* const*, void* const*, const int64_t*, void*, cudaStream_t);\n'
           'extern "C" size_t ytk_workspace_Scale(const int64_t*);\n')
 
+build_plugin = NvccBuilder().build_plugin
+
 
 def scale_bundle(path: Path, source: str = COPY_CU, name: str = "Scale") -> Path:
     """A tiny bundle (y = 2x, fp16 kHWC8) honouring the launcher ABI, with a workspace function."""
@@ -57,7 +59,7 @@ def scale_bundle(path: Path, source: str = COPY_CU, name: str = "Scale") -> Path
 def test_build_embeds_a_readable_self_description(tmp_path: Path, arch: str) -> None:
     src = scale_bundle(tmp_path / "Scale.module_source.py")
     out = tmp_path / "plugins" / "Scale.so"
-    res = ytk_build_plugin(BuildRequest(source=src, plugin_name="Scale", arch=arch, output=out), StageContext())
+    res = build_plugin(BuildRequest(source=src, plugin_name="Scale", arch=arch, output=out), StageContext())
     assert out.is_file() and res.so_path == out
     desc = read_plugin_description(out)
     assert desc.name == "Scale" and desc.engine_api == "torch-launcher"
@@ -71,7 +73,7 @@ def test_build_embeds_a_readable_self_description(tmp_path: Path, arch: str) -> 
 def test_build_renames_to_the_requested_plugin(tmp_path: Path) -> None:
     src = scale_bundle(tmp_path / "Scale.module_source.py")
     out = tmp_path / "Renamed.so"
-    ytk_build_plugin(BuildRequest(source=src, plugin_name="Renamed", arch=X86_SM90, output=out), StageContext())
+    build_plugin(BuildRequest(source=src, plugin_name="Renamed", arch=X86_SM90, output=out), StageContext())
     assert read_plugin_description(out).name == "Renamed"
     assert KernelSource.read(src).meta.plugin_name == "Scale"  # the source itself is never modified
 
@@ -81,7 +83,7 @@ def test_tensorrt_shims_are_refused_not_faked(tmp_path: Path, api: str) -> None:
     src = scale_bundle(tmp_path / "Scale.module_source.py")
     out = tmp_path / "Scale.so"
     with pytest.raises(StageError, match="TensorRT"):
-        ytk_build_plugin(BuildRequest(source=src, plugin_name="Scale", arch=X86_SM90, output=out, engine_api=api),
+        build_plugin(BuildRequest(source=src, plugin_name="Scale", arch=X86_SM90, output=out, engine_api=api),
                          StageContext())
     assert not out.exists()
 
@@ -90,16 +92,16 @@ def test_compile_error_is_a_stage_error_and_writes_nothing(tmp_path: Path) -> No
     src = scale_bundle(tmp_path / "Scale.module_source.py", source=COPY_CU.replace("return 0;", "return 0"))
     out = tmp_path / "Scale.so"
     with pytest.raises(StageError, match="nvcc failed"):
-        ytk_build_plugin(BuildRequest(source=src, plugin_name="Scale", arch=X86_SM90, output=out), StageContext())
+        build_plugin(BuildRequest(source=src, plugin_name="Scale", arch=X86_SM90, output=out), StageContext())
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".Scale.so")]
     assert "error" in (tmp_path / "Scale.so.build.log").read_text()
 
 
 def test_probe_answers_per_target() -> None:
-    assert probe().available
-    assert probe(arch=ArchSpec.parse(X86_SM90)).available
-    orin = probe(arch=ArchSpec.parse("arm64-sm87-dos6010-cu114-trt86"))
+    assert NvccBuilder().availability().available
+    assert NvccBuilder().availability(ArchSpec.parse(X86_SM90)).available
+    orin = NvccBuilder().availability(ArchSpec.parse("arm64-sm87-dos6010-cu114-trt86"))
     import shutil
 
     if shutil.which("aarch64-linux-gnu-g++") is None:

@@ -22,14 +22,14 @@ def lib(tmp_path_factory):  # type: ignore[no-untyped-def]
     import torch
 
     from ytk_hookspecs.launcher import LauncherLibrary
-    from ytk_backend_nvcc.plugin import ytk_build_plugin
+    from ytk_backend_nvcc.plugin import NvccBuilder
 
     p = torch.cuda.get_device_properties(0)
     arch = X86_SM90.replace("sm90", f"sm{p.major}{p.minor}")
     d = tmp_path_factory.mktemp("scale")
     so = d / "Scale.so"
-    ytk_build_plugin(BuildRequest(source=scale_bundle(d / "Scale.module_source.py"), plugin_name="Scale", arch=arch,
-                                  output=so), StageContext())
+    NvccBuilder().build_plugin(BuildRequest(source=scale_bundle(d / "Scale.module_source.py"), plugin_name="Scale",
+                                            arch=arch, output=so), StageContext())
     return LauncherLibrary(so)
 
 

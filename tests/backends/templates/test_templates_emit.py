@@ -105,7 +105,7 @@ def test_tensor_core_taps_only_on_sm90_stride1_3x3_5x5_with_64_channel_blocks() 
 
 
 def test_a_tma_winner_builds_into_an_sm90_plugin(tmp_path: Path) -> None:
-    from ytk_backend_nvcc.plugin import ytk_build_plugin
+    from ytk_backend_nvcc.plugin import NvccBuilder
 
     region = FAMILIES["dw3x3s1_dynamic"]
     meta = plugin_meta(region, "TmaWinner")
@@ -114,14 +114,14 @@ def test_a_tma_winner_builds_into_an_sm90_plugin(tmp_path: Path) -> None:
     header, source = winner_source(v, meta)
     src = KernelSource(header=header, source=source, meta=meta).write(tmp_path / "TmaWinner.module_source.py")
     so = tmp_path / "TmaWinner.so"
-    ytk_build_plugin(BuildRequest(source=src, plugin_name="TmaWinner", arch="x86_64-sm90-linux-cu130-trt10",
-                                  output=so), StageContext())
+    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TmaWinner", arch="x86_64-sm90-linux-cu130-trt10",
+                                            output=so), StageContext())
     assert read_plugin_description(so).sm == 90
 
 
 @pytest.mark.parametrize("family", ["dw3x3s1_dynamic", "litemla_joined", "pw_grouped_dynamic"])
 def test_a_winner_bundle_builds_into_a_plugin(tmp_path: Path, family: str) -> None:
-    from ytk_backend_nvcc.plugin import ytk_build_plugin
+    from ytk_backend_nvcc.plugin import NvccBuilder
 
     region = FAMILIES[family]
     meta = plugin_meta(region, "Winner")
@@ -130,8 +130,8 @@ def test_a_winner_bundle_builds_into_a_plugin(tmp_path: Path, family: str) -> No
     assert v.launcher not in source and meta.launcher in source
     src = KernelSource(header=header, source=source, meta=meta).write(tmp_path / "Winner.module_source.py")
     so = tmp_path / "Winner.so"
-    ytk_build_plugin(BuildRequest(source=src, plugin_name="Winner", arch="x86_64-sm87-linux-cu130-trt10", output=so),
-                     StageContext())
+    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="Winner", arch="x86_64-sm87-linux-cu130-trt10",
+                                            output=so), StageContext())
     desc = read_plugin_description(so)
     assert desc.launcher == meta.launcher and desc.sm == 87
     assert desc.num_inputs == len(meta.inputs)

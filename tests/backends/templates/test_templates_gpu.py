@@ -67,13 +67,13 @@ def _run_plugin(tmp_path: Path, out: Path, cand, inputs_fn):  # type: ignore[no-
     import torch
 
     from ytk_hookspecs.launcher import LauncherLibrary, torch_launch
-    from ytk_backend_nvcc.plugin import ytk_build_plugin
+    from ytk_backend_nvcc.plugin import NvccBuilder
 
     from ytk_backend_templates.gpu import local_gpu
 
     arch = local_gpu().arch().spec
     so = tmp_path / f"{cand.name}.so"
-    ytk_build_plugin(BuildRequest(source=out, plugin_name=cand.name, arch=arch, output=so), StageContext())
+    NvccBuilder().build_plugin(BuildRequest(source=out, plugin_name=cand.name, arch=arch, output=so), StageContext())
     lib = LauncherLibrary(so)
     ins, ref = inputs_fn()
     y = torch.empty(ref.shape, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)

@@ -225,12 +225,13 @@ def test_probe_refuses_a_target_of_another_sm(monkeypatch):
     so automatic selection must not pick templates for it (kernelgen would refuse it later anyway)."""
     import ytk_backend_nvcc.toolchain as toolchain
     from ytk_backend_templates import gpu as gpu_mod
-    from ytk_backend_templates.plugin import probe
+    from ytk_backend_templates.plugin import TemplatesGenerator
     from ytk_hookspecs.models import ArchSpec
 
     monkeypatch.setattr(toolchain, "find_nvcc", lambda: "/usr/local/bin/nvcc")
     monkeypatch.setattr(gpu_mod, "local_gpu", lambda: gpu_mod.LocalGpu(name="NVIDIA H200", sm=90, l2_bytes=60 << 20,
                                                                         sm_count=132))
+    probe = TemplatesGenerator().availability
     orin = probe(ArchSpec.parse("arm64-sm87-dos6010-cu114-trt86"))
     assert not orin.available and "sm_87" in orin.reason and "H200" in orin.reason
     assert probe(ArchSpec.parse("x86_64-sm90-linux-cu130-trt10")).available

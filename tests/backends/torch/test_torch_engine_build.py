@@ -54,7 +54,7 @@ def test_missing_onnx_and_bad_npz(tmp_path):
     req = CompileRequest(onnx=p, npz=tmp_path / "bad.npz", arch="x86_64-sm90-linux-cu130-trt10", precision="fp32",
                          workdir=tmp_path / "w", options={"device": "cpu"})
     with pytest.raises(StageError, match="no array 'x'"):
-        torch_plugin.ytk_engine_compile(req, StageContext())
+        torch_plugin.compile_engine(req, StageContext())
 
 
 def test_cuda_device_without_gpu_is_a_clear_error(tmp_path, monkeypatch):
@@ -64,7 +64,7 @@ def test_cuda_device_without_gpu_is_a_clear_error(tmp_path, monkeypatch):
     req = CompileRequest(onnx=p, npz=tmp_path / "m.npz", arch="x86_64-sm90-linux-cu130-trt10", precision="fp16",
                          workdir=tmp_path / "w")
     with pytest.raises(StageError, match="needs a CUDA device"):
-        torch_plugin.ytk_engine_compile(req, StageContext())
+        torch_plugin.compile_engine(req, StageContext())
 
 
 # -- plan file -----------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def test_compile_and_profile_hooks_on_cpu(tmp_path):
     np.savez(tmp_path / "model.npz", x=x)
     req = CompileRequest(onnx=p, npz=tmp_path / "model.npz", arch="x86_64-sm90-linux-cu130-trt10", precision="fp32",
                          workdir=tmp_path / "work", options={"device": "cpu", "profile_iterations": "3"})
-    res = torch_plugin.ytk_engine_compile(req, StageContext())
+    res = torch_plugin.compile_engine(req, StageContext())
     assert res.backend == "torch" and res.backend_version == torch.__version__ and not res.simulated
     assert res.engine.is_file() and res.device.startswith("CPU") and res.build_s > 0
     info = json.loads(res.layer_info.read_text())
@@ -121,7 +121,7 @@ def test_compile_and_profile_hooks_on_cpu(tmp_path):
     assert conv["LayerType"] == "Convolution" and conv["Metadata"] == "[ONNX Layer: node_Conv_1]"
     assert [t["Name"] for t in conv["Inputs"]] == ["x"], "weights are not layer inputs"
 
-    prof = torch_plugin.ytk_engine_profile(ProfileRequest(compile=res, request=req, iterations=4, warmup=1),
+    prof = torch_plugin.profile_engine(ProfileRequest(compile=res, request=req, iterations=4, warmup=1),
                                            StageContext())
     assert len(prof.iterations_ms) == 4 and all(t > 0 for t in prof.iterations_ms)
     assert not prof.simulated and prof.device == res.device

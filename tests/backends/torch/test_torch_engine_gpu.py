@@ -58,9 +58,9 @@ def test_fp16_engine_end_to_end_on_gpu(example):
     d, x, ref = example
     req = CompileRequest(onnx=d / "model.onnx", npz=d / "model.npz", arch="x86_64-sm90-linux-cu130-trt10",
                          precision="fp16", workdir=d / "fp16", options={"profile_iterations": "10"})
-    res = torch_plugin.ytk_engine_compile(req, StageContext())
+    res = torch_plugin.compile_engine(req, StageContext())
     assert res.device == torch.cuda.get_device_name() and not res.simulated
-    prof = torch_plugin.ytk_engine_profile(ProfileRequest(compile=res, request=req, iterations=20, warmup=3),
+    prof = torch_plugin.profile_engine(ProfileRequest(compile=res, request=req, iterations=20, warmup=3),
                                            StageContext())
     assert len(prof.iterations_ms) == 20 and min(prof.iterations_ms) > 0
     convs = [ly for ly in prof.layers if ly.type == "Convolution"]
@@ -146,8 +146,8 @@ def test_custom_op_node_runs_through_its_plugin(tmp_path):
     np.savez(tmp_path / "model.npz", x=x)
     req = CompileRequest(onnx=pc, npz=tmp_path / "model.npz", arch="x86_64-sm90-linux-cu130-trt10",
                          precision="fp16", workdir=tmp_path / "work", plugins=[art], options={"profile_iterations": "5"})
-    res = torch_plugin.ytk_engine_compile(req, StageContext())
-    prof = torch_plugin.ytk_engine_profile(ProfileRequest(compile=res, request=req, iterations=10, warmup=2),
+    res = torch_plugin.compile_engine(req, StageContext())
+    prof = torch_plugin.profile_engine(ProfileRequest(compile=res, request=req, iterations=10, warmup=2),
                                            StageContext())
     layer = next(ly for ly in prof.layers if ly.name == "yasp_DwTest_0")
     assert layer.onnx_nodes == ["yasp_DwTest_0"] and layer.median_ms > 0
