@@ -13,7 +13,10 @@ Only `exact` may be admitted. Prints one table (--json for the records); exit 1 
 kernel was admitted or the exact one was not (on a machine without a GPU every verdict is
 `unverified`: the suite then checks that every kernel builds and nothing is admitted).
 
-    python benchmarks/admission_suite.py [--workdir DIR] [--only NAME,...] [--json]
+    python benchmarks/admission_suite.py [--workdir DIR] [--only NAME,...] [--generated] [--json]
+
+--generated adds the installed kernel generator's own kernel for the region (`ytk kernelgen compile`),
+which must be admitted.
 """
 
 from __future__ import annotations
@@ -177,10 +180,10 @@ def local_arch() -> str:
     return f"{host_arch()}-sm{sm}-linux-cu{int(major)}{int(minor)}-trt10"
 
 
-def run_one(name: str, work: Path, prep: Path, arch: str) -> dict:
+def run_one(name: str, work: Path, prep: Path, arch: str, source: Path | None = None) -> dict:
     d = work / name
     d.mkdir(parents=True, exist_ok=True)
-    src = write_planted(name, d / "DwS.module_source.py")
+    src = source or write_planted(name, d / "DwS.module_source.py")
     so = d / "DwS.so"
     env = dict(os.environ, YTK_BUILDER="nvcc")
     r = subprocess.run([ytk_bin(), "embedded", "build-plugin", "-a", arch, "--plugin-name", "DwS", "-s", str(src),
@@ -190,10 +193,29 @@ def run_one(name: str, work: Path, prep: Path, arch: str) -> dict:
                      if p.is_file()), None)
     rec = json.loads(rec_path.read_text()) if rec_path else None
     problems = [p for c in (rec or {}).get("cases", []) for p in c.get("problems", [])]
-    return {"kernel": name, "planted": PLANTED[name][0], "exit": r.returncode,
+    what = PLANTED[name][0] if name in PLANTED else "the installed kernel generator's kernel"
+    return {"kernel": name, "planted": what, "exit": r.returncode,
             "verdict": rec["status"] if rec else "no verdict",
             "why": (problems[0] if problems else (rec or {}).get("reason", "")) if rec else r.stderr.strip()[-300:],
             "cases": len((rec or {}).get("cases", [])), "record": rec}
+
+
+def run_generated(work: Path, prep: Path, arch: str) -> dict:
+    """The same region through the installed kernel generator (``ytk kernelgen compile``, -g the local GPU)
+    and build-plugin: a real generator's kernel must be admitted."""
+    import torch
+
+    d = work / "generated"
+    d.mkdir(parents=True, exist_ok=True)
+    src = d / "DwS.module_source.py"
+    gpu = torch.cuda.get_device_properties(0).name if torch.cuda.is_available() else "H200"
+    r = subprocess.run([ytk_bin(), "kernelgen", "compile", "-r", str(prep / "plugin_candidates" / "DwS.pt2"),
+                        "-g", gpu, "--config", "deployment_target=tensorrt", "-o", str(src)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"kernel": "generated", "planted": "the installed kernel generator's kernel", "exit": r.returncode,
+                "verdict": "no kernel", "why": r.stderr.strip()[-300:], "cases": 0, "record": None}
+    return run_one("generated", work, prep, arch, source=src)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--only", default="", help="comma-separated kernel names")
     ap.add_argument("--jobs", type=int, default=1, help="builds/gates at once (1 on a shared GPU)")
+    ap.add_argument("--generated", action="store_true",
+                    help="also gate the installed kernel generator's kernel for the region (needs a GPU)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     names = [n for n in (a.only.split(",") if a.only else PLANTED) if n]
@@ -213,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     arch = local_arch()
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         rows = list(pool.map(lambda n: run_one(n, work, prep, arch), names))
+    if a.generated:
+        rows.append(run_generated(work, prep, arch))
     gpu = any(r["verdict"] in ("admitted", "rejected") for r in rows)
-    bad = [r["kernel"] for r in rows if (r["verdict"] == "admitted") != (r["kernel"] == "exact" and gpu)]
+    honest = ("exact", "generated")
+    bad = [r["kernel"] for r in rows if (r["verdict"] == "admitted") != (r["kernel"] in honest and gpu)]
     if a.json:
         print(json.dumps({"arch": arch, "gpu": gpu, "rows": rows, "wrong_verdicts": bad}, indent=1))
     else:
@@ -222,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'kernel':<16} {'verdict':<11} {'exit':>4}  {'cases':>5}  why")
         for r in rows:
             print(f"{r['kernel']:<16} {r['verdict']:<11} {r['exit']:>4}  {r['cases']:>5}  {r['why'][:150]}")
-        admitted = [r["kernel"] for r in rows if r["verdict"] == "admitted" and r["kernel"] != "exact"]
-        print(f"planted kernels admitted: {len(admitted)} of {len(rows) - ('exact' in names)}"
+        admitted = [r["kernel"] for r in rows if r["verdict"] == "admitted" and r["kernel"] not in honest]
+        print(f"planted kernels admitted: {len(admitted)} of {sum(r['kernel'] not in honest for r in rows)}"
               + (f" ({', '.join(admitted)})" if admitted else ""))
     return 1 if bad else 0
 

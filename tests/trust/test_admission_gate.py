@@ -81,3 +81,10 @@ def test_no_planted_kernel_is_admitted_on_the_gpu(suite_dir) -> None:
     wrong = {n: r["verdict"] for n, r in rows.items() if n != "exact" and r["verdict"] != "rejected"}
     assert not wrong, wrong
     assert all(r["exit"] == 5 for n, r in rows.items() if n != "exact")
+
+
+@pytest.mark.gpu
+def test_the_installed_generators_kernel_is_admitted(suite_dir) -> None:
+    work, prep = suite_dir
+    row = admission_suite.run_generated(work, prep, admission_suite.local_arch())
+    assert row["verdict"] == "admitted" and row["exit"] == 0, row
