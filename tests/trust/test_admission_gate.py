@@ -88,3 +88,21 @@ def test_the_installed_generators_kernel_is_admitted(suite_dir) -> None:
     work, prep = suite_dir
     row = admission_suite.run_generated(work, prep, admission_suite.local_arch())
     assert row["verdict"] == "admitted" and row["exit"] == 0, row
+
+
+def test_the_autoloop_keeps_only_admitted_plugins_for_a_real_engine() -> None:
+    from types import SimpleNamespace
+
+    from ytk_core.autoloop.kernel_jobs import KernelJobs
+
+    def jobs(engine: str) -> SimpleNamespace:
+        return SimpleNamespace(ws=SimpleNamespace(state=SimpleNamespace(backends={"engine": engine})))
+
+    def rec(status: str) -> AdmissionRecord:
+        return AdmissionRecord(plugin_name="P", so_sha256="0" * 64, status=status, reason="no CUDA GPU here")
+
+    assert KernelJobs._not_admitted(jobs("torch"), rec("admitted")) is None
+    why = KernelJobs._not_admitted(jobs("torch"), rec("unverified"))
+    assert why.startswith("admission: unverified (no CUDA GPU here)")
+    assert "admission: unverified (no verdict)" in KernelJobs._not_admitted(jobs("tensorrt"), None)
+    assert KernelJobs._not_admitted(jobs("mock"), rec("unverified")) is None  # simulated: nothing real to gate
