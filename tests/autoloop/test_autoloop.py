@@ -46,11 +46,14 @@ def test_end_to_end(finished):
     kept = rep["state"]["best"]["plugins"]
     assert kept and all(p["status"] == "kept" for p in kept)
     assert rep["verify"]["passed"] is True and len(rep["verify"]["rows"]) == 2
-    for f in ("autoloop_report.md", "latency.svg", "regions.svg", "verify.json"):
+    for f in ("autoloop_report.md", "latency.svg", "latency.png", "regions.svg", "regions.png", "verify.json"):
         assert (w / "report" / f).is_file()
     md = (w / "report" / "autoloop_report.md").read_text()
     assert "SIMULATED" in md and "## Rounds" in md and "| Implementation |" in md
-    assert (w / "report" / "latency.svg").read_text().startswith("<svg")
+    assert "![latency by round](latency.svg) ([PNG](latency.png))" in md
+    svg = (w / "report" / "latency.svg").read_text()
+    assert "<svg" in svg and "end-to-end latency, p50 (ms)" in svg and "SIMULATED" in svg
+    assert (w / "report" / "regions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_rerun_of_a_finished_loop_does_no_work(finished):

@@ -12,7 +12,7 @@ from ytk_hookspecs.models import Versioned
 from ytk_hookspecs.models.base import write_text_atomic
 
 from ..stages.verify import VerifyReport, run_verify
-from .charts import latency_by_round, regions_before_after
+from .charts import RoundPoint, latency_by_round, regions_before_after
 from .state import AutoloopState, PluginRecord
 
 REPORT_DIR = "report"
@@ -167,15 +167,14 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         verify = run_verify(ref, bundles, no_host=not host_timing)
         write_text_atomic(rdir / "verify.json", verify.model_dump_json(indent=2))
     unit = "SIMULATED figures (mock target)" if simulated else f"measured on the {state.backends.get('engine')} engine"
-    points = [("base", base.ms)] if base else []
+    points = [RoundPoint("base", base.ms, base.ms)] if base else []
     running = base.ms if base else 0.0
     for r in state.rounds:
         if r.gain_ms is not None and r.gain_ms > 0 and r.result_ms is not None:
             running = r.result_ms
-        points.append((f"round {r.index}", running))
-    write_text_atomic(rdir / "latency.svg", latency_by_round(points, unit))
+        points.append(RoundPoint(f"round {r.index}", r.result_ms, running))
     kept = best.plugins if best else []
-    write_text_atomic(rdir / "regions.svg", regions_before_after([(p.name, p.region_ms, p.plugin_ms) for p in kept], unit))
+    charts, chart_note = _charts(rdir, points, [(p.name, p.region_ms, p.plugin_ms) for p in kept], unit)
     speedup = base.ms / best.ms if base and best and best.ms else None
     md = [f"# ytk autoloop report{' (SIMULATED)' if simulated else ''}", "",
           f"- model: `{state.model}`", f"- target: `{state.arch}`, precision {state.precision}",
@@ -226,10 +225,25 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         md += [f"- plugin `{p.name}`: `{p.so}` (replaces `{p.selector}`)" for p in ship.plugins]
         md += ["", "Rebuild the final engine from them:", "", "```bash", ship.reproduce, "```", "",
                "`ytk autoloop ... --export DIR` copies exactly these into DIR.", ""]
-    md += ["## Charts", "", "![latency by round](latency.svg)", "", "![time per region](regions.svg)", "",
-           "## Event log", ""] + [f"- {h}" for h in state.history] + [""]
+    md += ["## Charts", ""]
+    md += ([f"![{title}]({name}) ([PNG]({Path(name).with_suffix('.png')}))" for title, name in
+            (("latency by round", "latency.svg"), ("time per region", "regions.svg"))
+            if rdir / name in charts] or [chart_note])
+    md += ["", "## Event log", ""] + [f"- {h}" for h in state.history] + [""]
     write_text_atomic(rdir / "autoloop_report.md", "\n".join(md))
     return AutoloopReport(workdir=str(w), state=state, baseline_ms=base.ms if base else None,
                           final_ms=best.ms if best else None, speedup=speedup, simulated=simulated, verify=verify,
                           report_md=str(rdir / "autoloop_report.md"),
-                          charts=[str(rdir / "latency.svg"), str(rdir / "regions.svg")], ship=ship)
+                          charts=[str(c) for c in charts], ship=ship)
+
+
+def _charts(rdir: Path, points: list[RoundPoint], regions: list[tuple[str, float, float | None]],
+            unit: str) -> tuple[list[Path], str]:
+    """Draw the two charts (SVG + PNG each); without matplotlib, none and the note that says why."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return [], "(no charts: matplotlib is not installed here; `pip install matplotlib` draws them)"
+    written = latency_by_round(points, unit, rdir / "latency.svg")
+    written += regions_before_after(regions, unit, rdir / "regions.svg")
+    return written, ""
