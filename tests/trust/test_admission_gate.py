@@ -106,3 +106,27 @@ def test_the_autoloop_keeps_only_admitted_plugins_for_a_real_engine() -> None:
     assert why.startswith("admission: unverified (no CUDA GPU here)")
     assert "admission: unverified (no verdict)" in KernelJobs._not_admitted(jobs("tensorrt"), None)
     assert KernelJobs._not_admitted(jobs("mock"), rec("unverified")) is None  # simulated: nothing real to gate
+
+
+@needs_nvcc
+def test_the_gate_runs_in_a_child_whose_death_or_hang_is_a_rejection(suite_dir, monkeypatch) -> None:
+    """The child-process plumbing, on any machine: a child that answers (here: no GPU, so unverified), one
+    that does not finish in time (killed, rejected)."""
+    from tests.conftest import has_cuda
+
+    import ytk_core.stages.admission as adm
+    from ytk_hookspecs.models import CandidatesFile
+
+    if has_cuda():
+        pytest.skip("on a GPU machine the child runs the real gate (the GPU tests above)")
+    work, prep = suite_dir
+    admission_suite.run_one("exact", work, prep, admission_suite.local_arch())
+    so = work / "exact" / "DwS.so"
+    cand = CandidatesFile.read(prep / "candidates.json").candidates[0]
+    seen: list[str] = []
+    rec = adm._run_isolated(so, sha256_file(so), "DwS", cand, prep, "fp16", seen.append)
+    assert rec.status == "unverified" and "no CUDA GPU here" in rec.reason
+    monkeypatch.setattr(adm, "CHILD_TIMEOUT_S", 0.05)
+    rec = adm._run_isolated(so, sha256_file(so), "DwS", cand, prep, "fp16", None)
+    assert rec.status == "rejected" and "did not finish" in rec.reason
+    assert record_for(so).status == "rejected"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import secrets
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,7 +46,7 @@ DISTRIBUTIONS = ("normal", "wide", "offset", "large")
 FLOOR_FRACTION = 0.5
 SIMULATED_APIS = ("mock-cpu",)
 #: the child running one plugin's gate is killed after this long (a kernel that never returns)
-CHILD_TIMEOUT_S = 900
+CHILD_TIMEOUT_S = 600
 
 
 class AdmissionRefused(YtkError):
@@ -130,15 +131,17 @@ def _run_isolated(so: Path, digest: str, name: str, cand: Candidate, prep: Path,
         with open(err, "w") as ef:
             proc = subprocess.Popen([sys.executable, "-m", "ytk_core.stages.admission", str(job)],
                                     stdout=subprocess.PIPE, stderr=ef, text=True)
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if progress and line.strip():
-                    progress(line.strip())
+            pump = threading.Thread(target=_pump, args=(proc.stdout, progress), daemon=True)
+            pump.start()
             try:
                 rc = proc.wait(timeout=CHILD_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired:  # a kernel that never returns
                 proc.kill()
-                rc = proc.wait()
+                proc.wait()
+                pump.join(timeout=5)
+                return _rejected(so, digest, name, [f"the gate's process did not finish in {CHILD_TIMEOUT_S} s "
+                                                    "(a kernel that never returns?) and was killed"])
+            pump.join(timeout=5)
         rec = record_for(so)
         if rc == 0 and rec is not None:
             return rec
@@ -148,6 +151,13 @@ def _run_isolated(so: Path, digest: str, name: str, cand: Candidate, prep: Path,
         else:
             why = f"the gate's process died while running the kernel (exit {rc})" + (f": {tail[0][:300]}" if tail else "")
         return _rejected(so, digest, name, [why])
+
+
+def _pump(stream: Any, progress: Callable[[str], None] | None) -> None:
+    """Forward the child's progress lines (its stdout) until it closes."""
+    for line in stream:
+        if progress and line.strip():
+            progress(line.strip())
 
 
 def _child(job_path: str) -> int:
