@@ -13,12 +13,13 @@ from ytk_hookspecs import specs
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import PluginMeta, TensorContract, Versioned
 from ytk_hookspecs.models.base import ArtifactError
+from ytk_hookspecs.roles import ROLE_PROTOCOLS, role_methods
 from ytk_hookspecs.shape_expr import ShapeExprError, evaluate, evaluate_extents
 
 
 def test_import_does_not_pull_torch():
-    code = "import sys, ytk_hookspecs, ytk_hookspecs.models, ytk_hookspecs.kernel_source, ytk_hookspecs.plugin_info; " \
-           "print('torch' in sys.modules)"
+    code = "import sys, ytk_hookspecs, ytk_hookspecs.models, ytk_hookspecs.kernel_source, ytk_hookspecs.plugin_info, " \
+           "ytk_hookspecs.roles, ytk_hookspecs.loader, ytk_hookspecs.testing.suite; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -28,6 +29,13 @@ def test_every_hookspec_is_documented_with_an_example(name):
     doc = inspect.getdoc(getattr(specs, name)) or ""
     assert "Example" in doc and ("Called" in doc or "called" in doc), name
     assert len(doc.splitlines()) >= 5
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_PROTOCOLS))
+def test_every_role_method_is_documented(role):
+    for name in role_methods(role):
+        doc = inspect.getdoc(getattr(ROLE_PROTOCOLS[role], name)) or ""
+        assert len(doc.splitlines()) >= 3, f"{role}.{name}"
 
 
 def test_versioned_rejects_newer_schema(tmp_path):

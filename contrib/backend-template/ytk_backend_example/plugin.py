@@ -4,7 +4,8 @@ Replace ``supports`` and ``submit`` with your generator: ``submit`` writes a ker
 (``ytk_hookspecs.kernel_source.KernelSource``) to ``request.output`` and its report to
 ``report_path(request.output)``, and returns status "done". Select it with
 ``ytk kernelgen compile --kernelgen example ...``, ``YTK_KERNELGEN=example``, or
-``[backends] kernelgen = "example"`` in ytk.toml.
+``[backends] kernelgen = "example"`` in ytk.toml. Check it with ``pytest --ytk-backend example``
+(this template fails that check: it generates no kernel).
 """
 
 from __future__ import annotations
