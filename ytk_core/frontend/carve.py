@@ -24,8 +24,8 @@ from .canonical import canonicalise
 from .capture import capture, capture_onnx, weight_values
 from .onnx_rewrite import OnnxGraph, finalize, replace_with_plugin
 from .region_module import RegionSpec, analyse, build_module, conv_signature, folded_weights
-from .region_rules import FactGraph, grow_epilogue, whole_onnx_nodes
-from .regions import GraphIndex, Site, is_identity, match_sites
+from .region_rules import FactGraph
+from .regions import GraphIndex, Site, is_identity, match_sites, region_nodes
 from .selectors import Selector, parse_selector
 
 PLUGINS_JSON = "plugins.json"
@@ -151,26 +151,23 @@ class _PlanContext:
     facts: FactGraph
 
 
-def region_nodes(sel: Selector, site: Site, facts: FactGraph) -> list[str]:
-    """The FX node names a site's region holds once widened to whole ONNX nodes (and, with
-    ``@epilogue``, its pointwise epilogue): the rule propose applies too (see region_rules)."""
-    names = [n.name for n in site.nodes]
-    grown = grow_epilogue(names, facts) if sel.epilogue else whole_onnx_nodes(names, facts)
-    return sorted(grown, key=facts.order.get)
-
-
 def _plan_selector(sel: Selector, ctx: _PlanContext, claimed: dict[str, str]) -> list[SitePlan]:
     gi, og, onnx_of = ctx.gi, ctx.og, ctx.onnx_of
     site_plans = []
+    succ = og.successors() if sel.part is not None else None
     for site in match_sites(sel, gi):
         where = site.module_path or sel.text
-        site.nodes = [gi.by_name[n] for n in region_nodes(sel, site, ctx.facts)]
+        site.nodes = [gi.by_name[n] for n in region_nodes(sel, site, ctx.facts, gi, succ)]
         for n in site.nodes:
+            if not onnx_of.get(n.name):
+                # no ONNX node of its own (a constant the exporter folded, an identity): nothing is
+                # replaced, so two regions may each compute it (the parts of one :around block do)
+                continue
             if n.name in claimed and claimed[n.name] != sel.text:
                 raise UsageError(f"selectors {claimed[n.name]!r} and {sel.text!r} both claim fx node {n.name} "
                                  f"(in {where}); regions must not overlap. Narrow one with @where.")
             claimed[n.name] = sel.text
-        spec, lift = analyse(site.nodes, ctx.weight_names, ctx.graph_outputs, sel.lift, where)
+        spec, lift = analyse(site.nodes, ctx.weight_names, ctx.graph_outputs, sel.lift, where, ctx.facts)
         onnx_nodes = sorted({o for n in site.nodes for o in onnx_of.get(n.name, [])})
         if not onnx_nodes:
             raise UsageError(f"selector {sel.text!r}: region {where} became no ONNX node (it was constant-folded "

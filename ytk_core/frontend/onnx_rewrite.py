@@ -15,6 +15,7 @@ import numpy as np
 from ytk_hookspecs.models import PLUGIN_DOMAIN
 
 from ..errors import UsageError
+from .region_rules import convexity_witness
 
 
 @dataclass
@@ -56,23 +57,19 @@ class OnnxGraph:
                 if o in self.graph_outputs or any(c not in inside for c in self.consumers.get(o, []))]
         return OnnxBoundary(nodes=order, inputs=ins, outputs=outs)
 
+    def successors(self) -> dict[str, list[str]]:
+        """Each node's consumers (what region_rules' convexity and part rules walk)."""
+        return {nm: [c for o in n.output for c in self.consumers.get(o, [])] for nm, n in self.nodes.items()}
+
     def check_convex(self, names: list[str], where: str) -> None:
         """Refuse a region that an outside path leaves and re-enters (it could not be one node)."""
-        inside = set(names)
-        start = [c for nm in names for o in self.nodes[nm].output for c in self.consumers.get(o, []) if c not in inside]
-        seen = set(start)
-        q = deque(start)
-        while q:
-            cur = q.popleft()
-            for o in self.nodes[cur].output:
-                for c in self.consumers.get(o, []):
-                    if c in inside:
-                        raise UsageError(f"region {where} is not convex: ONNX node {cur} (outside the region) depends on "
-                                         f"the region and feeds {c} inside it; one plugin node cannot replace it. Narrow "
-                                         "the selector (@where, or a span A...B) so the region is one connected block.")
-                    if c not in seen:
-                        seen.add(c)
-                        q.append(c)
+        hit = convexity_witness(names, self.successors())
+        if hit is not None:
+            cur, c = hit
+            raise UsageError(f"region {where} is not convex: ONNX node {cur} (outside the region) depends on the region "
+                             f"and feeds {c} inside it; one plugin node cannot replace it. Narrow the selector (@where, "
+                             "or a span A...B) so the region is one connected block; an :around region takes one of "
+                             "its convex parts with @part=K (propose proposes them).")
 
 
 def replace_with_plugin(og: OnnxGraph, b: OnnxBoundary, node_name: str, op_type: str, namespace: str, version: str,

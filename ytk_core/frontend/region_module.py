@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from .region_rules import FactGraph, baked_weights
 from .regions import is_conv, op_name
 
 
@@ -67,21 +68,25 @@ def _bn_parts(bn: Any) -> tuple[Any, Any, Any, Any, float]:
 
 
 def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], lift: str | None,
-            where: str) -> tuple[RegionSpec, str]:
-    """Find the region's boundary and decide which convs are lifted; returns (spec, lift mode used)."""
+            where: str, facts: FactGraph) -> tuple[RegionSpec, str]:
+    """Find the region's boundary and decide which convs are lifted; returns (spec, lift mode used).
+    What stays baked is region_rules.baked_weights on ``facts`` (the traced graph's facts), the rule
+    propose judges a family's sites by."""
     inside = set(nodes)
     acts: list[Any] = []
-    baked: list[Any] = []
+    weights: dict[str, Any] = {}
     for n in nodes:
         for m in n.all_input_nodes:
             if m in inside:
                 continue
             if m.op == "placeholder" and m.name in weight_names:
-                if m not in baked:
-                    baked.append(m)
+                weights.setdefault(m.name, m)
             elif m not in acts:
                 acts.append(m)
-    outs = [n for n in nodes if n in graph_outputs or any(u not in inside for u in n.users)]
+    # A folded constant (no ONNX node) is no output even when read outside: ONNX reads its initializer
+    # there, and another region that needs it computes it too (the parts of one :around block).
+    outs = [n for n in nodes if n in graph_outputs or (any(u not in inside for u in n.users) and
+                                                        not facts.folded(n.name))]
     convs = [n for n in nodes if is_conv(n)]
     if lift:
         mode = lift
@@ -96,6 +101,7 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
         raise UsageError(f"region {where or '<root>'} contains {len(convs)} convolutions; fold_conv_bn lifts exactly "
                          "one (weight, bias) pair, which cannot describe several convolutions. Add "
                          "@lift=fold_conv_bn_seq (one folded pair per conv, in call order) or @lift=none.")
+    baked = [weights[w] for w in baked_weights([n.name for n in nodes], facts, lift=mode != "none")]
     spec = RegionSpec(nodes=nodes, activations=acts, outputs=outs, baked=baked)
     if mode != "none":
         for c in convs:
@@ -107,10 +113,6 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
             users = list(c.users)
             if len(users) == 1 and users[0] in inside and _is_bn(users[0]):
                 spec.folded_bn[c] = users[0]
-        lifted_w = {_conv_parts(c)[1] for c in spec.convs} | {b for c in spec.convs for b in
-                                                             ([_conv_parts(c)[2]] if _conv_parts(c)[2] is not None else [])}
-        bn_params = {p for bn in spec.folded_bn.values() for p in _bn_parts(bn)[:4]}
-        spec.baked = [b for b in baked if b not in lifted_w and b not in bn_params]
     return spec, mode
 
 

@@ -20,8 +20,10 @@ Two rules widen a region beyond the nodes its selector names:
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 #: aten ops (name before the overload) that a kernel's epilogue absorbs: unary pointwise math.
 EPILOGUE_UNARY = {
@@ -127,6 +129,25 @@ class FactGraph:
     def is_constant(self, name: str) -> bool:
         n = self.nodes.get(name)
         return n is None or name in self.weights or n.op == "get_attr"
+
+    def folded(self, name: str) -> bool:
+        """Computed from weights alone and left no ONNX node: the exporter folded it into an
+        initializer, which every ONNX consumer reads (Swin's gathered bias, EfficientViT-M's)."""
+        n = self.nodes.get(name)
+        if n is None or n.op != "call_function" or n.onnx:
+            return False
+        seen, todo = {name}, list(n.inputs)
+        while todo:
+            m = self.nodes.get(todo.pop())
+            if m is None or m.name in seen:
+                continue
+            seen.add(m.name)
+            if self.is_constant(m.name):
+                continue
+            if m.op != "call_function":
+                return False
+            todo += m.inputs
+        return True
 
 
 def whole_onnx_nodes(region: Iterable[str], g: FactGraph) -> set[str]:
@@ -241,3 +262,172 @@ def _flat(v: Any) -> Iterable[Any]:
 def _is_weight_name(name: str) -> bool:
     # torch.export names lifted parameters p_*, buffers b_*, lifted constants c_*
     return name.startswith(("p_", "b_", "c_"))
+
+
+# -- what a region bakes ----------------------------------------------------------------------------
+#: aten ops whose weight operands the carve lifts as a folded (weight, bias) pair (conv2d and kin).
+CONV_BASES = ("conv2d", "convolution", "_convolution", "conv1d", "conv3d")
+#: BatchNorm spellings a lifted conv folds when the BatchNorm is the conv's only consumer.
+BN_BASES = ("_native_batch_norm_legit_no_training", "batch_norm", "_native_batch_norm_legit")
+
+
+def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> list[str]:
+    """The weights (parameters, buffers, lifted constants) a region's program keeps inside it, in
+    first-use order: every weight its nodes read, less, when convs are lifted (``lift``, the carve's
+    default), each conv's own weight and bias and the parameters of a BatchNorm folded into it.
+
+    One plugin runs one program at every site, so sites that bake different values cannot share a
+    plugin: the carve refuses them, and propose gives such a region a family of its own per site."""
+    inside = set(region)
+    names = sorted(inside, key=lambda n: g.order.get(n, 0))
+    read: list[str] = []
+    for name in names:
+        for i in g.nodes[name].inputs:
+            if i not in inside and i in g.weights and i not in read:
+                read.append(i)
+    if not lift:
+        return read
+    lifted: set[str] = set()
+    for name in names:
+        n = g.nodes[name]
+        if n.op != "call_function" or n.base not in CONV_BASES:
+            continue
+        lifted.update(i for i in n.inputs[1:] if i in g.weights)
+        users = g.users.get(name, [])
+        if len(users) == 1 and users[0] in inside and g.nodes[users[0]].base in BN_BASES:
+            lifted.update(i for i in g.nodes[users[0]].inputs[1:] if i in g.weights)
+    return [w for w in read if w not in lifted]
+
+
+# -- convexity --------------------------------------------------------------------------------------
+def convexity_witness(inside: Iterable[str], succ: Mapping[str, Iterable[str]]) -> tuple[str, str] | None:
+    """``(outside, inside)`` where a path leaves the node set ``inside`` and re-enters it -- the
+    outside node on that path and the inside node it feeds -- or None when the set is convex (one
+    node can replace it). ``succ``: each graph node's consumers (the carve and propose each build it
+    from their ONNX graph)."""
+    inside = set(inside)
+    start = [c for n in inside for c in succ.get(n, ()) if c not in inside]
+    seen = set(start)
+    todo = deque(start)
+    while todo:
+        cur = todo.popleft()
+        for c in succ.get(cur, ()):
+            if c in inside:
+                return cur, c
+            if c not in seen:
+                seen.add(c)
+                todo.append(c)
+    return None
+
+
+def convex_parts(region: Iterable[str], g: FactGraph, succ: Mapping[str, Iterable[str]]) -> list[list[str]] | None:
+    """A region that is not convex, cut where outside paths re-enter it: FX node sets, each convex
+    and made of whole ONNX nodes, in graph order; None when no cut at FX-node granularity exists.
+
+    Each ONNX node of the region gets the largest number of times a path from it to the end of
+    the graph leaves the region and comes back; the nodes that share that number form convex
+    sets (a path that leaves and re-enters strictly lowers it), split into their connected pieces.
+    So plumbing joins the part it feeds: q, k and v reshapes go with their product. An FX node with
+    no ONNX node of its own (an identity, a constant the exporter folded) goes with the parts that
+    consume it, in each of them. ``succ`` as for :func:`convexity_witness`; ONNX nodes that are not
+    in it (replaced by a plugin, removed by the optimizer) are ignored."""
+    names = sorted(set(region), key=lambda n: g.order.get(n, 0))
+    onnx_of = {f: [o for o in g.nodes[f].onnx if o in succ] for f in names}
+    # FX nodes that share an ONNX node are cut together (one FX node can become several ONNX nodes)
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for os_ in onnx_of.values():
+        for o in os_:
+            parent.setdefault(o, o)
+        for o in os_[1:]:
+            parent[find(o)] = find(os_[0])
+    unit = {o: find(o) for o in parent}
+    if not unit:
+        return None
+    pred: dict[str, list[str]] = {}
+    for a, cs in succ.items():
+        for c in cs:
+            pred.setdefault(c, []).append(a)
+    between = _reach(set(unit), succ) & _reach(set(unit), pred)
+    # the condensed graph: one vertex per unit, the outside nodes on region-to-region paths as they are
+    vert = {o: unit.get(o, o) for o in between | set(unit)}
+    out_edges: dict[str, set[str]] = {v: set() for v in vert.values()}
+    for a, va in vert.items():
+        for c in succ.get(a, ()):
+            if c in vert and vert[c] != va:
+                out_edges[va].add(vert[c])
+    order = _topo(out_edges)
+    if order is None:  # an outside path from a unit back into itself: no cut at this granularity
+        return None
+    units = set(unit.values())
+    exits: dict[str, int] = {}
+    for v in reversed(order):
+        best = 0
+        for c in out_edges[v]:
+            best = max(best, exits[c] + (1 if v in units and c not in units else 0))
+        exits[v] = best
+    # connected pieces of each level, through direct edges between units of that level
+    comp = {u: u for u in units}
+
+    def root(u: str) -> str:
+        while comp[u] != u:
+            comp[u] = comp[comp[u]]
+            u = comp[u]
+        return u
+
+    for u in units:
+        for c in out_edges[u]:
+            if c in units and exits[c] == exits[u]:
+                comp[root(c)] = root(u)
+    piece_of_unit = {u: root(u) for u in units}
+    pieces: dict[str, set[str]] = {}
+    for f, os_ in onnx_of.items():
+        if os_:
+            pieces.setdefault(piece_of_unit[unit[os_[0]]], set()).add(f)
+    floating = [f for f in names if not onnx_of[f]]
+    placed: dict[str, set[str]] = {}
+    for f in reversed(floating):  # consumers first: a chain of them follows its last link
+        keys: set[str] = set()
+        for u in g.users.get(f, []):
+            if u in onnx_of and onnx_of[u]:
+                keys.add(piece_of_unit[unit[onnx_of[u][0]]])
+            keys |= placed.get(u, set())
+        placed[f] = keys
+        for k in keys:
+            pieces[k].add(f)
+    out = [sorted(p, key=lambda n: g.order.get(n, 0)) for p in pieces.values()]
+    return sorted(out, key=lambda p: g.order.get(p[0], 0))
+
+
+def _reach(start: set[str], nxt: Mapping[str, Iterable[str]]) -> set[str]:
+    seen = set(start)
+    todo = list(start)
+    while todo:
+        for m in nxt.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def _topo(edges: dict[str, set[str]]) -> list[str] | None:
+    indeg = {v: 0 for v in edges}
+    for cs in edges.values():
+        for c in cs:
+            indeg[c] += 1
+    todo = deque(sorted(v for v, d in indeg.items() if d == 0))
+    order = []
+    while todo:
+        v = todo.popleft()
+        order.append(v)
+        for c in sorted(edges[v]):
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                todo.append(c)
+    return order if len(order) == len(edges) else None

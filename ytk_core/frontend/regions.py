@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from .region_rules import FactGraph, convex_parts, grow_epilogue, whole_onnx_nodes
 from .selectors import Selector
 
 #: Ops an ``:around`` region targets inside a block: attention-style heavy ops. Convolutions are
@@ -71,6 +72,39 @@ class Site:
     module_path: str
     nodes: list[Any]  # fx.Node, in graph order
     notes: list[str] = field(default_factory=list)
+
+
+class FxView:
+    """Just what the matcher and the region rules read from an ``fx.Node``, rebuilt from fx_nodes.json
+    (propose runs the carve's own matcher on it, without torch)."""
+
+    __slots__ = ("name", "op", "target", "meta", "users", "all_input_nodes", "args")
+
+    def __init__(self, name: str, op: str, target: Any, stack: dict[str, tuple[str, str]]) -> None:
+        self.name, self.op, self.target = name, op, target
+        self.meta = {"nn_module_stack": stack}
+        self.users: dict[Any, None] = {}
+        self.all_input_nodes: list[Any] = []
+        self.args: tuple[Any, ...] = ()
+
+
+class GraphView:
+    """An fx.Graph stand-in over fx_nodes.json: ``GraphIndex(GraphView(fx), weights)``."""
+
+    def __init__(self, fx: Any) -> None:
+        views: dict[str, FxView] = {}
+        for n in fx.nodes:
+            target: Any = operator.getitem if n.target in ("_operator.getitem", "operator.getitem") else n.target
+            stack = {f"{i}:{f.path}": (f.path, f.cls) for i, f in enumerate(n.module_stack) if f.path}
+            views[n.name] = FxView(n.name, n.op, target, stack)
+        for n in fx.nodes:
+            v = views[n.name]
+            v.args = tuple(views[a] if isinstance(a, str) and a in views else a for a in n.args)
+            for a in n.args:
+                if isinstance(a, str) and a in views and views[a] not in v.all_input_nodes:
+                    v.all_input_nodes.append(views[a])
+                    views[a].users[v] = None
+        self.nodes = list(views.values())
 
 
 class GraphIndex:
@@ -232,14 +266,28 @@ def _reach(start: Any, nxt: Any) -> set[Any]:
     return seen
 
 
-def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> list[Any]:
-    """Seed at the heavy ops of a block, then absorb the plumbing around them (within the block)."""
-    inside = set(nodes)
-    # Seeds are activation-by-activation products (attention); weighted GEMMs and convs are the
-    # block's projections and stay outside, like the spec's LiteMLA region.
+def around_seeds(nodes: list[Any], gi: GraphIndex) -> list[Any]:
+    """What an ``:around`` region grows from: activation-by-activation products (attention) and
+    softmax; weighted GEMMs and convs are the block's projections and stay outside, like the spec's
+    LiteMLA region. A block without them grows from its convs."""
     seeds = [n for n in nodes if _is(n, HEAVY_OPS) and not gi.weighted(n)]
-    if not seeds:
-        seeds = [n for n in nodes if is_conv(n)]
+    return seeds or [n for n in nodes if is_conv(n)]
+
+
+def _kept_out(m: Any, seeds: list[Any], nojoin: bool) -> bool:
+    """An op an ``:around`` region never takes: a conv, a heavy op it did not grow from (a weighted
+    GEMM), and with ``@nojoin`` the joining concat."""
+    return is_conv(m) or (_is(m, HEAVY_OPS) and m not in seeds) or (nojoin and is_cat(m))
+
+
+def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> list[Any]:
+    """Seed at the heavy ops of a block, then absorb the plumbing around them (within the block),
+    then close it over the block's own ops that lie between two of its nodes (see _close).
+
+    A child module that holds a conv or a weighted GEMM (and no seed) is a region of its own: growth
+    does not enter it, so its BatchNorm or activation never ends up claimed by two regions."""
+    seeds = around_seeds(nodes, gi)
+    inside = set(nodes) - _weighted_children(nodes, gi, seeds, where)
     if not seeds:
         raise UsageError(f":around on {where}: the block has no heavy op (matmul/attention/conv) to grow from; "
                          "select the block bare instead")
@@ -257,11 +305,7 @@ def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> l
                 region.add(m)
                 q.append(m)
                 continue
-            if is_conv(m) or (_is(m, HEAVY_OPS) and m not in seeds):
-                continue
-            if not _is(m, PLUMBING_OPS):
-                continue
-            if nojoin and is_cat(m):
+            if _kept_out(m, seeds, nojoin) or not _is(m, PLUMBING_OPS):
                 continue
             if m.target is operator.getitem and m.args[0] not in region and not _is(m.args[0], TUPLE_PLUMBING_OPS):
                 # A tuple element joins only with the op that produced the tuple (a BatchNorm's
@@ -270,7 +314,49 @@ def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> l
                 continue
             region.add(m)
             q.append(m)
-    return list(_drop_trailing_identities(region))
+    return list(_drop_trailing_identities(_close(region, inside, seeds, nojoin)))
+
+
+def _weighted_children(nodes: list[Any], gi: GraphIndex, seeds: list[Any], where: str) -> set[Any]:
+    """The nodes of the block's child modules that hold a conv or weighted GEMM but no seed."""
+    if any(is_conv(n) for n in seeds):
+        return set()  # a block of convs grows from them
+
+    def below(n: Any) -> list[str]:
+        paths = [p for p, _ in gi.stacks.get(n, [])]
+        return paths[paths.index(where) + 1:] if where in paths else []
+
+    heavy = {p for n in nodes if is_conv(n) or (_is(n, HEAVY_OPS) and n not in seeds) for p in below(n)}
+    heavy -= {p for n in seeds for p in below(n)}
+    return {n for n in nodes if heavy & set(below(n))}
+
+
+def _close(region: set[Any], inside: set[Any], seeds: list[Any], nojoin: bool) -> set[Any]:
+    """The region plus every op of the block on a path from one of its nodes to another that no
+    kept-out op interrupts. Growth takes plumbing only, but a path that leaves the region and comes
+    back makes it non-convex -- no single node could replace it -- whatever the op on that path is
+    (EdgeNeXt's F.normalize: a vector norm and a clamp between q and the division that joins them).
+    A path through a kept-out op (a conv between two attention products) is left as it is; the
+    region is then cut into convex parts (``@part``)."""
+
+    def ok(m: Any) -> bool:
+        return m in inside and m.op == "call_function" and not _kept_out(m, seeds, nojoin)
+
+    down = _reach_within(region, lambda n: n.users, ok)
+    up = _reach_within(region, lambda n: n.all_input_nodes, ok)
+    return region | (down & up)
+
+
+def _reach_within(start: set[Any], nxt: Any, ok: Any) -> set[Any]:
+    """The nodes reached from ``start`` through nodes that pass ``ok`` (``start`` itself excluded)."""
+    seen: set[Any] = set()
+    todo = list(start)
+    while todo:
+        for m in nxt(todo.pop()):
+            if m not in seen and m not in start and ok(m):
+                seen.add(m)
+                todo.append(m)
+    return seen
 
 
 def _drop_trailing_identities(region: set[Any]) -> set[Any]:
@@ -285,3 +371,36 @@ def _drop_trailing_identities(region: set[Any]) -> set[Any]:
         trailing = [m for n in trailing for m in n.all_input_nodes if m in region and is_identity(m) and
                     all(u not in region and u.op != "output" for u in m.users)]
     return region
+
+
+def region_nodes(sel: Selector, site: Site, facts: FactGraph, gi: GraphIndex | None = None,
+                 succ: Any = None) -> list[str]:
+    """The FX node names a site's region holds once widened to whole ONNX nodes (and, with
+    ``@epilogue``, its pointwise epilogue); with ``@part=K``, the K-th of its convex parts that
+    holds an op the region grew from (:func:`around_parts`). The rule propose applies too (see
+    region_rules); ``gi`` and ``succ`` (each ONNX node's consumers) are needed for ``@part`` only."""
+    names = [n.name for n in site.nodes]
+    grown = grow_epilogue(names, facts) if sel.epilogue else whole_onnx_nodes(names, facts)
+    out = sorted(grown, key=facts.order.get)
+    if sel.part is None:
+        return out
+    where = site.module_path or sel.text
+    parts = around_parts(out, gi, facts, succ) if gi is not None and succ is not None else None
+    if parts is None:
+        raise UsageError(f"selector {sel.text!r}: region {where} cannot be cut into convex parts (an outside path "
+                         "leaves one of its ONNX nodes and comes back into the same node's FX op)")
+    if sel.part >= len(parts):
+        raise UsageError(f"selector {sel.text!r}: region {where} has {len(parts)} part(s) holding an attention op "
+                         f"(@part=0..{len(parts) - 1}); @part={sel.part} names none")
+    return parts[sel.part]
+
+
+def around_parts(names: list[str], gi: GraphIndex, facts: FactGraph, succ: Any) -> list[list[str]] | None:
+    """An ``:around`` region cut into convex parts (region_rules.convex_parts), keeping those that hold
+    an op the region grew from (an attention product, a softmax): what ``@part=0``, ``@part=1``... name,
+    in graph order. None when no cut exists."""
+    parts = convex_parts(names, facts, succ)
+    if parts is None:
+        return None
+    seeds = {n.name for n in around_seeds([gi.by_name[x] for x in names if x in gi.by_name], gi)}
+    return [p for p in parts if seeds & set(p)]

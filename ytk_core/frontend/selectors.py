@@ -13,6 +13,10 @@
                | "@nojoin"
                | "@epilogue"                  also take the pointwise ops after the region (BN,
                                               activation, ...) up to a residual add or a fork
+               | "@part=" digits              only with :around: the region's K-th convex part
+                                              (0-based, in graph order) that holds an attention op,
+                                              for a block whose region an outside op (a conv)
+                                              cuts through (docs/regions.md)
 
 A namespace is optional (``yasp`` by default); ``::X`` is the empty namespace. A malformed selector
 is a :class:`SelectorError` that quotes it, points at the column and says what was expected.
@@ -44,7 +48,7 @@ class SelectorError(UsageError):
         super().__init__(f"malformed --plugin selector at column {col + 1}: expected {expected}\n"
                          f"    {text}\n{caret}",
                          hint="form: <namespace>::<PluginName>=<OpsName>[:around][@where=<globs>][@lift=<how>][@nojoin]"
-                              "[@epilogue]")
+                              "[@epilogue][@part=<K>]")
         self.column = col
         self.expected = expected
 
@@ -61,6 +65,7 @@ class Selector:
     lift: str | None = None
     nojoin: bool = False
     epilogue: bool = False
+    part: int | None = None
     call_target: str = ""
     span: tuple[str, str] = ("", "")
     nodes: tuple[str, ...] = ()
@@ -132,7 +137,8 @@ def parse_selector(text: str) -> Selector:
     while not s.at_end():
         col = s.pos
         if not s.eat("@"):
-            raise s.fail("'@' to start a modifier (@where=, @lift=, @nojoin, @epilogue) or the end of the selector")
+            raise s.fail("'@' to start a modifier (@where=, @lift=, @nojoin, @epilogue, @part=) or the end of the "
+                         "selector")
         if s.eat("where="):
             globs = [s.match(_GLOB, "a module-path glob")]
             while s.eat(","):
@@ -147,14 +153,19 @@ def parse_selector(text: str) -> Selector:
             key, fields["nojoin"] = "nojoin", True
         elif s.eat("epilogue"):
             key, fields["epilogue"] = "epilogue", True
+        elif s.eat("part="):
+            key, fields["part"] = "part", int(s.match(re.compile(r"[0-9]+"), "a part number (0, 1, ...)"))
         else:
-            raise s.fail("a modifier: @where=<globs>, @lift=<how>, @nojoin or @epilogue", col + 1)
+            raise s.fail("a modifier: @where=<globs>, @lift=<how>, @nojoin, @epilogue or @part=<K>", col + 1)
         if key in seen and key != "where":
             raise s.fail(f"@{key} only once", col)
         seen.append(key)
     if fields.get("nojoin") and not fields.get("around"):
         raise SelectorError(text, text.find("@nojoin"), "@nojoin only together with :around (it stops an :around "
                             "region from swallowing its joining concat)")
+    if "part" in fields and not fields.get("around"):
+        raise SelectorError(text, text.find("@part"), "@part only together with :around (it names one convex part of "
+                            "an :around region)")
     if fields.get("where") and fields["kind"] not in ("class", "call"):
         raise SelectorError(text, text.find("@where"), "@where only with a class (OpsName) or call: region")
     return Selector(text=text, modifiers_seen=tuple(seen), **fields)
