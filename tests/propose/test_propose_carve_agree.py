@@ -5,6 +5,8 @@ modules in blocks of several convs, activations inside the norm modules, a spell
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import REPO
@@ -93,3 +95,190 @@ def _mock_so(tmp_path, carved, name):  # type: ignore[no-untyped-def]
                    "--builder", "mock")
     assert r.code == 0, r.stderr
     return so
+
+
+#: Attention blocks the carve cannot take whole under ``Cls:around``, each a shrunk copy of the published
+#: code it names (timm): a conv between the attention products, the cascade of heads, F.normalize, and
+#: relative-position bias tables that differ per block.
+PARTS_MODEL = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _rel_index(h, w):
+    pos = torch.stack(torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")).flatten(1)
+    rel = (pos[..., :, None] - pos[..., None, :]).abs()
+    return rel[0] * w + rel[1]
+
+
+class TalkingHeadAttention(nn.Module):
+    """efficientformer_v2.Attention2d: 1x1 "talking head" convs between q.k, the softmax and attn.v."""
+
+    def __init__(self, dim=8, heads=2, key_dim=4, res=4):
+        super().__init__()
+        self.heads, self.scale = heads, key_dim ** -0.5
+        self.q, self.k, self.v = (nn.Conv2d(dim, heads * key_dim, 1) for _ in range(3))
+        self.talking_head1 = nn.Conv2d(heads, heads, 1)
+        self.talking_head2 = nn.Conv2d(heads, heads, 1)
+        self.attention_biases = nn.Parameter(torch.randn(heads, res * res) * 0.1)
+        self.register_buffer("attention_bias_idxs", _rel_index(res, res), persistent=False)
+        self.proj = nn.Conv2d(heads * key_dim, dim, 1)
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        q = self.q(x).reshape(B, self.heads, -1, H * W).permute(0, 1, 3, 2)
+        k = self.k(x).reshape(B, self.heads, -1, H * W)
+        v = self.v(x).reshape(B, self.heads, -1, H * W).permute(0, 1, 3, 2)
+        attn = (q @ k) * self.scale + self.attention_biases[:, self.attention_bias_idxs]
+        attn = self.talking_head2(self.talking_head1(attn).softmax(dim=-1))
+        return self.proj((attn @ v).transpose(2, 3).reshape(B, -1, H, W))
+
+
+class CascadedAttention(nn.Module):
+    """efficientvit_msra.CascadedGroupAttention: each head's input adds the previous head's output and
+    goes through that head's conv; one bias table is gathered once and selected per head."""
+
+    def __init__(self, dim=8, heads=2, key_dim=2, res=4):
+        super().__init__()
+        self.key_dim, self.d, self.scale = key_dim, dim // heads, key_dim ** -0.5
+        self.qkvs = nn.ModuleList([nn.Conv2d(self.d, 2 * key_dim + self.d, 1) for _ in range(heads)])
+        self.attention_biases = nn.Parameter(torch.randn(heads, res * res) * 0.1)
+        self.register_buffer("attention_bias_idxs", _rel_index(res, res), persistent=False)
+        self.proj = nn.Conv2d(dim, dim, 1)
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        feats_in = x.chunk(len(self.qkvs), dim=1)
+        bias = self.attention_biases[:, self.attention_bias_idxs]
+        feat, feats_out = feats_in[0], []
+        for i, qkv in enumerate(self.qkvs):
+            if i > 0:
+                feat = feat + feats_in[i]
+            q, k, v = qkv(feat).view(B, -1, H, W).split([self.key_dim, self.key_dim, self.d], dim=1)
+            q, k, v = q.flatten(2), k.flatten(2), v.flatten(2)
+            attn = ((q * self.scale).transpose(-2, -1) @ k + bias[i]).softmax(dim=-1)
+            feat = (v @ attn.transpose(-2, -1)).view(B, self.d, H, W)
+            feats_out.append(feat)
+        return self.proj(torch.cat(feats_out, 1))
+
+
+class NormalizedAttention(nn.Module):
+    """edgenext.CrossCovarianceAttn: F.normalize(q), F.normalize(k) -- a vector norm and a clamp,
+    which :around growth does not take as plumbing, between q and the division that joins it."""
+
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.temperature = nn.Parameter(torch.ones(heads, 1, 1))
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 4, 1).unbind(0)
+        attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
+        return self.proj((attn.softmax(dim=-1) @ v).permute(0, 3, 1, 2).reshape(B, N, C))
+
+
+class WindowAttention(nn.Module):
+    """swin_transformer.WindowAttention: a relative-position bias gathered from a table of the block's own."""
+
+    def __init__(self, dim=8, heads=2, window=4):
+        super().__init__()
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.relative_position_bias_table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads) * 0.1)
+        pos = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
+        rel = (pos[:, :, None] - pos[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer("relative_position_index", rel[..., 0] * (2 * window - 1) + rel[..., 1],
+                             persistent=False)
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(N, N, -1)
+        attn = ((q * self.scale) @ k.transpose(-2, -1) + bias.permute(2, 0, 1).unsqueeze(0)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.talk = nn.ModuleList([TalkingHeadAttention(), TalkingHeadAttention()])
+        self.cascade = CascadedAttention()
+        self.xca = NormalizedAttention()
+        self.windows = nn.ModuleList([WindowAttention(), WindowAttention()])
+        self.eval()
+
+    def forward(self, x):
+        x = self.stem(x)
+        for t in self.talk:
+            x = x + t(x)
+        x = x + self.cascade(x)
+        t = x.flatten(2).transpose(1, 2)
+        t = t + self.xca(t)
+        for w in self.windows:
+            t = t + w(t)
+        return t
+
+
+def get_fwd_args():
+    return (torch.randn(1, 3, 4, 4, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+@pytest.mark.slow
+def test_attention_the_carve_cannot_take_whole_is_proposed_as_it_can(tmp_path):
+    """propose decides an attention block's region with the carve's own rules (issue 22): a block an
+    outside conv cuts through is proposed as its convex parts (@part=K); one whose region only lacked
+    an op of its own (F.normalize) is closed over it and taken whole; a block that bakes weights of its
+    own (a bias table) is one proposal per site. Every proposal carves, all of them together."""
+    import shutil
+    from collections import defaultdict
+
+    from ytk_core.errors import UsageError
+    from ytk_core.frontend.carve import carve
+    from ytk_hookspecs import StageContext
+    from ytk_hookspecs.models import CarveRequest
+
+    model = tmp_path / "model.py"
+    model.write_text(PARTS_MODEL)
+    base = tmp_path / "base"
+    report = _propose_all(model, base, "1x4x4")
+    props = [p for p in report.candidates if p.selector]
+    by_cls: dict[str, list] = defaultdict(list)
+    for p in props:
+        if p.kind == "attention":
+            by_cls[p.ops_name].append((parse_selector(p.selector), p))
+    talk = by_cls["TalkingHeadAttention"]
+    # q.k + bias, the softmax, attn.v: the part that bakes the bias table is one proposal per block
+    assert sorted(s.part for s, _ in talk) == [0, 0, 1, 2] and all(s.around for s, _ in talk)
+    assert sorted(len(p.sites) for _, p in talk) == [1, 1, 2, 2]
+    assert sorted(s.part for s, _ in by_cls["CascadedAttention"]) == [0, 1]  # one part per head
+    [(xca, xca_prop)] = by_cls["NormalizedAttention"]
+    assert xca.part is None
+    assert [len(p.sites) for _, p in by_cls["WindowAttention"]] == [1, 1]
+
+    def carved(*selectors: str) -> Path:
+        prep = tmp_path / f"carve{len(list(tmp_path.glob('carve*')))}"
+        shutil.copytree(base, prep)
+        carve(CarveRequest(prepare_dir=prep, onnx=prep / "model.onnx", fx_nodes=prep / "fx_nodes.json",
+                           selectors=list(selectors)), StageContext())
+        return prep
+
+    prep = carved(*[p.selector for p in props])
+    cands = {c.name: c for c in CandidatesFile.read(prep / "candidates.json").candidates}
+    for p in props:
+        assert sorted(s.module_path for s in cands[p.name].sites) == sorted(s.module_path for s in p.sites), p.name
+    assert "aten.linalg_vector_norm.default" in cands[xca_prop.name].op_inventory
+    # what propose steered clear of is what the carve refuses
+    with pytest.raises(UsageError, match="not convex"):
+        carved("yasp::T=TalkingHeadAttention:around@where=talk.0")
+    with pytest.raises(UsageError, match="not convex"):
+        carved("yasp::C=CascadedAttention:around")
+    with pytest.raises(UsageError, match="bakes different weights"):
+        carved("yasp::W=WindowAttention:around")

@@ -57,8 +57,16 @@ def _fx() -> FxNodesFile:
         "argmax": st(("head", "Head"), ("head.seq", "Sequential"), ("head.seq.1", "Pick")),
         "conv_c": st(),
     }
-    nodes = [FxNode(name=f"fx_{o}", op="call_function", target="aten.x", module_path=fr[-1].path,
-                    module_class=fr[-1].cls, module_stack=fr, onnx_nodes=[o]) for o, fr in owners.items()]
+    # the traced ops and their dataflow, as the carve's :around growth reads them
+    ops = {"conv_a": ("conv2d", ["x", "p_w"]), "relu_a": ("relu", ["fx_conv_a"]), "reshape": ("view", ["fx_relu_a"]),
+           "transpose": ("transpose", ["fx_reshape"]), "qk": ("matmul", ["fx_reshape", "fx_transpose"]),
+           "softmax": ("softmax", ["fx_qk"]), "av": ("matmul", ["fx_softmax", "fx_reshape"]),
+           "back": ("view", ["fx_av"]), "residual": ("add", ["fx_back", "x"]), "conv_b": ("conv2d", ["fx_residual", "p_w"]),
+           "argmax": ("argmax", ["fx_conv_b"]), "conv_c": ("conv2d", ["fx_residual", "p_w"])}
+    nodes = [FxNode(name=n, op="placeholder", target=n, module_path="", module_class="") for n in ("x", "p_w")]
+    nodes += [FxNode(name=f"fx_{o}", op="call_function", target=f"aten.{ops[o][0]}.default", args=ops[o][1],
+                     module_path=fr[-1].path, module_class=fr[-1].cls, module_stack=fr, onnx_nodes=[o])
+              for o, fr in owners.items()]
     return FxNodesFile(model="m.py", onnx="m.onnx", onnx_sha256="", torch_version="x", nodes=nodes,
                        onnx_compute_nodes=len(nodes), onnx_mapped_nodes=len(nodes))
 

@@ -79,7 +79,7 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
     word = engine_word(m.engine)
     plugged = plugged_proposals(graph, carve, pnodes, att)
     if opts.plugins:
-        props, rows, w = given_tables(opts.plugins, fx, mods, att, plugged)
+        props, rows, w = given_tables(opts.plugins, fx, mods, att, plugged, graph)
         warnings += w
         rows.append(glue_row(att))
     else:

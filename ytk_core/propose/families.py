@@ -32,16 +32,19 @@ def family_key(r: Region) -> tuple[Any, ...]:
 def op_key(r: Region) -> tuple[Any, ...]:
     """What one kernel (even a dynamic one) cannot vary: the op, its geometry and the ops around it.
 
-    A GEMM keeps its weights baked in the region (the carve lifts conv weights only), so two GEMM
-    sites are two programs: one family per site, never a selector the carve would refuse for baking
-    different weights at its sites."""
+    A region whose program keeps weights baked (``Region.baked``, the carve's rule: a GEMM's weights,
+    an attention block's bias table, anything but a lifted conv's weights and its folded BatchNorm)
+    is one program per site: one family per site, never a selector the carve would refuse for baking
+    different weights at its sites. (Sites whose baked values happen to be equal could share one; propose
+    does not read weight values, so it never counts on that.)"""
     s = r.sig
+    site = (r.path,) if r.kind == "gemm" or r.baked else ()
     if r.kind == "gemm":
-        return (r.kind, r.cls, s.get("ops"), r.path)
+        return (r.kind, r.cls, s.get("ops"), *site)
     if r.kind == "attention":
-        return (r.kind, r.cls, s.get("ops"))
+        return (r.kind, r.cls, s.get("ops"), r.part, *site)
     return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), _t(s.get("pads")),
-            s.get("transpose"), s.get("ops"), r.epilogue)
+            s.get("transpose"), s.get("ops"), r.epilogue, *site)
 
 
 @dataclass

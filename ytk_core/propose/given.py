@@ -8,61 +8,29 @@ reports that plugin's measured time instead.
 
 from __future__ import annotations
 
-import operator
-from typing import Any
-
 from ytk_hookspecs.models import FxNodesFile
 
 from ..errors import UsageError
+from ..frontend.region_rules import FactGraph
+from ..frontend.regions import GraphIndex, GraphView, match_sites, region_nodes
+from ..frontend.selectors import parse_selector
 from .attribution import Attribution
 from .models import NotWorthRow, Proposal, SiteTime
 from .modules import ModuleIndex
+from .onnx_graph import OnnxGraph
 
 
-class _FxView:
-    """Just what the carve's matcher reads from an ``fx.Node``."""
-
-    __slots__ = ("name", "op", "target", "meta", "users", "all_input_nodes")
-
-    def __init__(self, name: str, op: str, target: Any, stack: dict[str, tuple[str, str]]) -> None:
-        self.name, self.op, self.target = name, op, target
-        self.meta = {"nn_module_stack": stack}
-        self.users: dict[Any, None] = {}
-        self.all_input_nodes: list[Any] = []
-
-
-class _GraphView:
-    def __init__(self, fx: FxNodesFile) -> None:
-        views: dict[str, _FxView] = {}
-        for n in fx.nodes:
-            target: Any = operator.getitem if n.target in ("_operator.getitem", "operator.getitem") else n.target
-            stack = {f"{i}:{f.path}": (f.path, f.cls) for i, f in enumerate(n.module_stack) if f.path}
-            views[n.name] = _FxView(n.name, n.op, target, stack)
-        for n in fx.nodes:
-            v = views[n.name]
-            for a in n.args:
-                if a in views:
-                    v.all_input_nodes.append(views[a])
-                    views[a].users[v] = None
-        self.nodes = list(views.values())
-
-
-def _matcher() -> tuple[Any, Any, Any]:
-    try:
-        from ..frontend.regions import GraphIndex, match_sites
-        from ..frontend.selectors import parse_selector
-    except ImportError as e:  # the carve is a separate piece of work; say so rather than guess its semantics
-        raise UsageError(f"--plugin needs the carve's selector matcher (ytk_core.frontend.selectors/regions), which "
-                         f"this installation lacks ({e})") from None
-    return parse_selector, GraphIndex, match_sites
+#: The carve's matcher over a stand-in for the FX graph (kept under its old name for callers).
+_GraphView = GraphView
 
 
 def given_tables(selectors: list[str], fx: FxNodesFile, mods: ModuleIndex, att: Attribution,
-                 plugged: list[Proposal]) -> tuple[list[Proposal], list[NotWorthRow], list[str]]:
-    """(exactly the given plugins, the accounting rows, warnings)."""
-    parse_selector, GraphIndex, match_sites = _matcher()
+                 plugged: list[Proposal], graph: OnnxGraph | None = None) -> tuple[list[Proposal], list[NotWorthRow],
+                                                                                list[str]]:
+    """(exactly the given plugins, the accounting rows, warnings). ``graph``: the ONNX graph, which
+    an ``@part=K`` selector needs to find its part."""
     warnings: list[str] = []
-    gi = None
+    gi = facts = None
     claimed: set[str] = set()
     rows: list[Proposal] = []
     by_name = {p.name: p for p in plugged}
@@ -73,10 +41,14 @@ def given_tables(selectors: list[str], fx: FxNodesFile, mods: ModuleIndex, att: 
             claimed |= {n for s in p.sites for n in s.onnx_nodes}
             rows.append(p)
             continue
-        if gi is None:
-            gi = GraphIndex(_GraphView(fx))
+        if gi is None or facts is None:
+            facts = FactGraph.from_fx_nodes(fx)
+            gi = GraphIndex(GraphView(fx), facts.weights)
         sites: list[SiteTime] = []
         for site in match_sites(sel, gi):
+            if sel.part is not None:  # the part the carve takes, by the carve's rule
+                names = region_nodes(sel, site, facts, gi, graph.successors() if graph is not None else None)
+                site.nodes = [gi.by_name[x] for x in names]
             onnx: list[str] = []
             for v in site.nodes:
                 for o in mods.fx_by_name[v.name].onnx_nodes if v.name in mods.fx_by_name else []:

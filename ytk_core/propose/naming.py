@@ -38,7 +38,7 @@ def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     if kind == "conv":
         return f"{pre}conv {k} s{s}{dil}"
     if kind == "attention":
-        return f"{cls} region"
+        return f"{cls} region" if sig.get("part") is None else f"{cls} region part {sig['part']}"
     return "GEMM"
 
 
@@ -91,7 +91,7 @@ def op_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     if kind == "conv":
         return _ident(f"{conv}{k}s{s}{d}")
     if kind == "attention":
-        return _ident(cls)
+        return _ident(cls if sig.get("part") is None else f"{cls}P{sig['part']}")
     return "Gemm"
 
 

@@ -147,6 +147,10 @@ class OnnxGraph:
         size = (2 if precision == "fp16" else 4) if m.is_float else _ELEM_BYTES.get(m.elem_type, 4)
         return n * size
 
+    def successors(self) -> dict[str, list[str]]:
+        """Each node's consumers (what the carve's convexity and part rules walk: region_rules)."""
+        return {n.name: [c for o in n.outputs if o for c in self.consumers.get(o, [])] for n in self.nodes}
+
     def span(self, first: str, last: str) -> list[str]:
         """Nodes from ``first`` to ``last`` inclusive, in graph order."""
         a, b = self.by_name[first].index, self.by_name[last].index

@@ -67,7 +67,8 @@ class Judge:
         around = ":around" if fam.around else ""
         where = f"@where={','.join(globs)}" if globs else ""
         epilogue = "@epilogue" if fam.regions[0].epilogue else ""
-        return f"{self.options.namespace}::{name}={fam.cls}{around}{where}{epilogue}"
+        part = f"@part={fam.regions[0].part}" if fam.regions[0].part is not None else ""
+        return f"{self.options.namespace}::{name}={fam.cls}{around}{where}{epilogue}{part}"
 
 
 def build_tables(j: Judge, regions: list[Region], outside: list[str],

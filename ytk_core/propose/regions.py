@@ -1,8 +1,9 @@
 """Regions: the module instances a plugin could replace, found from the ops they contain.
 
 * An attention block is the module that itself calls an activation x activation product (Q.K,
-  attn.V, LiteMLA's k^T.v): it is proposed ``:around``, so its region is the block's own ops and
-  the plumbing children (no child that carries weights: those convs/GEMMs are regions of their own).
+  attn.V, LiteMLA's k^T.v): it is proposed ``:around``, and its region is the one the carve cuts,
+  decided by the carve's own code (its :around growth, whole ONNX nodes, the convexity check). When
+  a conv of the block cuts through that region, its convex parts are proposed instead (``@part=K``).
 * Every other weighted op (conv, GEMM) is the region of the largest module around it that holds
   no other heavy op: the whole ``ConvNormAct`` (conv + norm + activation), but just the ``Conv2d``
   when its parent also holds a second conv. Containers (Sequential, ModuleList) are not chosen.
@@ -11,12 +12,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from ytk_hookspecs.models.kernel import KernelDtype
 
-from ..frontend.region_rules import FactGraph, grow_epilogue, whole_onnx_nodes
+from ..errors import UsageError
+from ..frontend.region_rules import FactGraph, baked_weights, convexity_witness, grow_epilogue, whole_onnx_nodes
+from ..frontend.regions import GraphIndex, GraphView, around_parts, grow_around
 from .modules import ModuleIndex
 from .onnx_graph import OnnxGraph
 from .roofline import boundary, is_attention_op, is_weighted
@@ -42,6 +46,8 @@ class Region:
     sig: dict[str, Any] = field(default_factory=dict)
     cannot: str | None = None          # why the kernel contract cannot express it
     epilogue: bool = False             # the pointwise ops after the module are part of it (@epilogue)
+    part: int | None = None            # the K-th convex part of an :around region (@part=K)
+    baked: tuple[str, ...] = ()        # weights its program keeps inside (region_rules.baked_weights)
 
     @property
     def gemm_like(self) -> bool:
@@ -59,13 +65,9 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     stacks = {n: _heavy_stack(mods, facts, n) for n in weighted}
     stacks.update({n: mods.owner[n] for n in attn})
     heavy_in: dict[str, int] = {}
-    weighted_in: dict[str, bool] = {}
     for n in (*weighted, *attn):
         for p, _ in stacks[n]:
             heavy_in[p] = heavy_in.get(p, 0) + 1
-    for n in weighted:
-        for p, _ in stacks[n]:
-            weighted_in[p] = True
 
     regions: dict[str, Region] = {}
     taken: set[str] = set()
@@ -77,17 +79,19 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
                 regions[block].nodes.append(n)
                 taken.add(n)
             continue
-        nodes = [] if block else [n]
-        for m in mods.nodes_of.get(block, []) if block else []:
-            stack = [p for p, _ in mods.owner[m]]
-            below = stack[stack.index(block) + 1:]
-            if any(weighted_in.get(p) for p in below):
-                continue
-            nodes.append(m)
         regions[block] = Region(path=block, cls=mods.cls_of.get(block, "?"), kind="attention", around=True,
-                                anchors=[n], nodes=nodes)
-        taken.update(nodes)
+                                anchors=[n], nodes=[] if block else [n])
+        taken.update(regions[block].nodes)
     blocks = set(r.path for r in regions.values() if r.kind == "attention")
+    # An attention block's region is the carve's own :around region, or its convex parts
+    around: list[Region] = []
+    if blocks - {""}:
+        gi = GraphIndex(GraphView(mods.fx), facts.weights)
+        succ = g.successors()
+        for block in sorted(blocks - {""}, key=lambda b: g.by_name[regions[b].anchors[0]].index):
+            for r in _around_regions(g, facts, gi, succ, regions.pop(block)):
+                around.append(r)
+                taken.update(r.nodes)
     for n in weighted:
         if n in taken:
             continue
@@ -103,11 +107,13 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
                                    anchors=[n], nodes=[n])
             taken.add(n)
             continue
-        nodes, epilogue = _module_region(g, facts, path, taken)
+        if path in blocks:  # a GEMM the block calls itself: the :around region leaves it out
+            continue
+        nodes, epilogue, fx = _module_region(g, facts, path, taken)
         regions[path] = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
-                               anchors=[n], nodes=nodes, epilogue=epilogue)
+                               anchors=[n], nodes=nodes, epilogue=epilogue, baked=tuple(baked_weights(fx, facts)))
         taken.update(nodes)
-    out = sorted(regions.values(), key=lambda r: min(g.by_name[a].index for a in r.anchors))
+    out = sorted([*regions.values(), *around], key=lambda r: min(g.by_name[a].index for a in r.anchors))
     for r in out:
         r.nodes.sort(key=lambda m: g.by_name[m].index)
         r.ms = float(sum(node_ms.get(m, 0.0) for m in r.nodes))
@@ -125,20 +131,53 @@ def _heavy_stack(mods: ModuleIndex, facts: FactGraph, onnx_node: str) -> tuple[t
     return tuple((p, mods.cls_of.get(p, "?")) for p in paths)
 
 
-def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str]) -> tuple[list[str], bool]:
+def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str]) -> tuple[list[str], bool, set[str]]:
     """A module's ONNX nodes as the carve will cut them: whole ONNX nodes, plus its pointwise
-    epilogue when that lies outside the module (then the selector carries ``@epilogue``)."""
+    epilogue when that lies outside the module (then the selector carries ``@epilogue``); and the
+    FX nodes the carve's region holds."""
     own = facts.owned_by(path)
     whole = whole_onnx_nodes(own, facts)
     grown = grow_epilogue(own, facts)
-
-    def onnx_of(fx_names: set[str]) -> set[str]:
-        return {o for f in fx_names for o in facts.nodes[f].onnx if o in g.by_name}
-
-    base, more = onnx_of(whole), onnx_of(grown)
+    base, more = _onnx_of(g, facts, whole), _onnx_of(g, facts, grown)
     if more - base and not (more & taken):
-        return sorted(more - taken), True
-    return sorted(base - taken), False
+        return sorted(more - taken), True, grown
+    return sorted(base - taken), False, whole
+
+
+def _onnx_of(g: OnnxGraph, facts: FactGraph, fx_names: Iterable[str]) -> set[str]:
+    return {o for f in fx_names for o in facts.nodes[f].onnx if o in g.by_name}
+
+
+def _around_regions(g: OnnxGraph, facts: FactGraph, gi: GraphIndex, succ: dict[str, list[str]],
+                    block: Region) -> list[Region]:
+    """The regions ``Cls:around`` carves at an attention block, decided by the carve's own rules:
+    its :around growth (frontend.regions.grow_around), whole ONNX nodes, and the convexity check.
+    When an outside op cuts through the region (a conv between two attention products: one plugin
+    node cannot replace it), the convex parts that hold an attention op instead, each its own
+    region proposed ``@part=K``."""
+    try:
+        fx = [n.name for n in grow_around(gi.owned_by(block.path), gi, nojoin=False, where=block.path)]
+    except UsageError as e:
+        block.cannot = str(e)
+        return [block]
+    names = sorted(whole_onnx_nodes(fx, facts), key=facts.order.get)
+    nodes = _onnx_of(g, facts, names)
+    hit = convexity_witness(nodes, succ)
+    if hit is None:
+        return [_with(block, names, nodes, None, facts)]
+    parts = around_parts(names, gi, facts, succ)
+    if not parts:
+        block.nodes = sorted(nodes)
+        block.cannot = (f"not convex (ONNX node {hit[0]} depends on the region and feeds {hit[1]} inside it), and no "
+                        "convex part of it holds an attention op")
+        return [block]
+    return [_with(block, p, _onnx_of(g, facts, p), k, facts) for k, p in enumerate(parts)]
+
+
+def _with(block: Region, fx: list[str], nodes: set[str], part: int | None, facts: FactGraph) -> Region:
+    anchors = [a for a in block.anchors if a in nodes] or sorted(nodes)[:1]
+    return Region(path=block.path, cls=block.cls, kind="attention", around=True, anchors=anchors,
+                  nodes=sorted(nodes), part=part, baked=tuple(baked_weights(fx, facts)))
 
 
 def _climb(stack: tuple[tuple[str, str], ...], heavy_in: dict[str, int], blocks: set[str]) -> str:
@@ -168,6 +207,8 @@ def _describe(g: OnnxGraph, r: Region) -> None:
         x = g.shape(ins[0]) if ins else None
         r.sig["C"] = _channels(x)
         r.sig["spatial"] = _spatial(x)
+        if r.part is not None:
+            r.sig["part"] = r.part
         return
     if a.op_type in ("Conv", "ConvTranspose"):
         x, w = g.shape(a.inputs[0]), g.shape(a.inputs[1])
