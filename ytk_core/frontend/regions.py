@@ -390,8 +390,9 @@ def region_nodes(sel: Selector, site: Site, facts: FactGraph, gi: GraphIndex | N
         raise UsageError(f"selector {sel.text!r}: region {where} cannot be cut into convex parts (an outside path "
                          "leaves one of its ONNX nodes and comes back into the same node's FX op)")
     if sel.part >= len(parts):
-        raise UsageError(f"selector {sel.text!r}: region {where} has {len(parts)} part(s) holding an attention op "
-                         f"(@part=0..{len(parts) - 1}); @part={sel.part} names none")
+        have = f"{len(parts)} part(s) holding an attention op (@part=0..{len(parts) - 1})" if parts else \
+            "no part holding an attention op"
+        raise UsageError(f"selector {sel.text!r}: region {where} has {have}; @part={sel.part} names none")
     return parts[sel.part]
 
 

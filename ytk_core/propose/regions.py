@@ -118,7 +118,7 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         r.nodes.sort(key=lambda m: g.by_name[m].index)
         r.ms = float(sum(node_ms.get(m, 0.0) for m in r.nodes))
         _describe(g, r)
-        r.cannot = cannot_express(g, r)
+        r.cannot = r.cannot or cannot_express(g, r)
     outside = [m for m in node_ms if m in mods.owner and m not in taken]
     return out, outside
 
@@ -162,6 +162,9 @@ def _around_regions(g: OnnxGraph, facts: FactGraph, gi: GraphIndex, succ: dict[s
         return [block]
     names = sorted(whole_onnx_nodes(fx, facts), key=facts.order.get)
     nodes = _onnx_of(g, facts, names)
+    if not nodes:
+        block.cannot = "its :around region became no ONNX node (constant-folded or optimised away)"
+        return [block]
     hit = convexity_witness(nodes, succ)
     if hit is None:
         return [_with(block, names, nodes, None, facts)]
@@ -171,7 +174,7 @@ def _around_regions(g: OnnxGraph, facts: FactGraph, gi: GraphIndex, succ: dict[s
         block.cannot = (f"not convex (ONNX node {hit[0]} depends on the region and feeds {hit[1]} inside it), and no "
                         "convex part of it holds an attention op")
         return [block]
-    return [_with(block, p, _onnx_of(g, facts, p), k, facts) for k, p in enumerate(parts)]
+    return [_with(block, p, _onnx_of(g, facts, p), k, facts) for k, p in enumerate(parts) if _onnx_of(g, facts, p)]
 
 
 def _with(block: Region, fx: list[str], nodes: set[str], part: int | None, facts: FactGraph) -> Region:
