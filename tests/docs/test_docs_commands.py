@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,7 +152,7 @@ class Shell:
     def __init__(self, tmp: Path) -> None:
         self.root = tmp / "repo"  # laid out like the repository root for the paths the doc uses
         self.root.mkdir()
-        (self.root / ".venv").symlink_to(REPO / ".venv")
+        (self.root / ".venv").symlink_to(sys.prefix)  # the environment running the tests, wherever it lives
         (self.root / "tests").symlink_to(REPO / "tests")
         self.state = tmp / "shell.state"
         self.env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
