@@ -1,4 +1,17 @@
-"""``build_plugin`` for nvcc: a kernel source bundle becomes a self-describing launcher .so."""
+"""``build_plugin`` for nvcc: a kernel source bundle becomes a self-describing plugin .so.
+
+Engine APIs built (``BuildRequest.engine_api``):
+
+``torch-launcher`` (the default, when the request names none)
+    the bare extern "C" launcher the torch engine calls.
+``trt8-IPluginV2DynamicExt`` / ``trt10-IPluginV3``
+    the same launcher wrapped in a TensorRT plugin shim generated from the plugin_meta
+    (:mod:`ytk_backend_nvcc.trt_shim`), compiled against the target's TensorRT headers
+    (``$YTK_TENSORRT_INCLUDE``, ``$TENSORRT_HOME/include`` or the system locations) and linked
+    without libnvinfer (``-z defs`` proves it). Which of the two a TensorRT engine needs follows the
+    arch spec's ``trtNN`` (:func:`ytk_backend_nvcc.trt_shim.engine_api_for`); asking for one the
+    target's TensorRT cannot load is an error.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +27,10 @@ from ytk_hookspecs.plugin_info import c_snippet
 
 from ytk_hookspecs.launcher import ERROR_STRING_SYMBOL
 from .toolchain import NvccError, compile_shared, find_nvcc, nvcc_version, target_problem
+from .trt_shim import TRT_APIS, ShimError, api_problem, headers_for, shim_for
 
-#: Engine APIs whose shims are not written yet; requesting one is an error, never a silent fallback.
-_LATER_SHIMS = {"trt8-IPluginV2DynamicExt": "TensorRT 8.6 IPluginV2DynamicExt",
-                "trt10-IPluginV3": "TensorRT 10 IPluginV3"}
+#: What this builder builds.
+ENGINE_APIS = ("torch-launcher", *TRT_APIS)
 
 _ERROR_STRING_C = (
     "/* lets ytk name a launcher's cudaError_t without linking the CUDA runtime itself */\n"
@@ -38,33 +51,33 @@ def describe(src: KernelSource, arch: ArchSpec, source_sha256: str, builder: str
         source_sha256=source_sha256, meta_yaml=src.meta_yaml())
 
 
-def translation_unit(src: KernelSource, desc: PluginDescription) -> str:
-    """The one .cu nvcc compiles: header, source, the error-string helper and the self-description.
+def translation_unit(src: KernelSource, desc: PluginDescription, shim: str = "") -> str:
+    """The one .cu nvcc compiles: header, source, the error-string helper, the engine shim (if any) and
+    the self-description.
 
     Concatenated rather than ``#include``-d so that a bundle needs no file-name convention for its
     header; ``#line`` markers keep nvcc's messages pointing at the bundle's own lines.
     """
-    return "\n".join([
-        "#include <cuda_runtime.h>", "#include <cstdint>", "#include <cstddef>",
-        '#line 1 "CUDA_HEADER"', src.header,
-        '#line 1 "CUDA_SOURCE"', src.source,
-        '#line 1 "ytk_builder"', _ERROR_STRING_C, c_snippet(desc)])
+    parts = ["#include <cuda_runtime.h>", "#include <cstdint>", "#include <cstddef>",
+             '#line 1 "CUDA_HEADER"', src.header,
+             '#line 1 "CUDA_SOURCE"', src.source,
+             '#line 1 "ytk_builder"', _ERROR_STRING_C]
+    if shim:
+        parts += [f'#line 1 "ytk_{desc.engine_api.replace("-", "_")}_shim"', shim]
+    return "\n".join([*parts, '#line 1 "ytk_plugin_info"', c_snippet(desc)])
 
 
 def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
     """Compile ``request.source`` for ``request.arch`` into ``request.output`` (atomically)."""
     api = request.engine_api or "torch-launcher"
-    if api in _LATER_SHIMS:
-        raise StageError(
-            f"the nvcc builder does not build {_LATER_SHIMS[api]} plugins yet: that shim around the launcher "
-            "comes with the TensorRT engine issue. It builds engine API 'torch-launcher' (the bare extern \"C\" "
-            "launcher the torch engine calls); nothing was built.")
-    if api != "torch-launcher":
-        raise StageError(f"the nvcc builder cannot build engine API {api!r}; it builds 'torch-launcher'")
+    if api not in ENGINE_APIS:
+        raise StageError(f"the nvcc builder cannot build engine API {api!r}; it builds {', '.join(ENGINE_APIS)}")
     try:
         arch = ArchSpec.parse(request.arch)
     except ArchSpecError as e:
         raise StageError(str(e)) from None
+    if api in TRT_APIS and api_problem(api, arch):
+        raise StageError(f"cannot build plugin {request.plugin_name!r}: {api_problem(api, arch)}")
     nvcc = find_nvcc()
     if nvcc is None:
         raise StageError("nvcc not found: install the CUDA toolkit, put nvcc on PATH or set YTK_NVCC")
@@ -81,13 +94,25 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
         except ValueError as e:  # pydantic's ValidationError: the name is no C identifier
             raise StageError(f"plugin name {request.plugin_name!r} is not a valid plugin name (a C identifier): "
                              f"{str(e).splitlines()[0]}") from None
+    shim, flags, builder = "", (), f"ytk-backend-nvcc (nvcc {nvcc_version(nvcc)})"
+    if api in TRT_APIS:
+        include, version = headers_for(arch)
+        try:
+            shim = shim_for(src.meta, api, arch)
+        except ShimError as e:
+            raise StageError(f"cannot wrap plugin {request.plugin_name!r} as {api}: {e}") from None
+        # -z defs: every symbol resolved at link time, so the shim provably needs nothing from libnvinfer
+        flags = ("-I", str(include), "-Xlinker", "-z,defs")
+        builder = (f"ytk-backend-nvcc (nvcc {nvcc_version(nvcc)}, TensorRT {'.'.join(map(str, version))} "
+                   "headers)")
     sha = hashlib.sha256(Path(request.source).read_bytes()).hexdigest()
-    desc = describe(src, arch, sha, builder=f"ytk-backend-nvcc (nvcc {nvcc_version(nvcc)})", engine_api=api)
+    desc = describe(src, arch, sha, builder=builder, engine_api=api)
     t0 = time.perf_counter()
     log_path = Path(request.output).with_suffix(Path(request.output).suffix + ".build.log")
     with ctx.progress(f"nvcc: building {request.plugin_name} for sm_{arch.sm}", total=1) as task:
         try:
-            res = compile_shared(translation_unit(src, desc), request.output, arch, ptxas_verbose=True)
+            res = compile_shared(translation_unit(src, desc, shim), request.output, arch, extra_flags=flags,
+                                 ptxas_verbose=True)
         except NvccError as e:
             # Keep the whole compiler output: the message carries only its tail.
             _write_log(log_path, e.log)
@@ -95,7 +120,7 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
         task.advance()
     log = " ".join(res.cmd) + "\n" + res.log
     _write_log(log_path, log)
-    ctx.log.info("plugin built", plugin=request.plugin_name, so=str(request.output), sm=arch.sm,
+    ctx.log.info("plugin built", plugin=request.plugin_name, so=str(request.output), sm=arch.sm, engine_api=api,
                  wall_s=round(res.wall_s, 2), log=str(log_path))
     return BuildResult(so_path=Path(request.output), description=desc, log=log, wall_s=time.perf_counter() - t0)
 

@@ -79,12 +79,27 @@ def test_build_renames_to_the_requested_plugin(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("api", ["trt8-IPluginV2DynamicExt", "trt10-IPluginV3"])
-def test_tensorrt_shims_are_refused_not_faked(tmp_path: Path, api: str) -> None:
+def test_tensorrt_shims_need_the_targets_headers(tmp_path: Path, api: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TensorRT shim is built against the target's headers (tests/backends/nvcc/test_trt_shims.py builds
+    them for real); without headers the error names where it looked, and nothing is written."""
+    from ytk_backend_nvcc import trt_shim
+
+    monkeypatch.delenv(trt_shim.HOME_ENV, raising=False)
+    monkeypatch.setenv(trt_shim.INCLUDE_ENV, str(tmp_path / "no-headers"))
     src = scale_bundle(tmp_path / "Scale.module_source.py")
     out = tmp_path / "Scale.so"
-    with pytest.raises(StageError, match="TensorRT"):
+    with pytest.raises(StageError, match=trt_shim.INCLUDE_ENV):
         build_plugin(BuildRequest(source=src, plugin_name="Scale", arch=X86_SM90, output=out, engine_api=api),
-                         StageContext())
+                     StageContext())
+    assert not out.exists()
+
+
+def test_ipluginv3_is_refused_for_a_tensorrt_8_target(tmp_path: Path) -> None:
+    src = scale_bundle(tmp_path / "Scale.module_source.py")
+    out = tmp_path / "Scale.so"
+    with pytest.raises(StageError, match="needs TensorRT 10 .* built as trt8-IPluginV2DynamicExt"):
+        build_plugin(BuildRequest(source=src, plugin_name="Scale", arch="x86_64-sm87-linux-cu130-trt86", output=out,
+                                  engine_api="trt10-IPluginV3"), StageContext())
     assert not out.exists()
 
 

