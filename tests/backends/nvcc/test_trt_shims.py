@@ -341,3 +341,26 @@ def test_generated_cpp_is_readable() -> None:
     assert "return ytk_workspace_DwConv(e);" in cpp
     for line in cpp.splitlines():
         assert len(line) <= 160, line
+
+
+# -- with TensorRT itself (none here: skipped; runs unchanged on a machine that has it) ---------------------------
+@needs_nvcc
+def test_tensorrt_loads_the_library_and_finds_both_namespaces(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    trt = pytest.importorskip("tensorrt", reason="TensorRT's Python package is not installed here")
+    major, minor = (int(x) for x in trt.__version__.split(".")[:2])
+    version = next((v for v, (a, b, _) in VERSIONS.items() if (a, b) == (major, minor) or (a == major >= 10)), None)
+    if version is None:
+        pytest.skip(f"no header set here for TensorRT {trt.__version__}")
+    monkeypatch.setenv(trt_shim.INCLUDE_ENV, str(headers(version)))
+    arch = ArchSpec.parse(f"x86_64-sm90-linux-cu130-trt{major}{minor if major < 10 else ''}")
+    api = engine_api_for(arch)
+    src = scale_bundle(tmp_path / "Scale.module_source.py", name="YtkShimProbe")
+    out = tmp_path / "YtkShimProbe.so"
+    build(BuildRequest(source=src, plugin_name="YtkShimProbe", arch=arch.spec, output=out, engine_api=api),
+          StageContext())
+    registry = trt.get_plugin_registry()
+    registry.load_library(str(out))
+    find = registry.get_creator if api == "trt10-IPluginV3" else registry.get_plugin_creator
+    for namespace in ("yasp", ""):
+        assert find("YtkShimProbe", "1", namespace) is not None, namespace
