@@ -351,6 +351,8 @@ def check_strings(meta: PluginMeta) -> None:
             ("workspace", meta.workspace or "x", "a C identifier", _IDENT)):
         if not isinstance(value, str) or not ok.fullmatch(value):
             raise ShimError(f"plugin_meta {field} {value!r} is not {rule}; it cannot name a TensorRT plugin")
+    if not meta.inputs or not meta.outputs:
+        raise ShimError("a TensorRT plugin layer needs at least one input and one output")
     for name in meta.extents:
         if not isinstance(name, str) or not _IDENT.fullmatch(name):
             raise ShimError(f"plugin_meta extent name {name!r} is not a C identifier")

@@ -281,6 +281,8 @@ def test_tensor_names_are_escaped_not_pasted() -> None:
     bad = METAS["one_input"].model_copy(update={"extents": {"N-1": "in0[0]"}})
     with pytest.raises(ShimError, match="extent name"):
         shim_source(bad, "trt10-IPluginV3", 10)
+    with pytest.raises(ShimError, match="at least one input"):
+        shim_source(METAS["one_input"].model_copy(update={"inputs": []}), "trt10-IPluginV3", 10)
 
 
 # -- headers, versions, interfaces ---------------------------------------------------------------------------------
