@@ -66,10 +66,15 @@ def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
 def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
     """Copy exactly what ships into ``dest``, all at once (a staging directory swapped in): the engine
     bundle, the carved ONNX with its inputs, ``plugins.json`` and each region's ``.pt2``, ``plugins/<name>.so``
-    and ``ship.json`` (this list, pointing at the copies, its rebuild command too)."""
+    with its admission verdict (``<name>.so.admission.json``, so a real engine loads the copy without gating
+    it again) and ``ship.json`` (this list, pointing at the copies, its rebuild command too). Returns every
+    file written."""
+    from ytk_hookspecs.models import AdmissionRecord
+
     from ..staging import Staged
 
     dest = Path(dest)
+    written: list[Path] = []
     with Staged(dest, marker=dest / "ship.json") as st:
         bundle = st.path(dest / Path(ship.engine_bundle).name)
         shutil.copyfile(ship.engine_bundle, bundle)
@@ -84,17 +89,23 @@ def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
             from ytk_hookspecs.models import PluginsFile
 
             shutil.copyfile(prep / "plugins.json", st.path(dest / "plugins.json"))
+            written.append(dest / "plugins.json")
             for entry in PluginsFile.read(prep / "plugins.json").plugins:
                 if entry.kernelgen_input and (prep / entry.kernelgen_input).is_file():
                     ref = st.path(dest / entry.kernelgen_input)
                     ref.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(prep / entry.kernelgen_input, ref)
+                    written.append(dest / entry.kernelgen_input)
         plugins = []
         for p in ship.plugins:
             so = st.path(dest / "plugins" / f"{p.name}.so")
             so.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p.so, so)
             plugins.append(p.model_copy(update={"so": str(st.final(so).resolve())}))
+            verdict = AdmissionRecord.path_for(p.so)
+            if verdict.is_file():
+                shutil.copyfile(verdict, AdmissionRecord.path_for(so))
+                written.append(AdmissionRecord.path_for(st.final(so)))
         copied = ship.model_copy(update={"engine_bundle": str(st.final(bundle).resolve()),
                                          "onnx": str(st.final(onnx).resolve()), "npz": str(st.final(npz).resolve()),
                                          "plugins": plugins})
@@ -102,7 +113,7 @@ def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
         copied.write(st.path(dest / "ship.json"))
         st.commit()
     return [Path(copied.engine_bundle), Path(copied.onnx), Path(copied.npz), *[Path(p.so) for p in plugins],
-            dest / "ship.json"]
+            *written, dest / "ship.json"]
 
 
 class AutoloopReport(Versioned):
