@@ -94,3 +94,21 @@ def test_templates_refuse_what_their_kernel_layout_cannot_carry():
                                                        channels_in=30, onnx_ops={"Conv": 1})))
     assert all(a.supported for a in ok) and not no.supported
     assert "30 channels" in no.why and "multiple of 8" in no.why
+
+
+def test_dry_run_needs_no_output_and_an_unanswered_question_is_not_a_refusal(monkeypatch, tmp_path):
+    """--dry-run writes nothing, so it needs no -o; a generator that fails to answer is reported as such
+    (not as "would refuse ... not certain"), exit 3; compile without --dry-run still needs -o."""
+    from ytk_hookspecs.models import SupportAnswer
+
+    from tests.helpers import ytk_inproc
+
+    pt2 = tmp_path / "R.pt2"
+    pt2.write_bytes(b"not read")
+    monkeypatch.setattr("ytk_core.stages.kernelgen.run_kernelgen_dry_run", lambda *a, **k: SupportAnswer(
+        supported=False, certain=False, backend="gen", why="gen failed to answer: ImportError: boom"))
+    r = ytk_inproc("kernelgen", "compile", "-r", pt2, "-g", "H200", "--dry-run")
+    assert r.code == 3, r.stderr
+    assert "gen: cannot say before a job: gen failed to answer" in r.stdout and "would refuse" not in r.stdout
+    r = ytk_inproc("kernelgen", "compile", "-r", pt2, "-g", "H200", "--config", "deployment_target=tensorrt")
+    assert r.code == 2 and "needs -o/--output" in r.stderr

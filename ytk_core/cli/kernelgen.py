@@ -33,7 +33,8 @@ def export(
 def compile_(
     reference: Annotated[Path, typer.Option("-r", "--reference", help="region .pt2 from prepare --plugin")],
     gpu: Annotated[str, typer.Option("-g", "--gpu", help="eval worker GPU (match the target's arch)")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="<Name>.module_source.py to write")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="<Name>.module_source.py to write "
+                                                   "(required unless --dry-run)")] = None,
     config: Annotated[Optional[list[str]], typer.Option("--config", help="key=value (repeatable); "
                                                         "deployment_target=tensorrt is required")] = None,
     arch: Annotated[Optional[str], typer.Option("-a", "--arch", help="target arch spec (optional; "
@@ -47,7 +48,7 @@ def compile_(
     json_: JsonOpt = False,
 ) -> None:
     """Generate a kernel for a carved region, then check it against the region's contract."""
-    from ..errors import BackendError
+    from ..errors import BackendError, UsageError
     from ..runtime import emit_json, stdout
     from ..stages.kernelgen import run_kernelgen_compile, run_kernelgen_dry_run
 
@@ -56,14 +57,23 @@ def compile_(
         if json_:
             emit_json(ans)
         else:
-            verdict = "would generate" if ans.supported else "would refuse"
             kind = f" ({ans.kind})" if ans.kind else ""
-            stdout.print(f"{ans.backend}: {verdict}{kind}: {ans.why}" + ("" if ans.certain else " (not certain: "
-                         "the job decides)"), highlight=False, markup=False)
+            if ans.supported:
+                line = f"{ans.backend}: would generate{kind}: {ans.why}" + (
+                    "" if ans.certain else " (not certain: the job decides)")
+            elif ans.certain:
+                line = f"{ans.backend}: would refuse{kind}: {ans.why}"
+            else:  # no certain answer (the generator could not tell, or failed to answer)
+                line = f"{ans.backend}: cannot say before a job{kind}: {ans.why}"
+            stdout.print(line, highlight=False, markup=False)
         if not ans.supported:
-            raise BackendError(f"{ans.backend} would refuse {reference}: {ans.why}", exit_code=3) if not json_ \
+            verb = "would refuse" if ans.certain else "gave no yes for"
+            raise BackendError(f"{ans.backend} {verb} {reference}: {ans.why}", exit_code=3) if not json_ \
                 else SystemExit(3)
         return
+    if output is None:
+        raise UsageError("kernelgen compile needs -o/--output <Name>.module_source.py (only --dry-run writes "
+                         "nothing)")
 
     out = run_kernelgen_compile(reference, gpu, output, config, kernelgen, arch, precision, candidates)
     if json_:
