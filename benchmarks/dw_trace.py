@@ -4,8 +4,8 @@
 
 A VARIANT is a name from the region's wide space or a JSON parameter dict (a point outside it).
 
-Each variant (stage ``tma`` or ``mma``) is emitted by the templates backend and compiled with
-``-DYTK_RING_TRACE``: thread 0 of every block then records its SM, its start and end on the global
+Each variant (stage ``tma`` or ``mma``) is emitted by the templates backend with its developer
+timeline (``emit(..., trace=True)``: cuda/dwconv_ring_trace.cuh): thread 0 of every block then records its SM, its start and end on the global
 timer, and per item the SM clock when it starts waiting for the item's tile, when the tile has
 landed and when the slot is released. The kernel runs over rotating input sets larger than the L2
 (as the harness times it); the last launch's timeline is summarised: how long the first tile takes
@@ -35,7 +35,7 @@ from ytk_backend_templates.gpu import local_gpu  # noqa: E402
 from ytk_backend_templates.regions import DwConvRegion  # noqa: E402
 from ytk_backend_templates.timing import rotation_sets  # noqa: E402
 
-BLOCKS, ITEMS = 1024, 64  # the trace buffers' extents (emit_dwconv's TRACE_BLOCKS, TRACE_ITEMS)
+BLOCKS, ITEMS = 1024, 64  # the trace buffers' extents (dwconv_ring_trace.cuh's TRACE_BLOCKS, TRACE_ITEMS)
 SHIM = 'extern "C" int v0_trace(void* items, void* blocks) { return v0::trace_copy(items, blocks); }\n'
 
 
@@ -87,13 +87,13 @@ def main() -> None:
     wt, b = torch.randn(c, k * k, device="cuda"), torch.randn(c, device="cuda")
     tmp = Path(tempfile.mkdtemp())
     for arg in sys.argv[7:]:
-        p = json.loads(arg) if arg.startswith("{") else space.get(arg)
-        name = emit_dwconv.variant_name(p) if p else arg
-        if not p or p["stage"] not in ("tma", "mma"):
+        p = emit_dwconv.point(json.loads(arg)) if arg.startswith("{") else space.get(arg)
+        name = p.name if p else arg
+        if not p or p.stage not in ("tma", "mma"):
             sys.exit(f"{name}: not a TMA-ring variant of {region.describe()}")
         so = tmp / f"{name}.so"
-        body = emit_dwconv.emit(region, p, "v0", "v0_launch").body
-        compile_shared(PRELUDE + body + SHIM, so, gpu.arch(), extra_flags=("-DYTK_RING_TRACE",))
+        body = emit_dwconv.emit(region, p, "v0", "v0_launch", trace=True).body
+        compile_shared(PRELUDE + body + SHIM, so, gpu.arch())
         launch = load_launcher(so)
         trace = ctypes.CDLL(str(so)).v0_trace
         trace.argtypes = [ctypes.c_void_p] * 2

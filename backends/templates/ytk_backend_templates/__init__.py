@@ -1,3 +1,3 @@
 """ytk-backend-templates: kernels from parameterised CUDA templates, autotuned on the local GPU."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

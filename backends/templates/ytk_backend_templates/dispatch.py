@@ -18,7 +18,7 @@ from typing import Any
 from ytk_hookspecs.models import PluginMeta
 from ytk_hookspecs.shape_expr import evaluate_extents
 
-from .emit_common import PLAIN_LAUNCHER, Variant, rounds_weights_to_fp16
+from .emit_common import Variant, plain_launcher, rounds_weights_to_fp16
 from .regions import SiteShape
 
 #: Build a dispatch variant only when the per-shape winners would save at least this share.
@@ -76,17 +76,19 @@ def dispatch_variant(scored: Sequence[Any], shapes: Sequence[SiteShape], meta: P
              + "\n".join(lines) + "\n"
              f"  return {_namespace(single.variant)}::launch(inputs, outputs, e, stream);\n}}\n}}  // namespace {ns}\n")
     launcher = f"{ns}_launch"
-    body += PLAIN_LAUNCHER.replace("@SYM@", launcher).replace("@NS@", ns)
+    body += plain_launcher(ns, launcher)
     winners = [b.variant.name for b in best]
     params: dict[str, Any] = {"dispatch": ";".join(f"shape{i}={w}" for i, w in enumerate(winners)),
                               "default": single.variant.name}
     if any(rounds_weights_to_fp16(p.variant.params) for p in parts):
         params["weights"] = "fp16"  # judged, like its parts, with the budget of fp16 weights
     return Variant(name="dispatch[" + ",".join(dict.fromkeys(winners)) + "]", params=params, body=body,
-                   launcher=launcher)
+                   launcher=launcher, namespace=ns)
 
 
 def _namespace(v: Variant) -> str:
+    if v.namespace:
+        return v.namespace
     m = re.search(r"namespace (\w+) \{", v.body)
     if m is None:
         raise ValueError(f"variant {v.name} has no namespace")

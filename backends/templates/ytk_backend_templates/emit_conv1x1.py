@@ -1,276 +1,97 @@
-"""CUDA template for pointwise (1x1) convolution + bias + activation on NHWC fp16, dense or grouped.
+"""Pointwise (1x1) convolution + bias + activation on NHWC fp16, dense or grouped (``cuda/conv1x1.cuh``):
+its tuning points and their instantiation.
 
-On NHWC memory a 1x1 convolution is a GEMM ``y[p, co] = act(b[co] + sum_k x[p, k] w[co, k])`` over
-pixels p. At the channel counts where engines do badly (16..128 inputs at high resolution) it is
-memory-bound, so the template fuses bias and activation and reads each pixel's channels once per
-output block.
-
-A block owns NTHREADS * PPT pixels and COB output channels (of one group when grouped). Each
-thread accumulates PPT pixels x COB outputs in fp32 registers; the block stages the weights of its
-outputs into shared memory as [k][co] in chunks of KS input channels, so every thread of a warp
-reads the same weights (a broadcast) while reading its own pixels' inputs with 16-byte loads.
-Blocks with the same pixels and different output blocks are launched next to each other, so the
-inputs they share come from L2. Weights stay fp32 (the contract's), so the only rounding is the
-fp16 output.
+Two kernels: SIMT tiles (:class:`Simt`: a block owns ``threads * ppt`` pixels x ``cob`` outputs,
+weights staged through shared memory in chunks of ``ks`` input channels) and, dense only,
+tensor-core tiles (:class:`Mma`: ``bm`` pixels x ``bn`` outputs per block in ``bk`` input-channel
+steps, ``wm`` x ``wn`` warps, the fp32 weights split into an exact hi + lo pair of fp16 halves).
 """
 
 from __future__ import annotations
 
-from .emit_common import ACTIVATION_CODE, PLAIN_LAUNCHER, Variant
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .emit_common import ACTIVATION_CODE, Variant, instantiate, plain_launcher
 from .regions import Conv1x1Region
 
-_KERNEL = r"""
-namespace @NS@ {
-constexpr int CONST_C = @CONST_C@, CONST_CO = @CONST_CO@;  // 0: runtime extents
-constexpr int GIN = @GIN@, GOUT = @GOUT@;                   // channels per group; 0: dense
-constexpr bool HAS_BIAS = @HAS_BIAS@;
-constexpr int NTHREADS = @THREADS@, PPT = @PPT@, COB = @COB@, KS = @KS@;
-constexpr int TILE_P = NTHREADS * PPT;
-constexpr int NCV = COB / 8;                                 // 8-channel output vectors per pixel
 
-__device__ __forceinline__ float act(float v) { @ACT@ }
+@dataclass(frozen=True, kw_only=True)
+class Simt:
+    """SIMT tile: ``threads`` per block, ``ppt`` pixels per thread, ``cob`` outputs per block, weights
+    staged ``ks`` input channels at a time."""
 
-// grid.x = pixel tiles x output blocks, output block fastest (blocks sharing pixels run together).
-__global__ void __launch_bounds__(NTHREADS)
-pw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-          __half* __restrict__ y, int C, int CO, long long P, int oblocks) {
-  __shared__ __align__(16) float sw[KS * COB];
-  const int ob = blockIdx.x % oblocks;
-  const long long tile = blockIdx.x / oblocks;
-  const int co0 = ob * COB;
-  // Input channels this block reads: its group's, or all of them (dense).
-  const int kin = GIN ? GIN : (CONST_C ? CONST_C : C);
-  const int kbase = GIN ? (co0 / GOUT) * GIN : 0;
-  float acc[PPT][COB];
-#pragma unroll
-  for (int j = 0; j < COB; ++j) {
-    const float bj = (HAS_BIAS && co0 + j < CO) ? __ldg(b + co0 + j) : 0.f;
-#pragma unroll
-    for (int p = 0; p < PPT; ++p) acc[p][j] = bj;
-  }
-  long long pix[PPT];
-#pragma unroll
-  for (int p = 0; p < PPT; ++p) pix[p] = tile * TILE_P + p * NTHREADS + threadIdx.x;
+    threads: int
+    ppt: int
+    cob: int
+    ks: int
 
-  for (int k0 = 0; k0 < kin; k0 += KS) {
-    const int kn = min(KS, kin - k0);
-    if (k0 > 0) __syncthreads();  // every thread is done with the previous chunk
-    for (int i = threadIdx.x; i < KS * COB; i += NTHREADS) {
-      const int co = i / KS, k = i - co * KS;
-      sw[k * COB + co] = (k < kn && co0 + co < CO) ? __ldg(w + (size_t)(co0 + co) * kin + k0 + k) : 0.f;
-    }
-    __syncthreads();
-#pragma unroll @KUNROLL@
-    for (int k = 0; k < kn; k += 8) {
-      float xf[PPT][8];
-#pragma unroll
-      for (int p = 0; p < PPT; ++p) {
-        uint4 raw = make_uint4(0, 0, 0, 0);
-        if (pix[p] < P) raw = __ldg(reinterpret_cast<const uint4*>(x + pix[p] * C + kbase + k0 + k));
-        ytk_tpl::unpack(raw, xf[p]);
-      }
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
-#pragma unroll
-        for (int j4 = 0; j4 < COB / 4; ++j4) {
-          const float4 wv = *reinterpret_cast<const float4*>(&sw[(k + kk) * COB + 4 * j4]);
-#pragma unroll
-          for (int p = 0; p < PPT; ++p) {
-            acc[p][4 * j4 + 0] = fmaf(xf[p][kk], wv.x, acc[p][4 * j4 + 0]);
-            acc[p][4 * j4 + 1] = fmaf(xf[p][kk], wv.y, acc[p][4 * j4 + 1]);
-            acc[p][4 * j4 + 2] = fmaf(xf[p][kk], wv.z, acc[p][4 * j4 + 2]);
-            acc[p][4 * j4 + 3] = fmaf(xf[p][kk], wv.w, acc[p][4 * j4 + 3]);
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int p = 0; p < PPT; ++p) {
-    if (pix[p] >= P) continue;
-#pragma unroll
-    for (int q = 0; q < NCV; ++q) {
-      if (co0 + 8 * q >= CO) break;
-      float o[8];
-#pragma unroll
-      for (int v = 0; v < 8; ++v) o[v] = act(acc[p][8 * q + v]);
-      *reinterpret_cast<uint4*>(y + pix[p] * CO + co0 + 8 * q) = ytk_tpl::pack8(o);
-    }
-  }
-}
+    @property
+    def name(self) -> str:
+        return f"simt_t{self.threads}_p{self.ppt}_o{self.cob}_k{self.ks}"
 
-constexpr int TILE_ROWS = TILE_P, TILE_CO = COB;
-@LAUNCH@"""
+    @property
+    def params(self) -> dict[str, int | str]:
+        return dict(impl="simt", threads=self.threads, ppt=self.ppt, cob=self.cob, ks=self.ks)
 
-_MMA_KERNEL = r"""
-namespace @NS@ {
-constexpr int CONST_C = @CONST_C@, CONST_CO = @CONST_CO@;  // 0: runtime extents
-constexpr int GIN = 0, GOUT = 0;                            // dense only
-constexpr bool HAS_BIAS = @HAS_BIAS@;
-constexpr int BM = @BM@, BN = @BN@, BK = @BK@, WM = @WM@, WN = @WN@;
-constexpr int NTHREADS = WM * WN * 32;
-constexpr int MT = BM / WM / 16, NT = BN / WN / 8;   // m16n8k16 tiles per warp
-constexpr int LDS = BK + 8;                           // smem row stride (halves): conflict-free fragments
-constexpr int LDC = BN + 8;
-constexpr int STAGE_HALVES = BM * LDS + 2 * BN * LDS;
-constexpr int OUT_HALVES = BM * LDC;
-constexpr int SMEM_HALVES = STAGE_HALVES > OUT_HALVES ? STAGE_HALVES : OUT_HALVES;
 
-__device__ __forceinline__ float act(float v) { @ACT@ }
+@dataclass(frozen=True, kw_only=True)
+class Mma:
+    """Tensor-core tile (dense only): ``bm`` pixels x ``bn`` outputs per block, ``bk`` input channels
+    per step, ``wm`` x ``wn`` warps."""
 
-// Tensor cores: y[p, co] = act(b + x[p, :] . w[co, :]) with fp16 x, and the fp32 weights split into
-// hi + lo fp16 halves (two MMAs, fp32 accumulation), so weights keep ~22 bits as in the contract.
-// grid.x = pixel tiles x output blocks, output block fastest.
-__global__ void __launch_bounds__(NTHREADS)
-pw_mma(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-       __half* __restrict__ y, int C, int CO, long long P, int oblocks) {
-  __shared__ __align__(16) __half smem[SMEM_HALVES];
-  __half* As = smem;
-  __half* Bh = smem + BM * LDS;
-  __half* Bl = Bh + BN * LDS;
-  const int ob = blockIdx.x % oblocks;
-  const long long p0 = (long long)(blockIdx.x / oblocks) * BM;
-  const int n0 = ob * BN;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
-  const int wm0 = (warp / WN) * (BM / WM), wn0 = (warp % WN) * (BN / WN);
-  float acc[MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
 
-  const int Cr = CONST_C ? CONST_C : C;
-  for (int k0 = 0; k0 < Cr; k0 += BK) {
-    if (k0 > 0) __syncthreads();
-    for (int i = threadIdx.x; i < BM * (BK / 8); i += NTHREADS) {
-      const int r = i / (BK / 8), cv = i % (BK / 8);
-      const bool ok = (p0 + r < P) & (k0 + cv * 8 < Cr);
-      const __half* src = ok ? x + (p0 + r) * Cr + k0 + cv * 8 : x;
-      ytk_tpl::cp_async<16>(&As[r * LDS + cv * 8], src, ok);
-    }
-    ytk_tpl::cp_async_commit();
-    for (int i = threadIdx.x; i < BN * (BK / 8); i += NTHREADS) {
-      const int r = i / (BK / 8), cv = i % (BK / 8);
-      float f[8];
-      if ((n0 + r < CO) & (k0 + cv * 8 < Cr)) {
-        const float4* src = reinterpret_cast<const float4*>(w + (size_t)(n0 + r) * Cr + k0 + cv * 8);
-        const float4 u = __ldg(src), v = __ldg(src + 1);
-        f[0] = u.x; f[1] = u.y; f[2] = u.z; f[3] = u.w; f[4] = v.x; f[5] = v.y; f[6] = v.z; f[7] = v.w;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) f[j] = 0.f;
-      }
-      float lo[8];
-      uint4 hi = ytk_tpl::pack8(f);
-      float back[8];
-      ytk_tpl::unpack(hi, back);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) lo[j] = f[j] - back[j];
-      *reinterpret_cast<uint4*>(&Bh[r * LDS + cv * 8]) = hi;
-      *reinterpret_cast<uint4*>(&Bl[r * LDS + cv * 8]) = ytk_tpl::pack8(lo);
-    }
-    ytk_tpl::cp_async_wait_all();
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[MT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        const __half* a = &As[(wm0 + i * 16 + gid) * LDS + kk + 2 * tig];
-        af[i][0] = *reinterpret_cast<const uint32_t*>(a);
-        af[i][1] = *reinterpret_cast<const uint32_t*>(a + 8 * LDS);
-        af[i][2] = *reinterpret_cast<const uint32_t*>(a + 8);
-        af[i][3] = *reinterpret_cast<const uint32_t*>(a + 8 * LDS + 8);
-      }
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int off = (wn0 + j * 8 + gid) * LDS + kk + 2 * tig;
-        const uint32_t h0 = *reinterpret_cast<const uint32_t*>(&Bh[off]);
-        const uint32_t h1 = *reinterpret_cast<const uint32_t*>(&Bh[off + 8]);
-        const uint32_t l0 = *reinterpret_cast<const uint32_t*>(&Bl[off]);
-        const uint32_t l1 = *reinterpret_cast<const uint32_t*>(&Bl[off + 8]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          ytk_tpl::mma_m16n8k16(acc[i][j], af[i], l0, l1);
-          ytk_tpl::mma_m16n8k16(acc[i][j], af[i], h0, h1);
-        }
-      }
-    }
-  }
-  __syncthreads();  // the staging buffers become the output tile
-  __half* Cs = smem;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int col = wn0 + j * 8 + 2 * tig;
-    const float b0 = (HAS_BIAS && n0 + col < CO) ? __ldg(b + n0 + col) : 0.f;
-    const float b1 = (HAS_BIAS && n0 + col + 1 < CO) ? __ldg(b + n0 + col + 1) : 0.f;
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const int row = wm0 + i * 16 + gid;
-      *reinterpret_cast<__half2*>(&Cs[row * LDC + col]) = __floats2half2_rn(act(acc[i][j][0] + b0), act(acc[i][j][1] + b1));
-      *reinterpret_cast<__half2*>(&Cs[(row + 8) * LDC + col]) =
-          __floats2half2_rn(act(acc[i][j][2] + b0), act(acc[i][j][3] + b1));
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < BM * (BN / 8); i += NTHREADS) {
-    const int r = i / (BN / 8), cv = i % (BN / 8);
-    if ((p0 + r < P) & (n0 + cv * 8 < CO))
-      *reinterpret_cast<uint4*>(y + (p0 + r) * CO + n0 + cv * 8) = *reinterpret_cast<const uint4*>(&Cs[r * LDC + cv * 8]);
-  }
-}
+    @property
+    def name(self) -> str:
+        return f"mma_m{self.bm}n{self.bn}k{self.bk}_w{self.wm}x{self.wn}"
 
-constexpr int TILE_ROWS = BM, TILE_CO = BN;
-@LAUNCH@"""
+    @property
+    def params(self) -> dict[str, int | str]:
+        return dict(impl="mma", bm=self.bm, bn=self.bn, bk=self.bk, wm=self.wm, wn=self.wn)
 
-_LAUNCHER = PLAIN_LAUNCHER
 
-# The launcher shared by both kernels (@KFN@): the contract checks on extents N, C, H, W, CO (dense
-# has GIN = 0), then one block per TILE_ROWS pixels x TILE_CO outputs, output block fastest.
-_LAUNCH = r"""// extents: N, C, H, W, CO (logical NCHW); inputs x, w[, b]; output y.
-int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
-  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], CO = e[4];
-  if ((CONST_C && C != CONST_C) || (CONST_CO && CO != CONST_CO) || C <= 0 || CO <= 0 || C % 8 || CO % 8)
-    return (int)cudaErrorInvalidValue;
-  if (GIN && (C % (GIN ? GIN : 1) || CO * GIN != C * GOUT)) return (int)cudaErrorInvalidValue;
-  const int64_t P = N * H * W;
-  if (P == 0) return 0;
-  if (P * (C > CO ? C : CO) > INT64_C(1) << 40 || C > INT32_MAX || CO > INT32_MAX) return (int)cudaErrorInvalidValue;
-  const int64_t tiles = (P + TILE_ROWS - 1) / TILE_ROWS, oblocks = (CO + TILE_CO - 1) / TILE_CO;
-  if (tiles * oblocks > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
-  @KFN@<<<(unsigned)(tiles * oblocks), NTHREADS, 0, stream>>>(
-      static_cast<const __half*>(inputs[0]), static_cast<const float*>(inputs[1]),
-      HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr, static_cast<__half*>(outputs[0]),
-      (int)C, (int)CO, (long long)P, (int)oblocks);
-  return (int)cudaGetLastError();
-}
-}  // namespace @NS@
-"""
+PwPoint = Simt | Mma
 
-# (threads, pixels per thread, output channels per block): a spread over register blocking
-# (PPT x COB accumulators), weight reuse per broadcast load (PPT) and input re-reads (C / COB).
-_BASE = (
-    (256, 2, 32), (128, 2, 32), (256, 1, 64), (256, 4, 16), (128, 4, 16), (256, 2, 16),
-    (256, 1, 32), (128, 2, 64), (256, 4, 8), (128, 8, 8), (256, 2, 8), (128, 1, 16),
+
+def point(p: PwPoint | Mapping[str, Any]) -> PwPoint:
+    """``p``, or the point its parameter dict (a report's ``params``) names."""
+    if isinstance(p, (Simt, Mma)):
+        return p
+    keys = ("bm", "bn", "bk", "wm", "wn") if p["impl"] == "mma" else ("threads", "ppt", "cob", "ks")
+    return (Mma if p["impl"] == "mma" else Simt)(**{k: int(p[k]) for k in keys})  # type: ignore[arg-type]
+
+
+# SIMT tiles (the input chunk ks is chosen per region): a spread over register blocking (ppt x cob
+# accumulators), weight reuse per broadcast load (ppt) and input re-reads (C / cob).
+_SIMT = (
+    dict(threads=256, ppt=2, cob=32), dict(threads=128, ppt=2, cob=32), dict(threads=256, ppt=1, cob=64),
+    dict(threads=256, ppt=4, cob=16), dict(threads=128, ppt=4, cob=16), dict(threads=256, ppt=2, cob=16),
+    dict(threads=256, ppt=1, cob=32), dict(threads=128, ppt=2, cob=64), dict(threads=256, ppt=4, cob=8),
+    dict(threads=128, ppt=8, cob=8), dict(threads=256, ppt=2, cob=8), dict(threads=128, ppt=1, cob=16),
 )
 
-
-# Tensor-core tiles (pixels BM, outputs BN, warps WM x WN): warp tiles of 16..64 x 16..32.
+# Tensor-core tiles (the k step bk is chosen per region): warp tiles of 16..64 x 16..32.
 _MMA = (
-    (128, 64, 4, 2), (128, 128, 2, 4), (64, 64, 2, 2), (128, 32, 4, 1), (64, 128, 1, 4),
-    (256, 64, 4, 2), (128, 16, 8, 1), (64, 32, 4, 1), (64, 16, 4, 1),
+    dict(bm=128, bn=64, wm=4, wn=2), dict(bm=128, bn=128, wm=2, wn=4), dict(bm=64, bn=64, wm=2, wn=2),
+    dict(bm=128, bn=32, wm=4, wn=1), dict(bm=64, bn=128, wm=1, wn=4), dict(bm=256, bn=64, wm=4, wn=2),
+    dict(bm=128, bn=16, wm=8, wn=1), dict(bm=64, bn=32, wm=4, wn=1), dict(bm=64, bn=16, wm=4, wn=1),
 )
 
 
-def variant_space(r: Conv1x1Region, wide: bool = False) -> list[dict[str, int | str]]:
+def variant_space(r: Conv1x1Region, wide: bool = False) -> list[PwPoint]:
     """Tuning points legal for ``r``. SIMT: an output block inside one group (grouped) or not wider
     than the outputs, at most 64 fp32 accumulators per thread, weights chunk within 48 KB.
     Tensor cores (dense only): output tiles not wider than the outputs, k chunks of 16..64."""
-    out: list[dict[str, int | str]] = []
+    out: list[PwPoint] = []
     kin = r.group_in if r.grouped else r.cin
-    for threads, ppt, cob in _BASE:
+    for t in _SIMT:
+        ppt, cob = t["ppt"], t["cob"]
         if ppt * cob > 64:
             continue
         if r.grouped and (cob > r.group_out or r.group_out % cob):
@@ -282,11 +103,12 @@ def variant_space(r: Conv1x1Region, wide: bool = False) -> list[dict[str, int | 
         ks = min(kin, 128) if kin else 64
         if ks * cob * 4 > 48 * 1024:
             continue
-        out.append(dict(impl="simt", threads=threads, ppt=ppt, cob=cob, ks=ks))
+        out.append(Simt(**t, ks=ks))
     if not r.grouped:
         bks = [32, 64] if wide and not r.cin else [32 if not r.cin else min(64, -(-r.cin // 16) * 16)]
         for bk in bks:
-            for bm, bn, wm, wn in _MMA:
+            for m in _MMA:
+                bm, bn = m["bm"], m["bn"]
                 if r.cout and bn > max(16, r.cout):
                     continue
                 if not r.cout and bn > (128 if wide else 64):
@@ -294,32 +116,26 @@ def variant_space(r: Conv1x1Region, wide: bool = False) -> list[dict[str, int | 
                 halves = max(bm * (bk + 8) + 2 * bn * (bk + 8), bm * (bn + 8))
                 if halves * 2 > 48 * 1024:
                     continue
-                out.append(dict(impl="mma", bm=bm, bn=bn, bk=bk, wm=wm, wn=wn))
+                out.append(Mma(**m, bk=bk))
     return out
 
 
-def variant_name(p: dict[str, int | str]) -> str:
-    if p["impl"] == "mma":
-        return f"mma_m{p['bm']}n{p['bn']}k{p['bk']}_w{p['wm']}x{p['wn']}"
-    return f"simt_t{p['threads']}_p{p['ppt']}_o{p['cob']}_k{p['ks']}"
+def variant_name(p: PwPoint | Mapping[str, Any]) -> str:
+    return point(p).name
 
 
-def emit(r: Conv1x1Region, p: dict[str, int | str], ns: str, launcher: str) -> Variant:
+def emit(r: Conv1x1Region, p: PwPoint | Mapping[str, Any], ns: str, launcher: str) -> Variant:
     """One variant's CUDA text (namespace ``ns``) with its extern "C" ``launcher``."""
-    kin = r.group_in if r.grouped else r.cin
-    subs: dict[str, object] = {
-        "NS": ns, "CONST_C": r.cin or 0, "CONST_CO": r.cout or 0, "GIN": r.group_in, "GOUT": r.group_out,
-        "HAS_BIAS": "true" if r.has_bias else "false", "ACT": ACTIVATION_CODE[r.act], "SYM": launcher,
-    }
-    if p["impl"] == "mma":
-        subs.update(BM=p["bm"], BN=p["bn"], BK=p["bk"], WM=p["wm"], WN=p["wn"])
-        text = _MMA_KERNEL + _LAUNCHER
+    p = point(p)
+    params: dict[str, bool | int] = dict(CONST_C=r.cin or 0, CONST_CO=r.cout or 0, GIN=r.group_in, GOUT=r.group_out,
+                                         HAS_BIAS=r.has_bias)
+    macros = {"YTK_PW_MMA": int(isinstance(p, Mma))}
+    if isinstance(p, Mma):
+        params.update(BM=p.bm, BN=p.bn, BK=p.bk, WM=p.wm, WN=p.wn)
     else:
-        # a constant channel count is unrolled whole; a runtime one in steps of 4 vectors
-        subs.update(THREADS=p["threads"], PPT=p["ppt"], COB=p["cob"], KS=p["ks"],
-                    KUNROLL="" if kin and kin <= 128 else "4")
-        text = _KERNEL + _LAUNCHER
-    text = text.replace("@LAUNCH@", _LAUNCH).replace("@KFN@", "pw_mma" if p["impl"] == "mma" else "pw_kernel")
-    for k, v in subs.items():
-        text = text.replace(f"@{k}@", str(v))
-    return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)
+        params.update(NTHREADS=p.threads, PPT=p.ppt, COB=p.cob, KS=p.ks)
+        kin = r.group_in if r.grouped else r.cin
+        macros["YTK_PW_ROLL4"] = int(not (kin and kin <= 128))  # a constant C up to 128 is unrolled whole
+    text = instantiate(ns, "conv1x1.cuh", params, macros, act=ACTIVATION_CODE[r.act])
+    return Variant(name=p.name, params=p.params, body=text + plain_launcher(ns, launcher), launcher=launcher,
+                   namespace=ns)

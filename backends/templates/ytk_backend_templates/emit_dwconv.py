@@ -1,887 +1,182 @@
-"""CUDA template for depthwise k x k convolution + bias + activation on NHWC fp16 (kHWC8).
+"""Depthwise k x k convolution + bias + activation (``cuda/dwconv.cuh``): its tuning points and their
+instantiation.
 
-A block owns an output tile of TH x TW pixels and CB channels. With ``stage=smem`` it first copies
-the input tile with its halo into shared memory once (cp.async, zero-filled outside the image),
-so every input byte crosses DRAM about once; ``stage=pipe`` does the same in persistent blocks that
-fetch the next ``ns - 1`` tiles while computing this one (a ring of ``ns`` tile buffers, so memory and
-arithmetic overlap within a block instead of alternating, and enough bytes are in flight to cover
-DRAM latency); with ``stage=direct`` taps are read straight from global
-memory and L1 absorbs the overlap. Each thread then computes RPT rows x CPT columns of
-outputs for VEC channels (one 16- or 8-byte vector), keeping a sliding row of inputs in registers
-and accumulating in fp32. Weights are transposed into shared memory as [tap][channel] so a thread
-reads its VEC weights of a tap with 16-byte loads.
-
-``stage=strip`` (k <= 5) copies no tile: a thread owns VEC channels x CPT columns x a strip of TH
-rows and walks down it, loading each input row once (PF rows ahead), converting it once and adding
-it into the rows it touches; fewer instructions per output than any tiled variant (no tile copy, no
-per-tap index math), which is what the issue-bound 3x3 needs.
+A point is a frozen dataclass of one of three kinds, each a set of the template's stages:
+:class:`Tiled` (``direct``, ``smem``, ``pipe``: a block per output tile, taps from L1, from a shared
+memory tile, or from a cp.async ring of tiles in persistent blocks), :class:`Strip` (``strip``, k <= 5:
+a thread walks down a strip of output rows, loading each input row once) and :class:`Ring` (``tma``,
+``mma``, sm_90+: persistent blocks fed by the tensor-memory accelerator, taps in FFMA or on the tensor
+cores). :func:`variant_space` lists the points legal for a region (on sm_90+ the ring first; the
+ring and strip tables best first as measured on the worked example's shapes, docs/benchmarks.md);
+:func:`emit` instantiates one.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
 
-from .emit_common import ACTIVATION_CODE, PLAIN_LAUNCHER, Variant
+from .emit_common import ACTIVATION_CODE, Variant, instantiate, plain_launcher
 from .regions import DwConvRegion
 
 SMEM_LIMIT = 48 * 1024  # static shared memory; larger tiles would need an opt-in attribute
+#: Dynamic shared memory one sm_90 block may opt in to.
+TMA_SMEM_LIMIT = 227 * 1024
+#: The first sm with the tensor-memory accelerator (cp.async.bulk.tensor).
+TMA_MIN_SM = 90
 
-_KERNEL = r"""
-namespace @NS@ {
-constexpr int K = @K@, S = @S@, P = @P@;
-constexpr int VEC = @VEC@, CB = @CB@, TW = @TW@, TH = @TH@, RPT = @RPT@, CPT = @CPT@;
-constexpr int CONST_C = @CONST_C@;
-constexpr bool HAS_BIAS = @HAS_BIAS@;
-constexpr int STAGE = @STAGE@;  // 0: taps from global (L1), 1: smem tile, 2: cp.async ring, 3: strip, 4: TMA ring, 5: mma
-constexpr int NSTAGE = @NSTAGE@;         // pipelined: tile buffers in the ring (items in flight + 1)
-constexpr int CVB = CB / VEC;
-// mma: a warp per channel group of 8 and per CPT 16-pixel column segments; else a thread per VEC
-// channels, CPT columns and RPT rows
-constexpr int NTHREADS = STAGE == 5 ? 32 * (CB / 8) * (TW / (16 * CPT)) : CVB * (TW / CPT) * (TH / RPT);
-constexpr int IW = (TW - 1) * S + K, IH = (TH - 1) * S + K;
-constexpr int NIR = (RPT - 1) * S + K;   // input rows one thread reads
-constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per row
-[[maybe_unused]] constexpr int TILE_HALVES = IH * IW * CB;  // (stage mma sizes its swizzled tile itself)
-// With CAP, at least 512 resident threads per SM (<= 128 registers each) for latency hiding;
-// without, the compiler may keep every weight of the thread's channels in registers (no spills).
-// A strip variant may instead name its minimum resident blocks per SM (MB).
-constexpr bool CAP = @CAP@;
-constexpr int MIN_BLOCKS = @MB@ ? @MB@ : (!CAP || NTHREADS >= 512) ? 1 : 512 / NTHREADS;
-using VT = typename ytk_tpl::HVec<VEC>::T;
+#: YTK_DW_STAGE of each stage (the template's ``#if`` sections).
+STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4, "mma": 5}
 
-__device__ __forceinline__ float act(float v) { @ACT@ }
 
-// Copy the input tile (with halo, zero outside the image) of the tile at (oy0, ox0) into smem.
-__device__ __forceinline__ void stage_tile(__half* tile, const __half* x, const __half* xn, int c_base, int C, int H,
-                                           int W, int iy0, int ix0) {
-  for (int i = threadIdx.x; i < IH * IW * CVB; i += NTHREADS) {
-    const int cv = i % CVB, p = i / CVB;
-    const int ix = p % IW, iy = p / IW;
-    const int gy = iy0 + iy, gx = ix0 + ix, c = c_base + cv * VEC;
-    const bool ok = (gy >= 0) & (gy < H) & (gx >= 0) & (gx < W) & (c < C);
-    const __half* src = ok ? xn + ((size_t)gy * W + gx) * C + c : x;
-    ytk_tpl::cp_async<VEC * 2>(&tile[p * CB + cv * VEC], src, ok);
-  }
-}
+def _shape(p: Tiled | Strip | Ring) -> str:
+    return f"v{p.vec}_cb{p.cb}_t{p.th}x{p.tw}_r{p.rpt}c{p.cpt}"
 
-__device__ __forceinline__ void stage_weights(float* sw, float* sb, const float* w, const float* b, int c_base, int C) {
-  for (int i = threadIdx.x; i < CB * K * K; i += NTHREADS) {
-    const int cl = i / (K * K), tap = i - cl * (K * K), c = c_base + cl;
-    sw[tap * CB + cl] = (c < C) ? w[(size_t)c * (K * K) + tap] : 0.f;
-  }
-  for (int i = threadIdx.x; i < CB; i += NTHREADS) sb[i] = (HAS_BIAS && c_base + i < C) ? b[c_base + i] : 0.f;
-}
 
-// One thread's RPT x CPT outputs of VEC channels: sliding input rows in registers, fp32 accumulation.
-__device__ __forceinline__ void compute_store(const __half* tile, const float* sw, const float* sb, const __half* xn,
-                                              __half* yn, int C, int H, int W, int HO, int WO, int oy0, int ox0,
-                                              int c_base) {
-  const int cv = threadIdx.x % CVB;
-  const int rest = threadIdx.x / CVB;
-  const int cg = rest % (TW / CPT), rg = rest / (TW / CPT);
-  const int c = c_base + cv * VEC;
-  if (c >= C) return;
-  const int iy0 = oy0 * S - P, ix0 = ox0 * S - P;
-  float acc[RPT][CPT][VEC];
-#pragma unroll
-  for (int r = 0; r < RPT; ++r)
-#pragma unroll
-    for (int q = 0; q < CPT; ++q)
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) acc[r][q][v] = sb[cv * VEC + v];
+@dataclass(frozen=True, kw_only=True)
+class Tiled:
+    """Stages direct, smem and pipe: a block owns a ``th`` x ``tw`` output tile of ``cb`` channels, a
+    thread ``rpt`` rows x ``cpt`` columns of ``vec`` channels; pipe keeps a ring of ``ns`` tiles."""
 
-  const int ly0 = rg * RPT * S, lx0 = cg * CPT * S;
-#pragma unroll@IR_UNROLL@
-  for (int ir = 0; ir < NIR; ++ir) {
-    float xin[NIC][VEC];
-#pragma unroll
-    for (int j = 0; j < NIC; ++j) {
-      VT raw;
-      if (STAGE != 0) {
-        raw = *reinterpret_cast<const VT*>(&tile[((ly0 + ir) * IW + lx0 + j) * CB + cv * VEC]);
-      } else {
-        const int gy = iy0 + ly0 + ir, gx = ix0 + lx0 + j;
-        if ((gy >= 0) & (gy < H) & (gx >= 0) & (gx < W)) {
-          raw = __ldg(reinterpret_cast<const VT*>(xn + ((size_t)gy * W + gx) * C + c));
-        } else {
-          raw = VT{};
-        }
-      }
-      ytk_tpl::unpack(raw, xin[j]);
-    }
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      const int ky = ir - r * S;
-      if (ky >= 0 && ky < K) {
-#pragma unroll
-        for (int kx = 0; kx < K; ++kx) {
-          float wv[VEC];
-#pragma unroll
-          for (int v4 = 0; v4 < VEC / 4; ++v4) {
-            const float4 t = @WLOAD@(&sw[(ky * K + kx) * CB + cv * VEC + 4 * v4]);
-            wv[4 * v4] = t.x; wv[4 * v4 + 1] = t.y; wv[4 * v4 + 2] = t.z; wv[4 * v4 + 3] = t.w;
-          }
-#pragma unroll
-          for (int q = 0; q < CPT; ++q)
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) acc[r][q][v] = fmaf(wv[v], xin[q * S + kx][v], acc[r][q][v]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < RPT; ++r) {
-    const int oy = oy0 + rg * RPT + r;
-#pragma unroll
-    for (int q = 0; q < CPT; ++q) {
-      const int ox = ox0 + cg * CPT + q;
-      if (oy < HO && ox < WO) {
-        float o[VEC];
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
-        ytk_tpl::store_half<VEC>(yn + ((size_t)oy * WO + ox) * C + c, o);
-      }
-    }
-  }
-}
+    stage: Literal["direct", "smem", "pipe"]
+    vec: int
+    cb: int
+    th: int
+    tw: int
+    rpt: int
+    cpt: int
+    ns: int = 2
+    mb: ClassVar[int] = 0  # the register cap (CAP) decides the resident blocks
 
-//@@PLAIN{
-// One block per (channel block, tile, image), channel block fastest: blocks running together read
-// all channels of the same pixels, so DRAM pages are opened once instead of once per channel block.
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_kernel(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-          __half* __restrict__ y, int C, int H, int W, int HO, int WO, int tiles_x, int cblocks) {
-  __shared__ __align__(16) __half tile[STAGE == 1 ? TILE_HALVES : 8];
-  __shared__ __align__(16) float sw[K * K * CB];
-  __shared__ __align__(16) float sb[CB];
-  const int cblk = blockIdx.x % cblocks, t = blockIdx.x / cblocks;
-  const int n = blockIdx.z, c_base = cblk * CB;
-  const int ty = t / tiles_x, tx = t - ty * tiles_x;
-  const int oy0 = ty * TH, ox0 = tx * TW;
-  const __half* xn = x + (size_t)n * H * W * C;
-  if (STAGE == 1) stage_tile(tile, x, xn, c_base, C, H, W, oy0 * S - P, ox0 * S - P);
-  stage_weights(sw, sb, w, b, c_base, C);
-  if (STAGE == 1) ytk_tpl::cp_async_wait_all();
-  __syncthreads();
-  compute_store(tile, sw, sb, xn, y + (size_t)n * HO * WO * C, C, H, W, HO, WO, oy0, ox0, c_base);
-}
-//@@PLAIN}
+    @property
+    def threads(self) -> int:
+        return (self.cb // self.vec) * (self.tw // self.cpt) * (self.th // self.rpt)
 
-//@@PIPE{
-// Persistent blocks; item i = (channel block fastest, then tile, then image), block b takes items
-// b, b + grid, ... so the blocks running together cover all channels of neighbouring tiles (DRAM
-// pages opened once), and with grid a multiple of the channel blocks a block keeps its weights.
-// The next NSTAGE - 1 items' tiles are in flight (cp.async, one commit group each) while this one is
-// computed; item k lives in buffer k % NSTAGE.
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_pipe(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-        __half* __restrict__ y, int C, int H, int W, int HO, int WO, ytk_tpl::FastDiv tiles_x,
-        ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
-  extern __shared__ __align__(16) unsigned char dsmem[];
-  __half* tiles = reinterpret_cast<__half*>(dsmem);
-  float* sw = reinterpret_cast<float*>(dsmem + NSTAGE * TILE_HALVES * sizeof(__half));
-  float* sb = sw + K * K * CB;
-  const int step = gridDim.x;
-  if ((int)blockIdx.x >= items) return;
-  // item -> (channel block, image, tile row, tile column)
-  auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
-    const int rest = cblocks.div(item);
-    cblk = item - rest * (int)cblocks.d;
-    n = tiles_img.div(rest);
-    const int t = rest - n * (int)tiles_img.d;
-    ty = tiles_x.div(t);
-    tx = t - ty * (int)tiles_x.d;
-  };
-  auto issue = [&](int item, __half* buf) {
-    int cblk, n, ty, tx;
-    split(item, cblk, n, ty, tx);
-    stage_tile(buf, x, x + (size_t)n * H * W * C, cblk * CB, C, H, W, ty * TH * S - P, tx * TW * S - P);
-  };
-#pragma unroll
-  for (int j = 0; j < NSTAGE - 1; ++j) {
-    const int pre = (int)blockIdx.x + j * step;
-    if (pre < items) issue(pre, tiles + j * TILE_HALVES);
-    ytk_tpl::cp_async_commit();  // empty groups keep the count uniform
-  }
-  int loaded = -1, k = 0;
-  for (int it = blockIdx.x; it < items; it += step, ++k) {
-    const int cur = k % NSTAGE;
-    const int ahead = it + (NSTAGE - 1) * step;
-    // buffer (k - 1) % NSTAGE: computed in the previous iteration, freed by its trailing barrier
-    if (ahead < items) issue(ahead, tiles + ((k + NSTAGE - 1) % NSTAGE) * TILE_HALVES);
-    ytk_tpl::cp_async_commit();
-    int cblk, n, ty, tx;
-    split(it, cblk, n, ty, tx);
-    if (cblk != loaded) {  // uniform over the block; the barrier at the loop's end made sw free
-      stage_weights(sw, sb, w, b, cblk * CB, C);
-      loaded = cblk;
-    }
-    ytk_tpl::cp_async_wait_prior<NSTAGE - 1>();
-    __syncthreads();
-    compute_store(tiles + cur * TILE_HALVES, sw, sb, x + (size_t)n * H * W * C, y + (size_t)n * HO * WO * C,
-                  C, H, W, HO, WO, ty * TH, tx * TW, cblk * CB);
-    __syncthreads();  // every thread is done with buffer `cur` before the next issue overwrites it
-  }
-}
+    @property
+    def name(self) -> str:
+        return f"{self.stage}{self.ns if self.ns != 2 else ''}_{_shape(self)}"
 
-constexpr size_t PIPE_SMEM = NSTAGE * TILE_HALVES * sizeof(__half) + (K * K * CB + CB) * sizeof(float);
-//@@PIPE}
+    @property
+    def params(self) -> dict[str, int | str]:
+        """As recorded in reports (``ns`` only when not 2)."""
+        p: dict[str, int | str] = dict(stage=self.stage, vec=self.vec, cb=self.cb, tw=self.tw, th=self.th,
+                                       rpt=self.rpt, cpt=self.cpt)
+        if self.ns != 2:
+            p["ns"] = self.ns
+        return p
 
-//@@STRIP{
-// Each thread owns VEC channels x CPT adjacent output columns x a strip of TH output rows and walks
-// down it one input row at a time: the row's NIC vectors are loaded once (the next row's bytes are
-// already in flight), converted to fp32 once and added into the <= ceil(K/S) output rows they touch;
-// an output row is activated and stored as soon as its last input row is in, so only those rows'
-// accumulators are live. No tile copy and no per-tap index math: the horizontal halo is re-read
-// from L1 by the neighbouring column group, the vertical one from L2 by the strip below.
-// Weights: 0 read from shared memory where used (the compiler may keep them in registers when they
-// fit), 1 held in registers, 2 read from shared memory per tap (never hoisted: for 5x5, where all
-// of them would not fit next to five accumulator rows).
-constexpr int WREG = @WREG@;
-constexpr int PF = @PF@;  // input rows loaded ahead of the one being computed
-// The strip's rows for one thread. EDGE: some of its input columns lie outside the image (zero
-// padding) or some of its output columns past the end; else every load and store is unconditional.
-template <bool EDGE>
-__device__ __forceinline__ void strip_rows(const __half* src, __half* dst, const float (*wr)[VEC], const float* sw,
-                                           const float* bias, ptrdiff_t cs, ptrdiff_t rs, ptrdiff_t os, int H,
-                                           int W, int WO, int HO, int iy0, int ix0, int oy0, int ox0, int cv) {
-  // bit j: input column ix0 + j is inside the image (one register, tested per load, instead of NIC
-  // predicates the compiler would spill into registers anyway)
-  unsigned colok = 0;
-#pragma unroll
-  for (int j = 0; j < NIC; ++j) colok |= (unsigned)((unsigned)(ix0 + j) < (unsigned)W) << j;
-  // input row ir's NIC vectors; rows outside the image (the strip's first and last only) are zero
-  auto load = [&](int ir, VT* raw) {
-    const __half* row = src + ir * rs;
-    if ((unsigned)(iy0 + ir) < (unsigned)H) {  // block-uniform: the block's threads share their rows
-#pragma unroll
-      for (int j = 0; j < NIC; ++j) {
-        if (!EDGE) {
-          raw[j] = __ldg(reinterpret_cast<const VT*>(row + j * cs));
-        } else {  // read a column inside the image, then zero what lies outside (no predicated loads)
-          const int jc = min(max(ix0 + j, 0), W - 1) - ix0;
-          const VT v = __ldg(reinterpret_cast<const VT*>(row + jc * cs));
-          raw[j] = ((colok >> j) & 1u) ? v : VT{};
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < NIC; ++j) raw[j] = VT{};
-    }
-  };
-  // acc += the taps of kernel row ky applied to the converted input row
-  auto taps = [&](float (*acc)[VEC], const float (*xin)[VEC], int ky) {
-    float wt[K][VEC];  // the kernel row's weights, all loads issued before the first FMA
-#pragma unroll
-    for (int kx = 0; kx < K; ++kx) {
-      if (WREG == 1) {
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) wt[kx][v] = wr[WREG == 1 ? ky * K + kx : 0][v];
-      } else if (WREG == 2) {
-        ytk_tpl::lds_pinned<VEC>(&sw[(ky * K + kx) * CB + cv * VEC], wt[kx]);  // not hoisted into registers
-      } else {
-        ytk_tpl::load_f32<VEC>(&sw[(ky * K + kx) * CB + cv * VEC], wt[kx]);
-      }
-    }
-#pragma unroll
-    for (int kx = 0; kx < K; ++kx)
-#pragma unroll
-      for (int q = 0; q < CPT; ++q)
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[q][v] = fmaf(wt[kx][v], xin[q * S + kx][v], acc[q][v]);
-  };
-  auto store = [&](const float (*acc)[VEC], int r) {
-    if (oy0 + r >= HO) return;
-#pragma unroll
-    for (int q = 0; q < CPT; ++q) {
-      if (!EDGE || ox0 + q < WO) {
-        float o[VEC];
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) o[v] = act(acc[q][v]);
-        ytk_tpl::store_half<VEC>(dst + r * os + q * cs, o);
-      }
-    }
-  };
-  // Fully unrolled: each input row's taps and each row's store are placed at compile time, and the
-  // accumulators of a stored row are free again (at most ceil(K / S) rows are live).
-  float acc[TH][CPT][VEC];
-#pragma unroll
-  for (int r = 0; r < TH; ++r)
-#pragma unroll
-    for (int q = 0; q < CPT; ++q)
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
-  VT raw[PF + 1][NIC];
-#pragma unroll
-  for (int ir = 0; ir < PF; ++ir) load(ir, raw[ir]);
-#pragma unroll
-  for (int ir = 0; ir < NIR; ++ir) {
-    if (ir + PF < NIR) load(ir + PF, raw[(ir + PF) % (PF + 1)]);
-    float xin[NIC][VEC];
-#pragma unroll
-    for (int j = 0; j < NIC; ++j) ytk_tpl::unpack(raw[ir % (PF + 1)][j], xin[j]);
-#pragma unroll
-    for (int r = 0; r < TH; ++r) {
-      const int ky = ir - r * S;
-      if (ky < 0 || ky >= K) continue;
-      taps(acc[r], xin, ky);
-      if (ky == K - 1) store(acc[r], r);
-    }
-  }
-}
 
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_strip(const __half* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
-         __half* __restrict__ y, int C, int H, int W, int HO, int WO, int cblocks) {
-  __shared__ __align__(16) float sw[K * K * CB];
-  __shared__ __align__(16) float sb[CB];
-  const int cblk = blockIdx.x % cblocks, tx = blockIdx.x / cblocks;
-  const int oy0 = blockIdx.y * TH, n = blockIdx.z, c_base = cblk * CB;
-  stage_weights(sw, sb, w, b, c_base, C);
-  __syncthreads();
-  const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
-  const int c = c_base + cv * VEC, ox0 = tx * TW + cg * CPT;
-  if (c >= C || ox0 >= WO) return;
-  const int ix0 = ox0 * S - P, iy0 = oy0 * S - P;
-  // Element strides: a pixel (C, a compile-time immediate when C is constant), an input and an output row.
-  const ptrdiff_t cs = CONST_C ? CONST_C : C, rs = (ptrdiff_t)W * cs, os = (ptrdiff_t)WO * cs;
-  // The strip's first input row at column ix0 (may lie outside the image: nothing is read there) and
-  // first output row at column ox0.
-  const __half* src = x + (ptrdiff_t)n * H * rs + (ptrdiff_t)iy0 * rs + (ptrdiff_t)ix0 * cs + c;
-  __half* dst = y + (ptrdiff_t)n * HO * os + (ptrdiff_t)oy0 * os + (ptrdiff_t)ox0 * cs + c;
-  float wr[WREG == 1 ? K * K : 1][VEC];
-  if (WREG == 1) {
-#pragma unroll
-    for (int t = 0; t < (WREG == 1 ? K * K : 1); ++t) ytk_tpl::load_f32<VEC>(&sw[t * CB + cv * VEC], wr[t]);
-  }
-  float bias[VEC];
-  ytk_tpl::load_f32<VEC>(&sb[cv * VEC], bias);
-  // Warps whose threads all lie inside the image (all but those at its left and right edges) run
-  // the unchecked copy of the loop.
-  const bool inside = ix0 >= 0 && ix0 + NIC <= W && ox0 + CPT <= WO;
-  if (__all_sync(__activemask(), inside)) {
-    strip_rows<false>(src, dst, wr, sw, bias, cs, rs, os, H, W, WO, HO, iy0, ix0, oy0, ox0, cv);
-  } else {
-    strip_rows<true>(src, dst, wr, sw, bias, cs, rs, os, H, W, WO, HO, iy0, ix0, oy0, ox0, cv);
-  }
-}
-//@@STRIP}
+@dataclass(frozen=True, kw_only=True)
+class Strip:
+    """Stage strip (k <= 5): a thread owns ``vec`` channels x ``cpt`` columns x a strip of ``rows``
+    output rows; weights ``wreg`` 0 read from shared memory where used (the compiler may keep them in
+    registers), 1 held in registers, 2 re-read from shared memory per tap; ``pf`` input rows loaded
+    ahead; ``mb`` minimum resident blocks per SM (0: the compiler chooses the registers)."""
 
-//@@RING{
-// Persistent blocks fed by the Hopper tensor-memory accelerator (stages tma and mma): one thread
-// issues each item's whole input tile (CB channels x IW x IH, halo included) as a single TMA box
-// copy into a ring of NSTAGE buffers; pixels outside the image arrive as zeros (the convolution's
-// padding, no index math). NSTAGE - 1 tiles are in flight while one is computed, so the bytes in
-// flight do not depend on how many threads are resident (the strips' and the cp.async pipe's limit
-// on small late-stage tensors). With the grid a multiple of the channel blocks a block keeps one
-// channel block (and its weights in registers).
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
-  unsigned done = 0;
-  while (!done) {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
-  }
-}
-// One box (CB, IW, IH, 1) at element coordinates (c, x, y, n) of the NHWC input into `dst`; the
-// barrier completes when all `bytes` (zero-filled ones included) have landed.
-__device__ __forceinline__ void tma_tile(void* dst, const CUtensorMap* map, uint64_t* bar, unsigned bytes, int c, int x,
-                                         int y, int n) {
-  const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(b), "r"(bytes) : "memory");
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
-      :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(x), "r"(y),
-         "r"(n), "r"(b) : "memory");
-}
+    stage: ClassVar[str] = "strip"
+    vec: int
+    cb: int
+    rows: int
+    tw: int
+    cpt: int
+    wreg: int = 0
+    pf: int = 1
+    mb: int = 0
 
-// Output through the TMA (OUT_TMA, stages tma and mma; tma_ring below does the bookkeeping): the
-// warps write the item's TH x TW x CB output tile into one of two staging buffers (laid out as the
-// stage's input tiles: swizzled for mma), every thread fences its shared stores for the async proxy,
-// and after the item's barrier one thread issues the tile as a single bulk tensor store, which skips
-// what lies outside the tensor (no per-pixel predicates). Whole 128-byte rows reach L2 instead of the
-// 4- to 16-byte pieces one lane can store. Before the next item's barrier that thread waits until
-// the previous store has read its buffer, so the buffer is free when it comes round again.
-constexpr bool OUT_TMA = @OUT_TMA@;
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c, int x, int y, int n) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
-               :: "l"(reinterpret_cast<uint64_t>(map)), "r"((unsigned)__cvta_generic_to_shared(src)), "r"(c), "r"(x),
-                  "r"(y), "r"(n) : "memory");
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// The two staging buffers of the output tile, 1024-aligned (the swizzle's period).
-[[maybe_unused]] constexpr int OBUF_STRIDE = OUT_TMA ? (TH * TW * CB * 2 + 1023) / 1024 * 1024 : 0;
+    @property
+    def th(self) -> int:
+        return self.rows
 
-// Developer timeline (benchmarks/dw_trace.py builds with -DYTK_RING_TRACE; the product never does):
-// per block its SM, its start and end on the global timer, and per item the clock at the wait for the
-// tile, at its arrival and after the slot's release.
-#ifdef YTK_RING_TRACE
-constexpr int TRACE_BLOCKS = 1024, TRACE_ITEMS = 64;
-__device__ unsigned long long trace_items[TRACE_BLOCKS][TRACE_ITEMS][3];
-__device__ unsigned long long trace_blocks[TRACE_BLOCKS][4];  // smid, globaltimer start, end, items
-__device__ __forceinline__ unsigned long long gtimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-#define YTK_TRACE_ITEM(k, j) \
-  if (threadIdx.x == 0 && blockIdx.x < TRACE_BLOCKS && (k) < TRACE_ITEMS) trace_items[blockIdx.x][k][j] = clock64()
-#define YTK_TRACE_BLOCK(j, v) if (threadIdx.x == 0 && blockIdx.x < TRACE_BLOCKS) trace_blocks[blockIdx.x][j] = (v)
-static int trace_copy(void* items, void* blocks) {
-  const cudaError_t e = cudaMemcpyFromSymbol(items, trace_items, sizeof(trace_items));
-  return (int)(e != cudaSuccess ? e : cudaMemcpyFromSymbol(blocks, trace_blocks, sizeof(trace_blocks)));
-}
-#else
-#define YTK_TRACE_ITEM(k, j)
-#define YTK_TRACE_BLOCK(j, v)
-#endif
+    @property
+    def rpt(self) -> int:
+        return self.rows
 
-// The ring loop of a persistent block: items blockIdx.x, +gridDim.x, ... (item = ((n * tiles_y + ty)
-// * tiles_x + tx) * cblocks + cblk); prep(cblk) runs before the wait for the item's tile (a block's
-// weights load while its first tile is in flight: the trace showed the two latencies in series),
-// body(tile, out, cblk, n, ty, tx) once the tile (STRIDE bytes apart in `ring`, BYTES each) has
-// landed, and the slot is released after every thread's body. With OUT_TMA, `out` is the item's
-// output staging buffer (after the ring; the body fills it with ordinary stores, the ring stores it
-// through `ymap` after the slot's barrier).
-template <int BYTES, int STRIDE, typename Prep, typename Body>
-__device__ __forceinline__ void tma_ring(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
-                                         uint64_t* full, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-                                         ytk_tpl::FastDiv cblocks, int items, Prep&& prep, Body&& body) {
-  const int step = gridDim.x;
-  if ((int)blockIdx.x >= items) return;
-#ifdef YTK_RING_TRACE
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  YTK_TRACE_BLOCK(0, smid);
-  YTK_TRACE_BLOCK(1, gtimer());
-#endif
-  auto split = [&](int item, int& cblk, int& n, int& ty, int& tx) {
-    const int rest = cblocks.div(item);
-    cblk = item - rest * (int)cblocks.d;
-    n = tiles_img.div(rest);
-    const int t = rest - n * (int)tiles_img.d;
-    ty = tiles_x.div(t);
-    tx = t - ty * (int)tiles_x.d;
-  };
-  auto issue = [&](int item, int slot) {
-    int cblk, n, ty, tx;
-    split(item, cblk, n, ty, tx);
-    tma_tile(ring + slot * STRIDE, map, &full[slot], BYTES, cblk * CB, tx * TW * S - P, ty * TH * S - P, n);
-  };
-  if (threadIdx.x == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
-#pragma unroll
-    for (int s = 0; s < NSTAGE; ++s) mbar_init(&full[s], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#pragma unroll
-    for (int j = 0; j < NSTAGE - 1; ++j)
-      if ((int)blockIdx.x + j * step < items) issue((int)blockIdx.x + j * step, j);
-  }
-  __syncthreads();
-  for (int it = blockIdx.x, k = 0; it < items; it += step, ++k) {
-    const int slot = k % NSTAGE;
-    const int ahead = it + (NSTAGE - 1) * step;
-    // slot (k - 1) % NSTAGE was computed in the previous iteration and freed by its trailing barrier
-    if (threadIdx.x == 0 && ahead < items) issue(ahead, (k + NSTAGE - 1) % NSTAGE);
-    int cblk, n, ty, tx;
-    split(it, cblk, n, ty, tx);
-    prep(cblk);
-    YTK_TRACE_ITEM(k, 0);
-    mbar_wait(&full[slot], (unsigned)(k / NSTAGE) & 1u);
-    YTK_TRACE_ITEM(k, 1);
-    unsigned char* out = ring + NSTAGE * STRIDE + (k & 1) * OBUF_STRIDE;
-    body(ring + slot * STRIDE, out, cblk, n, ty, tx);
-    if (OUT_TMA) {
-      fence_async_smem();  // this thread's writes to `out`, visible to the TMA after the barrier
-      if (threadIdx.x == 0) tma_store_wait_read();  // the previous item's store has read its buffer
-    }
-    __syncthreads();  // every thread is done with `slot` (and `out`) before a later issue overwrites it
-    YTK_TRACE_ITEM(k, 2);
-    if (OUT_TMA && threadIdx.x == 0) tma_store(ymap, out, cblk * CB, tx * TW, ty * TH, n);
-  }
-  if (OUT_TMA && threadIdx.x == 0) tma_store_wait_all();
-#ifdef YTK_RING_TRACE
-  YTK_TRACE_BLOCK(2, gtimer());
-  YTK_TRACE_BLOCK(3, (items - (int)blockIdx.x + step - 1) / step);
-#endif
-}
+    @property
+    def threads(self) -> int:
+        return (self.cb // self.vec) * (self.tw // self.cpt)
 
-// The tensor map of an NHWC tensor (fp16, dims C, W, H, N; boxes of CB x box_w x box_h x 1: loads
-// fill zeros outside, stores skip what lies outside), through the driver entry point the runtime
-// hands out (no link against libcuda).
-static int encode_map(CUtensorMap* map, const void* x, int64_t N, int64_t C, int64_t H, int64_t W, int box_w,
-                      int box_h, CUtensorMapSwizzle swizzle) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;  // read even when the call fails
-#if CUDART_VERSION >= 12050
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess)
-      fn = nullptr;
-#else
-    if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q) != cudaSuccess) fn = nullptr;
-#endif
-    return q == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
-  }();
-  if (!encode) return (int)cudaErrorNotSupported;
-  const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)W, (cuuint64_t)H, (cuuint64_t)N};
-  const cuuint64_t strides[3] = {(cuuint64_t)C * 2, (cuuint64_t)(W * C) * 2, (cuuint64_t)(H * W * C) * 2};
-  const cuuint32_t box[4] = {CB, (cuuint32_t)box_w, (cuuint32_t)box_h, 1}, one[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(x), dims, strides, box, one,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
-}
-//@@RING}
+    @property
+    def name(self) -> str:
+        mode = ("", "w", "s")[self.wreg] + f"p{self.pf}" + (f"m{self.mb}" if self.mb else "")
+        return f"strip{mode}_{_shape(self)}"
 
-//@@TMA{
-// Stage tma: each thread owns VEC channels x CPT columns over the tile's TH rows and walks down the
-// tile one input row at a time as a strip does: the row's NIC vectors are read from shared memory
-// once, converted once and added into the <= ceil(K/S) output rows they touch (fp32 FFMA); a
-// finished row is activated and stored.
-constexpr int BOX_W = IW;
-constexpr int TILE_BYTES = TILE_HALVES * 2;
-constexpr int TILE_STRIDE = (TILE_BYTES + 127) / 128 * 128;  // TMA destinations are 128-byte aligned
-constexpr int RING_ALIGN = 128;
-constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 2 * OBUF_STRIDE + RING_ALIGN;
-constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE, OUT_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE;
+    @property
+    def params(self) -> dict[str, int | str]:
+        return dict(stage="strip", vec=self.vec, cb=self.cb, tw=self.tw, th=self.rows, rpt=self.rows, cpt=self.cpt,
+                    wreg=self.wreg, pf=self.pf, mb=self.mb)
 
-// The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
-                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
-                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
-                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
-  const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
-  float wr[K * K][VEC], bias[VEC];
-  int loaded = -1;
-  auto prep = [&](int cblk) {
-    if (cblk == loaded) return;  // block-uniform
-    loaded = cblk;
-    const int c = cblk * CB + cv * VEC;
-    const bool cok = c < C;  // C % VEC == 0: the thread's VEC channels are all in or all out
-#pragma unroll
-    for (int t = 0; t < K * K; ++t)
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) wr[t][v] = cok ? __ldg(&w[(size_t)(c + v) * (K * K) + t]) : 0.f;
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) bias[v] = HAS_BIAS && cok ? __ldg(&b[c + v]) : 0.f;
-  };
-  // OUT_TMA: in the staged tile [TH][TW][CB] (unswizzled), this thread's VEC channels of its first column
-  const int omine = cg * CPT * CB + cv * VEC;
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, unsigned char* out, int cblk, int n, int ty, int tx) {
-    const int c = cblk * CB + cv * VEC;
-    const bool cok = c < C;
-    const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
-    const int oy0 = ty * TH, ox0 = tx * TW + cg * CPT;
-    __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0) * C + c;
-    float acc[TH][CPT][VEC];
-#pragma unroll
-    for (int r = 0; r < TH; ++r)
-#pragma unroll
-      for (int q = 0; q < CPT; ++q)
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[r][q][v] = bias[v];
-#pragma unroll
-    for (int ir = 0; ir < IH; ++ir) {
-      float xin[NIC][VEC];
-#pragma unroll
-      for (int j = 0; j < NIC; ++j) ytk_tpl::unpack(*reinterpret_cast<const VT*>(tile + (ir * IW + j) * CB), xin[j]);
-#pragma unroll
-      for (int r = 0; r < TH; ++r) {
-        const int ky = ir - r * S;
-        if (ky < 0 || ky >= K) continue;
-#pragma unroll
-        for (int kx = 0; kx < K; ++kx)
-#pragma unroll
-          for (int q = 0; q < CPT; ++q)
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) acc[r][q][v] = fmaf(wr[ky * K + kx][v], xin[q * S + kx][v], acc[r][q][v]);
-        if (OUT_TMA && ky == K - 1) {  // the TMA store skips what lies outside the tensor
-#pragma unroll
-          for (int q = 0; q < CPT; ++q) {
-            float o[VEC];
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
-            ytk_tpl::store_half<VEC>(reinterpret_cast<__half*>(out) + omine + (r * TW + q) * CB, o);
-          }
-        } else if (ky == K - 1 && cok && oy0 + r < HO) {
-#pragma unroll
-          for (int q = 0; q < CPT; ++q) {
-            if (ox0 + q < WO) {
-              float o[VEC];
-#pragma unroll
-              for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
-              ytk_tpl::store_half<VEC>(dst + ((size_t)r * WO + q) * C, o);
-            }
-          }
-        }
-      }
-    }
-  });
-}
-//@@TMA}
 
-//@@MMA{
-// Stage mma (stride 1, odd K, CB = 64): the same TMA ring, the taps summed on the tensor cores.
-// A warp owns one group of 8 channels and SEG 16-pixel column segments of the tile over its TH
-// rows. Per input row it loads, for each segment, the 16 pixels x 8 channels at each tap column as
-// ldmatrix fragments (two taps per m16n8k16 A operand, the odd last tap as an m16n8k8 one) and adds
-// them into every output row they touch with a B operand that is diagonal in the channel: B[k][n] =
-// w[channel n][tap of k] where k % 8 == n, else 0. So the mma computes, for 16 pixels and 8 channels,
-// two taps at once with fp32 accumulation and no conversions. Weights enter as fp16 (as in
-// TensorRT's own fp16 kernels; the scoring budget accounts for their rounding) or, with HILO, as
-// an fp16 pair hi + lo summed by a second mma (fp32-exact to ~2^-22, twice the mmas). The tile is stored
-// with the 128-byte swizzle (16-byte chunk j of pixel row R at chunk j ^ (R % 8)), so the 8 rows of
-// each ldmatrix phase (8 consecutive pixels, one channel group) hit 8 distinct bank groups.
-// The box is BOX_W = IW rounded up to 8 pixels wide, so a pixel's swizzle phase (R % 8) depends
-// only on its column: every ldmatrix address of a lane is one of KP + 1 per-lane offsets plus a
-// compile-time constant (no index math in the loop).
-constexpr int BOX_W = (IW + 7) / 8 * 8;
-constexpr int TILE_BYTES = IH * BOX_W * CB * 2;                // CB = 64: one 128-byte row per pixel
-constexpr int TILE_STRIDE = (TILE_BYTES + 1023) / 1024 * 1024;  // the 128-byte swizzle repeats every 1024
-constexpr int RING_ALIGN = 1024;
-constexpr size_t TMA_SMEM = (size_t)NSTAGE * TILE_STRIDE + 2 * OBUF_STRIDE + RING_ALIGN;
-constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B, OUT_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
-constexpr int NG = CB / 8, SEG = CPT, KP = K / 2;
-constexpr int NW = @HILO@ ? 2 : 1;  // weight parts: hi (fp16 of w), lo (fp16 of w - hi)
-static_assert(CB == 64 && S == 1 && K % 2 == 1 && TW % (16 * SEG) == 0, "mma stage: CB 64, stride 1, odd K");
-static_assert(NTHREADS == 32 * NG * (TW / (16 * SEG)), "mma stage: one warp per channel group and segment set");
-static_assert(BOX_W <= 256 && IH <= 256, "a TMA box is at most 256 per dimension");
+@dataclass(frozen=True, kw_only=True)
+class Ring:
+    """Stages tma and mma (sm_90+): persistent blocks, each item's ``th`` x ``tw`` tile of ``cb``
+    channels fetched by one TMA box copy into a ring of ``ns`` buffers; a thread walks the tile's rows
+    (tma: ``vec`` channels x ``cpt`` columns; mma: a warp per 8 channels and ``cpt`` 16-pixel column
+    segments, ``vec`` 8, ``cb`` 64, weights entering the tensor cores as ``fp16`` or as an exact fp16
+    pair ``hilo``); ``ot``: the output tile stored through the TMA; ``mb`` as :class:`Strip`'s."""
 
-__device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void ldsm_x2(unsigned addr, unsigned (&r)[2]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr)
-               : "memory");
-}
-// A 4-byte store under a predicate, without a branch around it.
-__device__ __forceinline__ void st_pred(__half* p, __half2 v, bool ok) {
-  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q st.global.b32 [%0], %1;\n}\n"
-               :: "l"(p), "r"(*reinterpret_cast<const unsigned*>(&v)), "r"((int)ok) : "memory");
-}
-// The B fragment register of this lane (n = gid, k = 2 tq and 2 tq + 1) holding part `part` of tap
-// weight `wv` on the diagonal (0: fp16 of wv, 1: fp16 of the remainder).
-__device__ __forceinline__ unsigned diag(float wv, int part, int gid, int tq) {
-  if (part) wv -= __half2float(__float2half_rn(wv));
-  const __half2 h = __floats2half2_rn(2 * tq == gid ? wv : 0.f, 2 * tq + 1 == gid ? wv : 0.f);
-  return *reinterpret_cast<const unsigned*>(&h);
-}
+    stage: Literal["tma", "mma"]
+    vec: int
+    cb: int
+    th: int
+    tw: int
+    cpt: int
+    ns: int = 3
+    mb: int = 0
+    ot: bool = False
+    weights: Literal["", "fp16", "hilo"] = ""
 
-// The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
-__device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
-                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
-                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
-                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = warp % NG, col0 = (warp / NG) * SEG * 16;
-  const int gid = lane >> 2, tq = lane & 3;
-  // ldmatrix roles: lanes 0-7 / 8-15 address pixels 0-7 / 8-15 of the first tap, 16-31 of the second.
-  // Byte offset of this lane's row at tile column x (row 0): x * 128 plus its swizzled channel group.
-  const int lm = (lane & 7) + ((lane >> 3) & 1) * 8, lt = lane >> 4;
-  auto lane_off = [&](int x) { return (unsigned)(x * 128 + ((g ^ (x & 7)) << 4)); };
-  unsigned off2[KP], off1;
-#pragma unroll
-  for (int p = 0; p < KP; ++p) off2[p] = lane_off(col0 + lm + lt + 2 * p);
-  off1 = lane_off(col0 + lm + K - 1);
-  unsigned wb[NW][K][KP][2], wl[NW][K];
-  float bias0 = 0.f, bias1 = 0.f;
-  int loaded = -1;
-  auto prep = [&](int cblk) {
-    const int cg0 = cblk * CB + g * 8;
-    if (cblk == loaded || cg0 >= C) return;
-    loaded = cblk;
-    const float* wc = w + (size_t)(cg0 + gid) * (K * K);
-#pragma unroll
-    for (int h = 0; h < NW; ++h)
-#pragma unroll
-      for (int ky = 0; ky < K; ++ky) {
-#pragma unroll
-        for (int p = 0; p < KP; ++p) {
-          wb[h][ky][p][0] = diag(__ldg(&wc[ky * K + 2 * p]), h, gid, tq);
-          wb[h][ky][p][1] = diag(__ldg(&wc[ky * K + 2 * p + 1]), h, gid, tq);
-        }
-        wl[h][ky] = diag(__ldg(&wc[ky * K + K - 1]), h, gid, tq);
-      }
-    bias0 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq]) : 0.f;
-    bias1 = HAS_BIAS ? __ldg(&b[cg0 + 2 * tq + 1]) : 0.f;
-  };
-  tma_ring<TILE_BYTES, TILE_STRIDE>(map, ymap, ring, full, tiles_x, tiles_img, cblocks, items, prep,
-                                    [&](const unsigned char* buf, unsigned char* out, int cblk, int n, int ty, int tx) {
-    const int cg0 = cblk * CB + g * 8;  // the warp's first channel
-    if (cg0 >= C) return;               // warp-uniform: C % 8 == 0, the group is all in or all out
-    const unsigned base = (unsigned)__cvta_generic_to_shared(buf);
-    float acc[TH][SEG][4];
-#pragma unroll
-    for (int r = 0; r < TH; ++r)
-#pragma unroll
-      for (int s = 0; s < SEG; ++s) {
-        acc[r][s][0] = bias0; acc[r][s][1] = bias1; acc[r][s][2] = bias0; acc[r][s][3] = bias1;
-      }
-    const int oy0 = ty * TH, ox0 = tx * TW + col0;
-    __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0 + gid) * C + cg0 + 2 * tq;
-    const int rows = HO - oy0;  // output rows of this tile inside the image (may exceed TH)
-    bool colok[SEG][2];
-#pragma unroll
-    for (int s = 0; s < SEG; ++s)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) colok[s][h] = ox0 + s * 16 + gid + 8 * h < WO;
-#pragma unroll
-    for (int iy = 0; iy < IH; ++iy) {
-      unsigned a2[SEG][KP][4], a1[SEG][2];
-#pragma unroll
-      for (int s = 0; s < SEG; ++s) {
-        const unsigned at = base + (unsigned)((iy * BOX_W + s * 16) * 128);
-#pragma unroll
-        for (int p = 0; p < KP; ++p) ldsm_x4(at + off2[p], a2[s][p]);
-        ldsm_x2(at + off1, a1[s]);
-      }
-      // tap pairs outermost: consecutive mmas accumulate into different rows and segments
-#pragma unroll
-      for (int h = 0; h < NW; ++h) {
-#pragma unroll
-        for (int p = 0; p <= KP; ++p)
-#pragma unroll
-          for (int r = 0; r < TH; ++r) {
-            const int ky = iy - r;
-            if (ky < 0 || ky >= K) continue;
-#pragma unroll
-            for (int s = 0; s < SEG; ++s) {
-              if (p < KP) ytk_tpl::mma_m16n8k16(acc[r][s], a2[s][p], wb[h][ky][p][0], wb[h][ky][p][1]);
-              else ytk_tpl::mma_m16n8k8(acc[r][s], a1[s], wl[h][ky]);
-            }
-          }
-      }
-      const int r = iy - (K - 1);  // the output row this input row completes
-      if (r >= 0) {
-#pragma unroll
-        for (int s = 0; s < SEG; ++s)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {  // pixels gid and gid + 8 of the segment
-            const float o[2] = {act(acc[r][s][2 * h]), act(acc[r][s][2 * h + 1])};
-            if (OUT_TMA) {  // the staged tile's pixel (row r, column col0 + 16 s + gid + 8 h), swizzled
-              const int px = r * TW + col0 + s * 16 + gid + 8 * h;
-              ytk_tpl::store_half<2>(reinterpret_cast<__half*>(out + px * 128 + ((g ^ (px & 7)) << 4) + tq * 4), o);
-            } else {
-              st_pred(dst + ((size_t)r * WO + s * 16 + 8 * h) * C, __floats2half2_rn(o[0], o[1]),
-                      colok[s][h] && r < rows);
-            }
-          }
-      }
-    }
-  });
-}
-//@@MMA}
+    def __post_init__(self) -> None:
+        if (self.stage == "mma") != (self.weights in ("fp16", "hilo")):
+            raise ValueError(f"{self.stage} point with weights {self.weights!r} (mma: fp16 or hilo; tma: none)")
 
-//@@RING{
-// The persistent ring kernel of stages tma and mma: its ring aligned to the stage's RING_ALIGN, the
-// rest is the stage's ring_kernel.
-__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap ymap, const float* __restrict__ w,
-       const float* __restrict__ b,
-       __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
-       ytk_tpl::FastDiv cblocks, int items) {
-  extern __shared__ __align__(RING_ALIGN) unsigned char dsmem[];
-  __shared__ __align__(8) uint64_t full[NSTAGE];
-  unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
-                                 (RING_ALIGN - 1));
-  ring_kernel(&map, &ymap, ring, full, w, b, y, C, HO, WO, tiles_x, tiles_img, cblocks, items);
-}
-//@@RING}
+    @property
+    def rpt(self) -> int:
+        return self.th
 
-// The grid of a persistent kernel (pipe, tma): at most one block per resident slot of this GPU (asked
-// once per kernel: a process drives one kind of GPU), a multiple of the channel blocks when larger
-// (a block then keeps one channel block and its weights); minus a cudaError_t when the opt-in to
-// `smem` bytes of dynamic shared memory is refused.
-template <typename Kern>
-static int64_t persistent_grid(Kern* kernel, size_t smem, int64_t items, int64_t cblocks) {
-  static int slots = 0;
-  if (slots == 0) {
-    int dev = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return -(int64_t)err;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NTHREADS, smem);
-    slots = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-  }
-  int64_t grid = items < slots ? items : slots;
-  if (grid > cblocks) grid -= grid % cblocks;
-  return grid;
-}
+    @property
+    def threads(self) -> int:
+        if self.stage == "mma":
+            return 32 * (self.cb // 8) * (self.tw // (16 * self.cpt))
+        return (self.cb // self.vec) * (self.tw // self.cpt)
 
-// extents: N, C, H, W, HO, WO (logical NCHW); inputs x, w[, b]; output y.
-int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cudaStream_t stream) {
-  const int64_t N = e[0], C = e[1], H = e[2], W = e[3], HO = e[4], WO = e[5];
-  if ((CONST_C && C != CONST_C) || C % VEC != 0 || C <= 0) return (int)cudaErrorInvalidValue;
-  if (HO != (H + 2 * P - K) / S + 1 || WO != (W + 2 * P - K) / S + 1) return (int)cudaErrorInvalidValue;
-  if (N == 0 || HO <= 0 || WO <= 0) return 0;
-  if ((int64_t)N * H * W * C > INT64_C(1) << 40 || H > INT32_MAX || W > INT32_MAX) return (int)cudaErrorInvalidValue;
-  const int64_t tiles_x = (WO + TW - 1) / TW, tiles_y = (HO + TH - 1) / TH, cblocks = (C + CB - 1) / CB;
-  const __half* x = static_cast<const __half*>(inputs[0]);
-  const float* w = static_cast<const float*>(inputs[1]);
-  const float* b = HAS_BIAS ? static_cast<const float*>(inputs[2]) : nullptr;
-  __half* y = static_cast<__half*>(outputs[0]);
-  //@@PIPE{
-  {
-    const int64_t items = tiles_x * tiles_y * cblocks * N;
-    if (items > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
-    const int64_t grid = persistent_grid(dw_pipe, PIPE_SMEM, items, cblocks);
-    if (grid < 0) return (int)-grid;
-    dw_pipe<<<(unsigned)grid, NTHREADS, PIPE_SMEM, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO,
-        ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
-        (int)items);
-    return (int)cudaGetLastError();
-  }
-  //@@PIPE}
-  //@@RING{
-  {
-    const int64_t items = tiles_x * tiles_y * cblocks * N;
-    // the tensor map's row strides are multiples of 16 bytes, its base 16-byte aligned
-    if (C % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return (int)cudaErrorInvalidValue;
-    if (items > INT32_MAX) return (int)cudaErrorInvalidConfiguration;
-    const int64_t grid = persistent_grid(dw_tma, TMA_SMEM, items, cblocks);
-    if (grid < 0) return (int)-grid;
-    CUtensorMap map, ymap = {};
-    int rc = encode_map(&map, x, N, C, H, W, BOX_W, IH, TMA_SWIZZLE);
-    if (!rc && OUT_TMA) {
-      if (reinterpret_cast<uintptr_t>(y) % 16 != 0) return (int)cudaErrorInvalidValue;
-      rc = encode_map(&ymap, y, N, C, HO, WO, TW, TH, OUT_SWIZZLE);
-    }
-    if (rc) return rc;
-    dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, ymap, w, b, y, (int)C, (int)HO, (int)WO,
-        ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
-        (int)items);
-    return (int)cudaGetLastError();
-  }
-  //@@RING}
-  //@@STRIP{
-  if (tiles_x * cblocks > INT32_MAX || tiles_y > 65535 || N > 65535) return (int)cudaErrorInvalidConfiguration;
-  dw_strip<<<dim3((unsigned)(tiles_x * cblocks), (unsigned)tiles_y, (unsigned)N), NTHREADS, 0, stream>>>(
-      x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)cblocks);
-  return (int)cudaGetLastError();
-  //@@STRIP}
-  //@@PLAIN{
-  if (tiles_x * tiles_y * cblocks > INT32_MAX || N > 65535) return (int)cudaErrorInvalidConfiguration;
-  const dim3 grid((unsigned)(tiles_x * tiles_y * cblocks), 1, (unsigned)N);
-  dw_kernel<<<grid, NTHREADS, 0, stream>>>(x, w, b, y, (int)C, (int)H, (int)W, (int)HO, (int)WO, (int)tiles_x,
-                                          (int)cblocks);
-  return (int)cudaGetLastError();
-  //@@PLAIN}
-}
-}  // namespace @NS@
-"""
+    @property
+    def name(self) -> str:
+        ring = f"{self.ns}" + (f"m{self.mb}" if self.mb else "") + ("h" if self.weights == "hilo" else "")
+        return f"{self.stage}{ring}{'o' if self.ot else ''}_{_shape(self)}"
 
-_LAUNCHER = PLAIN_LAUNCHER
+    @property
+    def params(self) -> dict[str, int | str]:
+        p: dict[str, int | str] = dict(stage=self.stage, vec=self.vec, cb=self.cb, tw=self.tw, th=self.th,
+                                       rpt=self.th, cpt=self.cpt, ns=self.ns, mb=self.mb)
+        if self.stage == "mma":
+            p["weights"] = self.weights
+        p["ot"] = int(self.ot)
+        return p
 
-_STAGES = {"direct": 0, "smem": 1, "pipe": 2, "strip": 3, "tma": 4, "mma": 5}
+
+DwPoint = Tiled | Strip | Ring
+
+
+def point(p: DwPoint | Mapping[str, Any]) -> DwPoint:
+    """``p``, or the point a parameter dict (a report's ``params``, a developer tool's JSON) names;
+    fields it leaves out take the template's defaults (an mma point's weights: fp16)."""
+    if isinstance(p, (Tiled, Strip, Ring)):
+        return p
+    stage, get = p["stage"], p.get
+    if stage == "strip":
+        if int(get("rpt", p["th"])) != int(p["th"]):
+            raise ValueError(f"a strip's rows are its tile: th {p['th']} != rpt {p['rpt']}")
+        return Strip(vec=int(p["vec"]), cb=int(p["cb"]), rows=int(p["th"]), tw=int(p["tw"]), cpt=int(p["cpt"]),
+                     wreg=int(get("wreg", 0)), pf=int(get("pf", 1)), mb=int(get("mb", 0)))
+    if stage in ("tma", "mma"):
+        if int(get("rpt", p["th"])) != int(p["th"]):
+            raise ValueError(f"a ring thread walks the tile's rows: th {p['th']} != rpt {p['rpt']}")
+        return Ring(stage=stage, vec=int(p["vec"]), cb=int(p["cb"]), th=int(p["th"]), tw=int(p["tw"]),
+                    cpt=int(p["cpt"]), ns=int(get("ns", 3)), mb=int(get("mb", 0)), ot=bool(get("ot", 0)),
+                    weights=str(get("weights", "fp16" if stage == "mma" else "")))  # type: ignore[arg-type]
+    return Tiled(stage=stage, vec=int(p["vec"]), cb=int(p["cb"]), th=int(p["th"]), tw=int(p["tw"]),
+                 rpt=int(p["rpt"]), cpt=int(p["cpt"]), ns=int(get("ns", 2)))
 
 
 def smem_bytes(k: int, s: int, vec: int, cb: int, tw: int, th: int, stage: str, ns: int = 2) -> int:
@@ -896,69 +191,117 @@ def smem_limit(stage: str) -> int:
     return 112 * 1024 if stage == "pipe" else SMEM_LIMIT
 
 
-# (stage, vec, cb, th, tw, rpt, cpt): a deliberate spread over staging, vector width, channels per
-# block, tile shape and outputs per thread; each region keeps the points that are legal for it.
-_BASE_S1 = (
-    ("pipe", 8, 32, 8, 32, 4, 2), ("pipe", 8, 32, 8, 32, 4, 1), ("pipe", 8, 16, 16, 32, 4, 1),
-    ("pipe", 8, 64, 8, 16, 4, 1), ("pipe", 8, 32, 16, 32, 4, 2), ("pipe", 8, 16, 8, 32, 2, 1),
-    ("pipe", 4, 16, 8, 32, 4, 1), ("pipe", 8, 32, 16, 32, 8, 1),
-    ("smem", 8, 32, 8, 32, 4, 2), ("smem", 8, 16, 16, 32, 4, 1), ("smem", 8, 32, 8, 32, 4, 1),
-    ("smem", 8, 64, 8, 16, 4, 1), ("smem", 8, 16, 8, 32, 2, 1), ("smem", 4, 16, 8, 32, 4, 1),
-    ("smem", 8, 32, 16, 32, 4, 2), ("direct", 8, 32, 4, 32, 4, 1),
-    # appended: narrower vectors, wider tiles
-    ("pipe", 4, 32, 16, 32, 8, 1), ("pipe", 4, 16, 8, 32, 4, 2), ("pipe", 8, 64, 8, 32, 4, 2),
-    # deeper rings (an 8th field: tiles in flight + 1) for the DRAM latency a two-tile ring leaves uncovered
-    ("pipe", 8, 16, 16, 32, 4, 1, 3), ("pipe", 8, 16, 16, 32, 4, 1, 4), ("pipe", 8, 32, 8, 32, 4, 1, 4),
-    ("pipe", 8, 32, 8, 32, 4, 2, 3), ("pipe", 8, 16, 8, 32, 2, 1, 4),
+# A deliberate spread over staging, vector width, channels per block, tile shape and outputs per
+# thread; each region keeps the points that are legal for it. Deeper rings (ns 3, 4) cover the DRAM
+# latency a two-tile ring leaves uncovered.
+_TILED_S1 = (
+    Tiled(stage="pipe", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=2),
+    Tiled(stage="pipe", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=16, th=16, tw=32, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=64, th=8, tw=16, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=32, th=16, tw=32, rpt=4, cpt=2),
+    Tiled(stage="pipe", vec=8, cb=16, th=8, tw=32, rpt=2, cpt=1),
+    Tiled(stage="pipe", vec=4, cb=16, th=8, tw=32, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=32, th=16, tw=32, rpt=8, cpt=1),
+    Tiled(stage="smem", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=2),
+    Tiled(stage="smem", vec=8, cb=16, th=16, tw=32, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=64, th=8, tw=16, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=16, th=8, tw=32, rpt=2, cpt=1),
+    Tiled(stage="smem", vec=4, cb=16, th=8, tw=32, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=32, th=16, tw=32, rpt=4, cpt=2),
+    Tiled(stage="direct", vec=8, cb=32, th=4, tw=32, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=4, cb=32, th=16, tw=32, rpt=8, cpt=1),
+    Tiled(stage="pipe", vec=4, cb=16, th=8, tw=32, rpt=4, cpt=2),
+    Tiled(stage="pipe", vec=8, cb=64, th=8, tw=32, rpt=4, cpt=2),
+    Tiled(stage="pipe", vec=8, cb=16, th=16, tw=32, rpt=4, cpt=1, ns=3),
+    Tiled(stage="pipe", vec=8, cb=16, th=16, tw=32, rpt=4, cpt=1, ns=4),
+    Tiled(stage="pipe", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=1, ns=4),
+    Tiled(stage="pipe", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=2, ns=3),
+    Tiled(stage="pipe", vec=8, cb=16, th=8, tw=32, rpt=2, cpt=1, ns=4),
 )
-_BASE_S2 = (
-    ("pipe", 8, 64, 8, 8, 4, 1), ("pipe", 8, 64, 4, 16, 4, 1), ("pipe", 8, 32, 8, 16, 4, 1),
-    ("pipe", 8, 16, 8, 32, 4, 1), ("pipe", 8, 32, 4, 16, 2, 1),
-    ("smem", 8, 64, 8, 8, 4, 1), ("smem", 8, 64, 4, 16, 4, 1), ("smem", 8, 32, 8, 16, 4, 1),
-    ("smem", 8, 16, 8, 32, 4, 1), ("smem", 8, 32, 8, 16, 2, 1), ("direct", 8, 32, 8, 16, 4, 1),
-    ("direct", 8, 16, 8, 32, 2, 1),
-    ("pipe", 8, 64, 8, 8, 4, 1, 3), ("pipe", 8, 32, 8, 16, 4, 1, 4),
+_TILED_S2 = (
+    Tiled(stage="pipe", vec=8, cb=64, th=8, tw=8, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=64, th=4, tw=16, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=32, th=8, tw=16, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=16, th=8, tw=32, rpt=4, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=32, th=4, tw=16, rpt=2, cpt=1),
+    Tiled(stage="smem", vec=8, cb=64, th=8, tw=8, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=64, th=4, tw=16, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=32, th=8, tw=16, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=16, th=8, tw=32, rpt=4, cpt=1),
+    Tiled(stage="smem", vec=8, cb=32, th=8, tw=16, rpt=2, cpt=1),
+    Tiled(stage="direct", vec=8, cb=32, th=8, tw=16, rpt=4, cpt=1),
+    Tiled(stage="direct", vec=8, cb=16, th=8, tw=32, rpt=2, cpt=1),
+    Tiled(stage="pipe", vec=8, cb=64, th=8, tw=8, rpt=4, cpt=1, ns=3),
+    Tiled(stage="pipe", vec=8, cb=32, th=8, tw=16, rpt=4, cpt=1, ns=4),
 )
 
-
-# Strips (stage "strip"): (vec, cb, rows per strip, tw, cpt, weights in registers, rows prefetched,
-# minimum resident blocks per SM (0: let the compiler choose the registers)); th = rpt = rows.
 _STRIP_S1 = (
-    # 3x3 (measured best on the worked example's shapes first)
-    (4, 128, 8, 16, 4, 0, 2, 0), (4, 64, 8, 32, 4, 0, 2, 4), (4, 64, 8, 32, 4, 0, 2, 0), (4, 64, 8, 32, 4, 0, 1, 0),
-    (2, 64, 8, 64, 8, 1, 1, 0), (2, 64, 8, 32, 4, 1, 2, 0), (4, 64, 8, 16, 2, 0, 2, 0), (4, 64, 4, 32, 4, 0, 1, 0),
-    (4, 128, 4, 16, 4, 0, 2, 0), (4, 16, 8, 128, 4, 0, 2, 0), (2, 16, 8, 64, 4, 0, 2, 0),
+    # 3x3
+    Strip(vec=4, cb=128, rows=8, tw=16, cpt=4, wreg=0, pf=2, mb=0),
+    Strip(vec=4, cb=64, rows=8, tw=32, cpt=4, wreg=0, pf=2, mb=4),
+    Strip(vec=4, cb=64, rows=8, tw=32, cpt=4, wreg=0, pf=2, mb=0),
+    Strip(vec=4, cb=64, rows=8, tw=32, cpt=4, wreg=0, pf=1, mb=0),
+    Strip(vec=2, cb=64, rows=8, tw=64, cpt=8, wreg=1, pf=1, mb=0),
+    Strip(vec=2, cb=64, rows=8, tw=32, cpt=4, wreg=1, pf=2, mb=0),
+    Strip(vec=4, cb=64, rows=8, tw=16, cpt=2, wreg=0, pf=2, mb=0),
+    Strip(vec=4, cb=64, rows=4, tw=32, cpt=4, wreg=0, pf=1, mb=0),
+    Strip(vec=4, cb=128, rows=4, tw=16, cpt=4, wreg=0, pf=2, mb=0),
+    Strip(vec=4, cb=16, rows=8, tw=128, cpt=4, wreg=0, pf=2, mb=0),
+    Strip(vec=2, cb=16, rows=8, tw=64, cpt=4, wreg=0, pf=2, mb=0),
     # 5x5: half2 per thread keeps the 5 live accumulator rows small enough for 2 blocks of 256 per SM
-    (2, 64, 8, 32, 4, 2, 2, 2), (2, 64, 4, 32, 4, 2, 2, 2), (2, 64, 8, 32, 4, 2, 1, 2), (2, 32, 8, 64, 4, 2, 2, 2),
-    (4, 64, 8, 16, 2, 2, 2, 3),
+    Strip(vec=2, cb=64, rows=8, tw=32, cpt=4, wreg=2, pf=2, mb=2),
+    Strip(vec=2, cb=64, rows=4, tw=32, cpt=4, wreg=2, pf=2, mb=2),
+    Strip(vec=2, cb=64, rows=8, tw=32, cpt=4, wreg=2, pf=1, mb=2),
+    Strip(vec=2, cb=32, rows=8, tw=64, cpt=4, wreg=2, pf=2, mb=2),
+    Strip(vec=4, cb=64, rows=8, tw=16, cpt=2, wreg=2, pf=2, mb=3),
 )
-_STRIP_S2 = ((4, 64, 8, 16, 2, 1, 1, 0), (4, 64, 4, 32, 4, 1, 1, 0), (8, 64, 8, 16, 2, 0, 1, 0),
-             (4, 64, 8, 16, 2, 0, 2, 0))
+_STRIP_S2 = (
+    Strip(vec=4, cb=64, rows=8, tw=16, cpt=2, wreg=1, pf=1, mb=0),
+    Strip(vec=4, cb=64, rows=4, tw=32, cpt=4, wreg=1, pf=1, mb=0),
+    Strip(vec=8, cb=64, rows=8, tw=16, cpt=2, wreg=0, pf=1, mb=0),
+    Strip(vec=4, cb=64, rows=8, tw=16, cpt=2, wreg=0, pf=2, mb=0),
+)
 
-
-# TMA ring (stage "tma", sm_90 and newer): (vec, cb, th, tw, cpt, ring buffers); a thread walks the
-# tile's TH rows, so th = rpt; every point stores its output through the TMA (ot), the 16-channel
-# ones also without. Measured best on the worked example's shapes first (kernel runs 8 and 11).
-_TMA_S1 = ((4, 32, 4, 32, 2, 3), (4, 64, 4, 32, 2, 2), (4, 32, 8, 16, 1, 3), (8, 64, 8, 16, 1, 3), (4, 32, 8, 32, 1, 3),
-           (4, 128, 8, 16, 2, 3), (4, 64, 8, 8, 1, 3), (4, 64, 4, 32, 2, 3),
-           # 16-channel blocks for the thin early stages (C = 16: 74% of the floor against the strip's 59%)
-           (4, 16, 8, 64, 1, 3), (4, 16, 8, 128, 2, 3))
-_TMA_S2 = ((8, 64, 4, 16, 1, 3), (4, 32, 4, 16, 1, 3), (4, 64, 4, 8, 1, 3), (4, 32, 8, 16, 1, 3))
-_TMA_K5 = ((4, 32, 8, 16, 1, 3), (2, 128, 8, 8, 2, 3), (2, 32, 8, 32, 2, 3), (2, 64, 4, 16, 2, 3))
-#: Dynamic shared memory one sm_90 block may opt in to.
-TMA_SMEM_LIMIT = 227 * 1024
-#: The first sm with the tensor-memory accelerator (cp.async.bulk.tensor).
-TMA_MIN_SM = 90
-
-
-# Tensor-core taps on the TMA ring (stage "mma", sm_90+, stride 1, 64 channels per block), first in
-# the space for 5x5, after the FFMA ring for 3x3 (with the output stored through the TMA they are on
-# a par there: kernel run 11): (th, tw, 16-pixel column segments per warp, ring buffers, weights:
-# fp16 or hilo = fp16 hi + lo, minimum resident blocks per SM); a warp per channel group and
-# segment set. Measured best on the worked example's shapes first (5-row tiles: 5x5 C768 13.0 us
-# against 13.6 for 4 rows, kernel run 12: 7 row tiles over 34 rows, ~4 items per block).
-_MMA = ((8, 16, 1, 2, "fp16", 2), (5, 16, 1, 2, "fp16", 3), (4, 16, 1, 2, "fp16", 3), (4, 16, 1, 3, "fp16", 4),
-        (4, 16, 1, 3, "fp16", 3), (4, 32, 2, 2, "fp16", 3), (4, 16, 1, 3, "hilo", 2))
+# Every ring point stores its output through the TMA; _tma_space adds the twin without for 16-channel
+# blocks (32-byte pixel rows, where the lanes' own stores measured faster).
+_TMA_S1 = (
+    Ring(stage="tma", vec=4, cb=32, th=4, tw=32, cpt=2, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=64, th=4, tw=32, cpt=2, ns=2, ot=True),
+    Ring(stage="tma", vec=4, cb=32, th=8, tw=16, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=8, cb=64, th=8, tw=16, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=32, th=8, tw=32, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=128, th=8, tw=16, cpt=2, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=64, th=8, tw=8, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=64, th=4, tw=32, cpt=2, ns=3, ot=True),
+    # 16-channel blocks for the thin early stages
+    Ring(stage="tma", vec=4, cb=16, th=8, tw=64, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=16, th=8, tw=128, cpt=2, ns=3, ot=True),
+)
+_TMA_S2 = (
+    Ring(stage="tma", vec=8, cb=64, th=4, tw=16, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=32, th=4, tw=16, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=64, th=4, tw=8, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=4, cb=32, th=8, tw=16, cpt=1, ns=3, ot=True),
+)
+_TMA_K5 = (
+    Ring(stage="tma", vec=4, cb=32, th=8, tw=16, cpt=1, ns=3, ot=True),
+    Ring(stage="tma", vec=2, cb=128, th=8, tw=8, cpt=2, ns=3, ot=True),
+    Ring(stage="tma", vec=2, cb=32, th=8, tw=32, cpt=2, ns=3, ot=True),
+    Ring(stage="tma", vec=2, cb=64, th=4, tw=16, cpt=2, ns=3, ot=True),
+)
+# Tensor-core taps (stride 1, 64 channels per block): first in the space for 5x5, after the FFMA ring
+# for 3x3, where the two are on a par.
+_MMA = (
+    Ring(stage="mma", vec=8, cb=64, th=8, tw=16, cpt=1, ns=2, weights="fp16", mb=2, ot=True),
+    Ring(stage="mma", vec=8, cb=64, th=5, tw=16, cpt=1, ns=2, weights="fp16", mb=3, ot=True),
+    Ring(stage="mma", vec=8, cb=64, th=4, tw=16, cpt=1, ns=2, weights="fp16", mb=3, ot=True),
+    Ring(stage="mma", vec=8, cb=64, th=4, tw=16, cpt=1, ns=3, weights="fp16", mb=4, ot=True),
+    Ring(stage="mma", vec=8, cb=64, th=4, tw=16, cpt=1, ns=3, weights="fp16", mb=3, ot=True),
+    Ring(stage="mma", vec=8, cb=64, th=4, tw=32, cpt=2, ns=2, weights="fp16", mb=3, ot=True),
+    Ring(stage="mma", vec=8, cb=64, th=4, tw=16, cpt=1, ns=3, weights="hilo", mb=2, ot=True),
+)
 
 
 def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int, mma: bool = False, *, ot: bool) -> int:
@@ -972,20 +315,14 @@ def tma_smem_bytes(k: int, s: int, cb: int, tw: int, th: int, ns: int, mma: bool
     return out + (2 * (-(-(th * tw * cb * 2) // 1024) * 1024) if ot else 0)
 
 
-def _mma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
+def _mma_space(r: DwConvRegion) -> list[DwPoint]:
     """The tensor-core points legal for ``r``: stride 1, k 3 or 5, a constant C that 64 divides (or a
     runtime C), the ring and the staged output tiles (every point stores its output through the
     TMA) within the opt-in shared memory. Weights enter the mma as fp16 (``weights`` "fp16", scored
     with that rounding's budget) or as an exact fp16 pair ("hilo", the plain budget)."""
     if r.stride != 1 or r.k not in (3, 5) or (r.channels and r.channels % 64):
         return []
-    out: list[dict[str, int | str]] = []
-    for th, tw, seg, ns, weights, mb in _MMA:
-        if tma_smem_bytes(r.k, 1, 64, tw, th, ns, mma=True, ot=True) > TMA_SMEM_LIMIT:
-            continue
-        out.append(dict(stage="mma", vec=8, cb=64, tw=tw, th=th, rpt=th, cpt=seg, ns=ns, mb=mb, weights=weights,
-                        ot=1))
-    return out
+    return [p for p in _MMA if tma_smem_bytes(r.k, 1, p.cb, p.tw, p.th, p.ns, mma=True, ot=p.ot) <= TMA_SMEM_LIMIT]
 
 
 def strip_registers(r: DwConvRegion, vec: int, cpt: int, wreg: int, pf: int) -> int:
@@ -1001,114 +338,98 @@ def _block_fits(r: DwConvRegion, cb: int, threads: int) -> bool:
     return threads in (128, 256, 512) and not (r.channels and (cb > r.channels or r.channels % cb))
 
 
-def _tma_space(r: DwConvRegion) -> list[dict[str, int | str]]:
+def _tma_space(r: DwConvRegion) -> list[DwPoint]:
     """The TMA-ring points legal for ``r``: a block of 128-512 threads, a constant C tiled by the
     channel block, the ring within the opt-in shared memory, and the thread's live fp32 registers
     (every weight of its channels, the accumulator rows one input row touches, that row) in budget."""
     table = _TMA_K5 if r.k == 5 else _TMA_S1 if r.stride == 1 else _TMA_S2
     if r.k not in (3, 5):
         return []
-    out: list[dict[str, int | str]] = []
-    for vec, cb, th, tw, cpt, ns in table:
-        if not _block_fits(r, cb, (cb // vec) * (tw // cpt)) or (not r.channels and cb > 64):
+    out: list[DwPoint] = []
+    for p in table:
+        if not _block_fits(r, p.cb, p.threads) or (not r.channels and p.cb > 64):
             continue
-        if tma_smem_bytes(r.k, r.stride, cb, tw, th, ns, ot=True) > TMA_SMEM_LIMIT:
+        if tma_smem_bytes(r.k, r.stride, p.cb, p.tw, p.th, p.ns, ot=True) > TMA_SMEM_LIMIT:
             continue  # (the ot=0 twin of a 16-channel point needs less: it fits when this does)
-        nic = (cpt - 1) * r.stride + r.k
-        if r.k * r.k * vec + -(-r.k // r.stride) * cpt * vec + nic * vec > 200:
+        nic = (p.cpt - 1) * r.stride + r.k
+        if r.k * r.k * p.vec + -(-r.k // r.stride) * p.cpt * p.vec + nic * p.vec > 200:
             continue
-        out.append(dict(stage="tma", vec=vec, cb=cb, tw=tw, th=th, rpt=th, cpt=cpt, ns=ns, mb=0, ot=1))
-        if cb == 16:  # 32-byte pixel rows: the lanes' own stores measured faster at C = 16 (runs 10-12)
-            out.append(dict(stage="tma", vec=vec, cb=cb, tw=tw, th=th, rpt=th, cpt=cpt, ns=ns, mb=0, ot=0))
+        out.append(p)
+        if p.cb == 16:
+            out.append(replace(p, ot=False))
     return out
 
 
-def variant_space(r: DwConvRegion, wide: bool = False, sm: int = 0) -> list[dict[str, int | str]]:
+def variant_space(r: DwConvRegion, wide: bool = False, sm: int = 0) -> list[DwPoint]:
     """The tuning points legal for ``r`` on sm ``sm`` (0: unknown, no sm-specific points): on sm_90
     and newer the TMA-ring points first (5x5: tensor-core taps, then FFMA; 3x3 the other way round);
     then channel blocking that tiles C, smem within the static
     limit, and a register estimate (fp32 accumulators + one input row) that leaves room to run;
     then the strips (k <= 5) whose live registers fit, under their minimum-blocks cap if any."""
     ring = _mma_space(r) + _tma_space(r) if r.k == 5 else _tma_space(r) + _mma_space(r)
-    out: list[dict[str, int | str]] = ring if sm >= TMA_MIN_SM else []
-    for stage, vec, cb, th, tw, rpt, cpt, *more in (_BASE_S1 if r.stride == 1 else _BASE_S2):
-        ns = more[0] if more else 2
-        threads = (cb // vec) * (tw // cpt) * (th // rpt)
-        if not _block_fits(r, cb, threads):
+    out: list[DwPoint] = ring if sm >= TMA_MIN_SM else []
+    for t in _TILED_S1 if r.stride == 1 else _TILED_S2:
+        if not _block_fits(r, t.cb, t.threads):
             continue
-        if not r.channels and cb > 32:
+        if not r.channels and t.cb > 32:
             continue
-        if smem_bytes(r.k, r.stride, vec, cb, tw, th, stage, ns) > smem_limit(stage):
+        if smem_bytes(r.k, r.stride, t.vec, t.cb, t.tw, t.th, t.stage, t.ns) > smem_limit(t.stage):
             continue
-        if not wide and rpt * cpt * vec + ((cpt - 1) * r.stride + r.k) * vec > 112:
+        if not wide and t.rpt * t.cpt * t.vec + ((t.cpt - 1) * r.stride + r.k) * t.vec > 112:
             continue
-        if not wide and r.k >= 5 and rpt >= 8 and vec == 8:  # 8 rows of 8 channels plus 5x5 weights: spills
+        if not wide and r.k >= 5 and t.rpt >= 8 and t.vec == 8:  # 8 rows of 8 channels plus 5x5 weights: spills
             continue
-        if threads == 512 and not register_cap(r, dict(vec=vec, rpt=rpt, cpt=cpt)):
+        if t.threads == 512 and not register_cap(r, t):
             continue  # 512 threads cap registers at 128, below what this tile needs: it would spill
-        p: dict[str, int | str] = dict(stage=stage, vec=vec, cb=cb, tw=tw, th=th, rpt=rpt, cpt=cpt)
-        if ns != 2:
-            p["ns"] = ns
-        out.append(p)
-    for vec, cb, rows, tw, cpt, wreg, pf, mb in (_STRIP_S1 if r.stride == 1 else _STRIP_S2):
-        threads = (cb // vec) * (tw // cpt)
-        if not _block_fits(r, cb, threads) or r.k > 5:  # 7x7 strips (7 accumulator rows) are not tuned yet
+        out.append(t)
+    for s in _STRIP_S1 if r.stride == 1 else _STRIP_S2:
+        if not _block_fits(r, s.cb, s.threads) or r.k > 5:  # 7x7 strips (7 accumulator rows) are not tuned yet
             continue
-        regs = strip_registers(r, vec, cpt, wreg, pf)
+        regs = strip_registers(r, s.vec, s.cpt, s.wreg, s.pf)
         if regs > (255 if wide else 200):
             continue
-        if mb and regs + 8 > 65536 // (mb * threads):  # the cap would spill
+        if s.mb and regs + 8 > 65536 // (s.mb * s.threads):  # the cap would spill
             continue
-        out.append(dict(stage="strip", vec=vec, cb=cb, tw=tw, th=rows, rpt=rows, cpt=cpt, wreg=wreg, pf=pf, mb=mb))
+        out.append(s)
     return out
 
 
-def register_cap(r: DwConvRegion, p: dict[str, int | str]) -> bool:
+def register_cap(r: DwConvRegion, p: DwPoint) -> bool:
     """Cap registers at 128 only where weights + accumulators + an input row fit (else it spills)."""
-    vec, rpt, cpt = int(p["vec"]), int(p["rpt"]), int(p["cpt"])
-    nic = (cpt - 1) * r.stride + r.k
-    return r.k * r.k * vec + rpt * cpt * vec + nic * vec <= 140
+    nic = (p.cpt - 1) * r.stride + r.k
+    return r.k * r.k * p.vec + p.rpt * p.cpt * p.vec + nic * p.vec <= 140
 
 
-def _weight_load(r: DwConvRegion) -> str:
-    """How a tap's weights are read from smem: for 7x7 with pinned loads (and the input-row loop
-    left rolled), because letting the compiler keep all 49 taps x VEC weights and every input row
-    in registers spills them to local memory."""
-    return "ytk_tpl::lds128_pinned" if r.k >= 7 else "*reinterpret_cast<const float4*>"
+def variant_name(p: DwPoint | Mapping[str, Any]) -> str:
+    return point(p).name
 
 
-def variant_name(p: dict[str, int | str]) -> str:
-    ring = f"{p['ns']}" if int(p.get("ns", 2)) != 2 else ""
-    if p["stage"] == "strip":
-        ring += ("", "w", "s")[int(p["wreg"])] + f"p{p['pf']}" + (f"m{p['mb']}" if int(p["mb"]) else "")
-    elif p["stage"] in ("tma", "mma"):
-        ring = f"{p.get('ns', 3)}" + (f"m{p['mb']}" if int(p.get("mb", 0)) else "")
-        ring += ("h" if p.get("weights") == "hilo" else "") + ("o" if p.get("ot") else "")
-    return f"{p['stage']}{ring}_v{p['vec']}_cb{p['cb']}_t{p['th']}x{p['tw']}_r{p['rpt']}c{p['cpt']}"
-
-
-def emit(r: DwConvRegion, p: dict[str, int | str], ns: str, launcher: str) -> Variant:
-    """One variant's CUDA text (namespace ``ns``) with its extern "C" ``launcher``."""
-    subs = {
-        "NS": ns, "K": r.k, "S": r.stride, "P": r.pad, "VEC": p["vec"], "CB": p["cb"], "TW": p["tw"],
-        "TH": p["th"], "RPT": p["rpt"], "CPT": p["cpt"], "CONST_C": r.channels or 0,
-        "HAS_BIAS": "true" if r.has_bias else "false", "STAGE": _STAGES[str(p["stage"])],
-        "NSTAGE": p.get("ns", 3 if p["stage"] in ("tma", "mma") else 2),
-        "ACT": ACTIVATION_CODE[r.act], "SYM": launcher, "WLOAD": _weight_load(r),
-        "IR_UNROLL": " 1" if r.k >= 7 else "",
-        "CAP": "true" if p["stage"] not in ("strip", "tma", "mma") and register_cap(r, p) else "false",  # MB caps these
-        "MB": p.get("mb", 0), "WREG": p.get("wreg", 0), "PF": p.get("pf", 1),
-        "HILO": "true" if p.get("weights") == "hilo" else "false", "OUT_TMA": "true" if p.get("ot") else "false",
-    }
-    # Only the kernel this variant launches is emitted (the other would double the compile time).
-    keep = {"pipe": {"PIPE"}, "strip": {"STRIP"}, "tma": {"RING", "TMA"}, "mma": {"RING", "MMA"}}.get(
-        str(p["stage"]), {"PLAIN"})
-    text = _KERNEL
-    for drop in {"PLAIN", "PIPE", "STRIP", "RING", "TMA", "MMA"} - keep:
-        text = re.sub(rf"[ ]*//@@{drop}\{{.*?//@@{drop}\}}\n", "", text, flags=re.S)
-    text = re.sub(r"[ ]*//@@(PLAIN|PIPE|STRIP|RING|TMA|MMA)[{}]\n", "", text + _LAUNCHER)
-    if "RING" in keep:  # the tensor-map types and the driver entry point's signature (no libcuda link)
+def emit(r: DwConvRegion, p: DwPoint | Mapping[str, Any], ns: str, launcher: str, *, trace: bool = False) -> Variant:
+    """One variant's CUDA text (namespace ``ns``) with its extern "C" ``launcher``. ``trace`` (the
+    developer timeline of benchmarks/dw_trace.py, ring stages only) adds cuda/dwconv_ring_trace.cuh."""
+    p = point(p)
+    params: dict[str, bool | int] = dict(
+        K=r.k, S=r.stride, P=r.pad, VEC=p.vec, CB=p.cb, TW=p.tw, TH=p.th, RPT=p.rpt, CPT=p.cpt,
+        CONST_C=r.channels or 0, HAS_BIAS=r.has_bias,
+        CAP=isinstance(p, Tiled) and register_cap(r, p),  # the others name their resident blocks (MB)
+        MB=p.mb)
+    if p.stage in ("pipe", "tma", "mma"):
+        params["NSTAGE"] = p.ns
+    if isinstance(p, Strip):
+        params.update(WREG=p.wreg, PF=p.pf)
+    if isinstance(p, Ring):
+        params["OUT_TMA"] = p.ot
+        if p.stage == "mma":
+            params["HILO"] = p.weights == "hilo"
+    if trace and not isinstance(p, Ring):
+        raise ValueError(f"{p.name}: only the ring stages (tma, mma) have a developer timeline")
+    # 7x7: weights read with pinned loads and the input-row loop left rolled (else they spill)
+    macros = {"YTK_DW_STAGE": STAGES[p.stage], "YTK_DW_PINNED": int(r.k >= 7)}
+    ring = isinstance(p, Ring)
+    text = instantiate(ns, "dwconv.cuh", params, macros, act=ACTIVATION_CODE[r.act],
+                       before=["dwconv_ring_trace.cuh"] if trace else [],
+                       undef=["YTK_RING_TRACE_START", "YTK_RING_TRACE_ITEM", "YTK_RING_TRACE_END"] if ring else [])
+    if ring:  # the tensor-map types and the driver entry point's signature (no libcuda link)
         text = "#include <cuda.h>\n#include <cudaTypedefs.h>\n" + text
-    for k, v in subs.items():
-        text = text.replace(f"@{k}@", str(v))
-    return Variant(name=variant_name(p), params=dict(p), body=text, launcher=launcher)
+    return Variant(name=p.name, params=p.params, body=text + plain_launcher(ns, launcher), launcher=launcher,
+                   namespace=ns)

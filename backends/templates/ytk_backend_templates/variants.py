@@ -5,14 +5,16 @@ from __future__ import annotations
 from ytk_hookspecs.models import PluginMeta
 
 from . import emit_conv1x1, emit_dwconv, emit_litemla
-from .emit_common import Variant, rounds_weights_to_fp16
+from .emit_common import Variant, rounds_weights_to_fp16, variant_namespace
 from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
 
 
 def region_variants(region: Region, limit: int | None = None, wide: bool = False, sm: int = 0,
                     fp16_weights: bool = True) -> list[Variant]:
     """All variants of ``region`` for sm ``sm`` (optionally the first ``limit``), each in its own
-    namespace. ``sm`` 0 (not known yet) leaves out the points that need a newer GPU (the TMA ring).
+    namespace named after the variant (``ytk_<name>``, not its position: adding a variant to the
+    space leaves the others' text as it was). ``sm`` 0 (not known yet) leaves out the points that
+    need a newer GPU (the TMA ring).
 
     ``wide`` (a re-optimization) also keeps the tuning points the default search filters out by
     its register and tile heuristics: a larger search that costs more build and scoring time.
@@ -23,9 +25,9 @@ def region_variants(region: Region, limit: int | None = None, wide: bool = False
                    else emit_conv1x1.variant_space(region, wide) if isinstance(region, Conv1x1Region)
                    else emit_litemla.variant_space(region))
     if not fp16_weights:
-        space = [p for p in space if not rounds_weights_to_fp16(p)]
-    for i, p in enumerate(space[:limit] if limit else space):
-        ns = f"ytk_v{i:03d}"
+        space = [p for p in space if not rounds_weights_to_fp16(p.params)]
+    for p in space[:limit] if limit else space:
+        ns = variant_namespace(p.name)
         if isinstance(region, DwConvRegion):
             out.append(emit_dwconv.emit(region, p, ns, f"{ns}_launch"))
         elif isinstance(region, Conv1x1Region):

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from ytk_backend_nvcc.toolchain import find_nvcc
 from ytk_backend_templates.build import winner_source
 from ytk_backend_templates.contract import plugin_meta
 from ytk_backend_templates.emit_common import PRELUDE
+from ytk_backend_templates.emit_dwconv import DwPoint, Ring
 from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion
 from ytk_backend_templates.variants import region_variants
 from ytk_hookspecs import StageContext
@@ -213,24 +215,25 @@ def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: P
     text leaves unused is a template bug)."""
     from ytk_backend_templates import emit_dwconv
 
-    mma = dict(stage="mma", vec=8, cb=64, tw=16, th=4, rpt=4, cpt=1, ns=2, mb=3, weights="fp16")
-    points = [(DwConvRegion(3, 1, "hardswish", None), mma), (DwConvRegion(3, 1, "relu", 128), {**mma, "weights": "hilo"}),
+    mma = Ring(stage="mma", vec=8, cb=64, tw=16, th=4, cpt=1, ns=2, mb=3, weights="fp16")
+    points = [(DwConvRegion(3, 1, "hardswish", None), mma),
+              (DwConvRegion(3, 1, "relu", 128), replace(mma, weights="hilo")),
               (DwConvRegion(5, 1, "none", 384), mma),
-              (DwConvRegion(3, 1, "hardswish", 1024), dict(stage="tma", vec=4, cb=32, tw=32, th=4, rpt=4, cpt=2, ns=3)),
-              (DwConvRegion(5, 1, "none", 384), {**mma, "ot": 0}),
-              (DwConvRegion(3, 2, "relu6", 256), dict(stage="tma", vec=8, cb=64, tw=16, th=4, rpt=4, cpt=1, ns=3, ot=1))]
+              (DwConvRegion(3, 1, "hardswish", 1024), Ring(stage="tma", vec=4, cb=32, tw=32, th=4, cpt=2, ns=3)),
+              (DwConvRegion(5, 1, "none", 384), replace(mma, ot=False)),
+              (DwConvRegion(3, 2, "relu6", 256), Ring(stage="tma", vec=8, cb=64, tw=16, th=4, cpt=1, ns=3, ot=True))]
     for i, (region, p) in enumerate(points):
         cu = tmp_path / f"k{i}.cu"
         cu.write_text(PRELUDE + emit_dwconv.emit(region, p, f"v{i}", f"v{i}_launch").body)
         r = subprocess.run([find_nvcc(), "-cubin", "-O3", "-std=c++17", "-arch=sm_90a", "-Werror", "all-warnings",
                             "-Xptxas", "-v", "-o", str(tmp_path / f"k{i}.cubin"), str(cu)], capture_output=True, text=True)
-        name = emit_dwconv.variant_name(p)
+        name = p.name
         assert r.returncode == 0, (name, r.stderr[-2000:])
         spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stdout + r.stderr)]
         assert max(spills, default=0) <= 64, (name, spills)
 
 
-def _ptx(tmp_path: Path, region: DwConvRegion, p: dict, name: str) -> str:  # type: ignore[type-arg]
+def _ptx(tmp_path: Path, region: DwConvRegion, p: DwPoint, name: str) -> str:
     """The PTX of one depthwise variant for sm_90a."""
     from ytk_backend_templates import emit_dwconv
 
@@ -246,7 +249,7 @@ def test_ring_tile_rows_are_read_with_vector_loads(tmp_path: Path) -> None:
     """The FFMA ring reads each thread's VEC halves of a tile row as one shared-memory vector load
     (unpack takes the vector by value; through a reference into memory nvcc split it into 4-byte
     loads, doubling the ring's load instructions)."""
-    p = dict(stage="tma", vec=4, cb=32, tw=32, th=4, rpt=4, cpt=2, ns=3)
+    p = Ring(stage="tma", vec=4, cb=32, tw=32, th=4, cpt=2, ns=3)
     text = _ptx(tmp_path, DwConvRegion(3, 1, "hardswish", None), p, "ring")
     loads = re.findall(r"ld\.shared(\.\w+)+", text)
     vec = re.findall(r"ld\.shared\.v2\.u32", text)
@@ -258,15 +261,15 @@ def test_ring_output_through_the_tma_is_one_bulk_store_per_item(tmp_path: Path) 
     """With ot=1 a ring kernel writes its output tile to shared memory (shared-space stores) and hands
     it to the TMA as one bulk tensor store (no per-lane global stores, which cost 2-7 us of a 13-29 us
     kernel on the H200); without, every lane stores its own pixels."""
-    mma = dict(stage="mma", vec=8, cb=64, tw=16, th=4, rpt=4, cpt=1, ns=2, mb=3, weights="fp16")
-    tma = dict(stage="tma", vec=4, cb=32, tw=32, th=4, rpt=4, cpt=2, ns=3)
+    mma = Ring(stage="mma", vec=8, cb=64, tw=16, th=4, cpt=1, ns=2, mb=3, weights="fp16")
+    tma = Ring(stage="tma", vec=4, cb=32, tw=32, th=4, cpt=2, ns=3)
     for region, p in ((DwConvRegion(5, 1, "hardswish", 768), mma), (DwConvRegion(3, 1, "hardswish", None), tma)):
-        for ot in (0, 1):
-            text = _ptx(tmp_path, region, {**p, "ot": ot}, f"{p['stage']}{ot}")
+        for ot in (False, True):
+            text = _ptx(tmp_path, region, replace(p, ot=ot), f"{p.stage}{ot}")
             bulk = len(re.findall(r"cp\.async\.bulk\.tensor\.4d\.global\.shared::cta", text))
             stores = len(re.findall(r"\bst\.global", text))
-            assert (bulk, stores > 0) == ((1, False) if ot else (0, True)), (p["stage"], ot, bulk, stores)
+            assert (bulk, stores > 0) == ((1, False) if ot else (0, True)), (p.stage, ot, bulk, stores)
             # the staging tile is written with ordinary C++ stores: nvcc must see they are shared-memory
             # ones (a generic st would cost an address-space check per store)
             generic = len(re.findall(r"^\s*st\.(?:v[248]\.)?[ub]\d+", text, re.M))
-            assert generic == 0 and (len(re.findall(r"\bst\.shared", text)) > 0) == bool(ot), (p["stage"], ot, generic)
+            assert generic == 0 and (len(re.findall(r"\bst\.shared", text)) > 0) == ot, (p.stage, ot, generic)
