@@ -1,10 +1,12 @@
 """Building variants: scoring libraries of several variants each, compiled in parallel with nvcc.
 
-Variants of one region are grouped a fixed number per translation unit (not per CPU count, so a
-build cache made on one machine is hit on another). Each library also carries the plugin
-self-description, so the scoring harness loads it with the same ``LauncherLibrary`` the engine
-uses, binding each variant's launcher symbol. A library that fails to compile is split and its
-variants built one by one, so one bad variant costs only itself.
+Variants of one region are grouped about four per translation unit, cut where the variants' names
+say: not per CPU count, so a build cache made on one machine is hit on another, and not by position,
+so a variant added to a space leaves most libraries' text (and cached builds) as they were (see
+``library_groups``). Each library also carries the plugin self-description, so the scoring harness
+loads it with the same ``LauncherLibrary`` the engine uses, binding each variant's launcher symbol.
+A library that fails to compile is split and its variants built one by one, so one bad variant
+costs only itself.
 
 The cache (``$YTK_TEMPLATES_CACHE`` or ``<workdir>/templates/nvcc-cache``) is keyed by nvcc
 version, arch, flags and the full source text; it is a build cache, never a result cache.
@@ -30,6 +32,22 @@ from ytk_hookspecs.plugin_info import c_snippet
 from .emit_common import PRELUDE, Variant
 
 VARIANTS_PER_LIBRARY = 4
+
+
+def library_groups(variants: list[Variant], size: int = VARIANTS_PER_LIBRARY) -> list[list[Variant]]:
+    """``variants`` in order, in libraries of about ``size`` (``size // 2`` to ``size + size // 2``)
+    cut where the variants' names say: a library ends before a variant whose name hashes to 0 mod
+    ``size - 1`` once it holds ``size // 2``, or when full. A cut follows the variants, not their
+    positions, so adding or removing one variant changes the library it falls in and at most the
+    few after it up to the next cut (on the spaces here 1.7 libraries on average), not every one."""
+    lo, hi = size // 2, size + size // 2
+    groups: list[list[Variant]] = []
+    for v in variants:
+        cut = hashlib.sha256(v.name.encode()).digest()[0] % max(1, size - 1) == 0
+        if not groups or len(groups[-1]) >= hi or (cut and len(groups[-1]) >= lo):
+            groups.append([])
+        groups[-1].append(v)
+    return groups
 
 
 @dataclass
@@ -111,7 +129,7 @@ def build_variants(variants: list[Variant], meta: PluginMeta, arch: ArchSpec, ou
                    cache: Path | None = None, jobs: int | None = None, progress=None) -> BuildOutcome:  # type: ignore[no-untyped-def]
     """Compile every variant (grouped into libraries) for ``arch``; failures are recorded, not raised."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = [variants[i:i + VARIANTS_PER_LIBRARY] for i in range(0, len(variants), VARIANTS_PER_LIBRARY)]
+    groups = library_groups(variants)
     jobs = jobs or max(1, min(len(groups), os.cpu_count() or 1))
 
     def one(idx_group: tuple[int, list[Variant]]) -> list[BuiltLibrary]:

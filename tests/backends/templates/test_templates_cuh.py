@@ -22,10 +22,13 @@ import pytest
 
 from ytk_backend_nvcc.toolchain import find_nvcc
 from ytk_backend_templates import emit_conv1x1, emit_dwconv, emit_litemla
+from ytk_backend_templates.build import library_groups, translation_unit
+from ytk_backend_templates.contract import plugin_meta
 from ytk_backend_templates.emit_common import PRELUDE, variant_namespace
 from ytk_backend_templates.emit_dwconv import Ring, Strip, Tiled
 from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion
 from ytk_backend_templates.variants import region_variants
+from ytk_hookspecs.models import ArchSpec
 
 PACKAGE = Path(emit_dwconv.__file__).parent
 CUH = sorted(p.name for p in (PACKAGE / "cuda").glob("*.cuh"))
@@ -97,7 +100,8 @@ def test_points_are_frozen_named_records() -> None:
 
 def test_namespaces_follow_the_parameters_not_the_position(monkeypatch: pytest.MonkeyPatch) -> None:
     """A point inserted at the head of the depthwise space renames nothing: every other variant's
-    text (namespace, launcher, kernels) is what it was, where list positions used to shift them all."""
+    text (namespace, launcher, kernels) is what it was, and so are most scoring libraries' sources
+    (the build cache's key), where list positions used to shift every library after the insertion."""
     region = DwConvRegion(3, 1, "hardswish", 256)
     before = region_variants(region, sm=90)
     new = Tiled(stage="pipe", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=2, ns=5)
@@ -109,6 +113,18 @@ def test_namespaces_follow_the_parameters_not_the_position(monkeypatch: pytest.M
     for v in after:
         if v.name != new.name:
             assert (v.namespace, v.launcher, v.body) == (old[v.name].namespace, old[v.name].launcher, old[v.name].body)
+    meta, arch = plugin_meta(region, "DwConv3x3s1C256"), ArchSpec.parse("x86_64-sm90-linux-cu130-trt10")
+    libs_before = {translation_unit(g, meta, arch) for g in library_groups(before)}
+    libs_after = [translation_unit(g, meta, arch) for g in library_groups(after)]
+    changed = [t for t in libs_after if t not in libs_before]
+    assert len(changed) <= 3 and len(libs_after) >= 10, (len(changed), len(libs_after))
+
+
+def test_library_groups_keep_order_and_size() -> None:
+    variants = region_variants(DwConvRegion(3, 1, "hardswish", None), sm=90, wide=True)
+    groups = library_groups(variants)
+    assert [v for g in groups for v in g] == variants
+    assert all(1 <= len(g) <= 6 for g in groups) and all(len(g) >= 2 for g in groups[:-1])
 
 
 def test_the_developer_timeline_is_only_in_a_trace_build() -> None:
