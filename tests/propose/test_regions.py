@@ -101,3 +101,43 @@ def test_cannot_express(found):
     assert "int64 output" in head.cannot
     assert "model root" in regions[""].cannot
     assert outside == ["residual"]
+
+
+def test_a_region_sharing_a_fused_onnx_node_with_an_earlier_one_is_not_proposed():
+    """LeViT: the exporter merges a LinearNorm's closing reshape and the attention's own view into one
+    Reshape. The :around region takes that node whole, so a selector for the LinearNorm would claim
+    FX nodes the attention's claims too, which the carve refuses; it is reported instead."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node("Reshape", ["c", "shp"], ["t"], name="rs"),
+             helper.make_node("Transpose", ["t"], ["tt"], name="tr", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "tt"], ["s"], name="qk"),
+             helper.make_node("Softmax", ["s"], ["p"], name="sm", axis=-1),
+             helper.make_node("MatMul", ["p", "t"], ["o"], name="av")]
+    g = OnnxGraph(helper.make_model(helper.make_graph(
+        nodes, "t", [vi("x", f, [1, 8, 4, 4])], [vi("o", f, [1, 8, 16])],
+        initializer=[numpy_helper.from_array(np.zeros((8, 8, 1, 1), np.float32), "w"),
+                     numpy_helper.from_array(np.array([1, 8, 16], np.int64), "shp")])))
+    root, blk, proj = ModuleFrame(path="", cls="Net"), ModuleFrame(path="blk", cls="Attn"), \
+        ModuleFrame(path="blk.proj", cls="ConvView")
+    spec = [("fx_conv", "conv2d", ["x", "p_w"], [root, blk, proj], ["conv"]),
+            ("fx_rs1", "view", ["fx_conv"], [root, blk, proj], ["rs"]),       # the child's own reshape ...
+            ("fx_rs2", "view", ["fx_rs1"], [root, blk], ["rs"]),              # ... merged with the block's
+            ("fx_tr", "transpose", ["fx_rs2"], [root, blk], ["tr"]),
+            ("fx_qk", "matmul", ["fx_rs2", "fx_tr"], [root, blk], ["qk"]),
+            ("fx_sm", "softmax", ["fx_qk"], [root, blk], ["sm"]),
+            ("fx_av", "matmul", ["fx_sm", "fx_rs2"], [root, blk], ["av"])]
+    fx_nodes = [FxNode(name=n, op="placeholder", target=n, module_path="", module_class="") for n in ("x", "p_w")]
+    fx_nodes += [FxNode(name=n, op="call_function", target=f"aten.{op}.default", args=args, module_path=st[-1].path,
+                        module_class=st[-1].cls, module_stack=st, onnx_nodes=on) for n, op, args, st, on in spec]
+    fx = FxNodesFile(model="m.py", onnx="m.onnx", onnx_sha256="", torch_version="x", nodes=fx_nodes,
+                     onnx_compute_nodes=6, onnx_mapped_nodes=6)
+    regions, _ = discover_regions(g, ModuleIndex(fx, present=set(g.by_name)), {n: 1.0 for n in g.by_name})
+    by_path = {r.path: r for r in regions}
+    assert by_path["blk"].nodes == ["rs", "tr", "qk", "sm", "av"] and by_path["blk"].cannot is None
+    assert by_path["blk.proj"].nodes == ["conv"]
+    assert "shares ONNX node rs with another region" in by_path["blk.proj"].cannot

@@ -90,6 +90,7 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         succ = g.successors()
         for block in sorted(blocks - {""}, key=lambda b: g.by_name[regions[b].anchors[0]].index):
             for r in _around_regions(g, facts, gi, succ, regions.pop(block)):
+                _shared(r, taken)
                 around.append(r)
                 taken.update(r.nodes)
     for n in weighted:
@@ -110,9 +111,10 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         if path in blocks:  # a GEMM the block calls itself: the :around region leaves it out
             continue
         nodes, epilogue, fx = _module_region(g, facts, path, taken)
-        regions[path] = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
-                               anchors=[n], nodes=nodes, epilogue=epilogue, baked=tuple(baked_weights(fx, facts)))
-        taken.update(nodes)
+        regions[path] = r = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
+                                   anchors=[n], nodes=nodes, epilogue=epilogue, baked=tuple(baked_weights(fx, facts)))
+        _shared(r, taken)
+        taken.update(r.nodes)
     out = sorted([*regions.values(), *around], key=lambda r: min(g.by_name[a].index for a in r.anchors))
     for r in out:
         r.nodes.sort(key=lambda m: g.by_name[m].index)
@@ -133,15 +135,27 @@ def _heavy_stack(mods: ModuleIndex, facts: FactGraph, onnx_node: str) -> tuple[t
 
 def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str]) -> tuple[list[str], bool, set[str]]:
     """A module's ONNX nodes as the carve will cut them: whole ONNX nodes, plus its pointwise
-    epilogue when that lies outside the module (then the selector carries ``@epilogue``); and the
-    FX nodes the carve's region holds."""
+    epilogue when that lies outside the module and no earlier region (``taken``) holds it (then the
+    selector carries ``@epilogue``); and the FX nodes the carve's region holds."""
     own = facts.owned_by(path)
     whole = whole_onnx_nodes(own, facts)
     grown = grow_epilogue(own, facts)
     base, more = _onnx_of(g, facts, whole), _onnx_of(g, facts, grown)
     if more - base and not (more & taken):
-        return sorted(more - taken), True, grown
-    return sorted(base - taken), False, whole
+        return sorted(more), True, grown
+    return sorted(base), False, whole
+
+
+def _shared(r: Region, taken: set[str]) -> None:
+    """A region that needs an ONNX node an earlier region holds cannot be carved beside it: the
+    exporter fused ops of both into that node (LeViT's kv LinearNorm ends in a reshape merged with
+    the attention's own), and the carve refuses two selectors claiming its FX nodes. The earlier
+    region keeps it; this one is reported, not proposed."""
+    shared = sorted(set(r.nodes) & taken)
+    r.nodes = [m for m in r.nodes if m not in taken]
+    if shared and r.cannot is None:
+        r.cannot = (f"shares ONNX node {shared[0]} with another region (the exporter fused ops of both into it): "
+                    "the carve takes one or the other, not both")
 
 
 def _onnx_of(g: OnnxGraph, facts: FactGraph, fx_names: Iterable[str]) -> set[str]:
