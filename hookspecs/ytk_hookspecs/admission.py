@@ -386,3 +386,116 @@ def _dtype(name: str) -> "torch.dtype":
     import torch
 
     return {"float16": torch.float16, "float32": torch.float32, "int32": torch.int32, "int8": torch.int8}[name]
+
+
+# -- references and budgets (the core's admission gate and the conformance suite use the same) ----------------
+#: per-element budget ``rel*|ref| + 4*E + abs*max|ref| + 2^-24`` by engine precision: (rel, abs)
+BUDGET = {"fp16": (2.0 ** -9, 2.0 ** -12), "fp32": (2.0 ** -18, 2.0 ** -20)}
+ERROR_BUDGET = ("per element |out - ref| <= rel*|ref| + 4*E + abs*max|ref| + 2^-24; ref = the region's .pt2 in fp32 "
+                "(TF32 off) on the same inputs, E = max error of the region's own torch ops at the engine precision "
+                "on those inputs; fp16: rel 2^-9, abs 2^-12; fp32: rel 2^-18, abs 2^-20")
+
+
+def local_cuda(sm: int | None = None) -> "tuple[Any, str] | str":
+    """``(device, name)`` of a local CUDA GPU that runs sm ``sm`` code (any GPU when None), else why there is
+    none (no torch, no GPU, another SM, a broken driver: a reason, never an exception)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed here"
+    try:
+        if not torch.cuda.is_available():
+            return "no CUDA GPU here"
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            if sm is None or p.major * 10 + p.minor == sm:
+                return torch.device("cuda", i), p.name
+        p = torch.cuda.get_device_properties(0)
+        return f"the local {p.name} is sm{p.major}{p.minor}, the plugin is built for sm{sm}"
+    except Exception as e:
+        return f"CUDA is not usable here ({type(e).__name__}: {e})"
+
+
+def low_precision(program: Any, precision: str) -> Any:
+    """The region's program at the engine precision (fp16: a half copy; None where it cannot be made)."""
+    import copy
+
+    if precision != "fp16":
+        return program
+    try:
+        return copy.deepcopy(program).half()
+    except Exception:
+        return None
+
+
+def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precision: str,
+                            device: Any) -> tuple[list[Any], list[Any], str]:
+    """For one case: the fp32 references (TF32 off) on the inputs as the engine feeds them (activations rounded
+    to its precision), per-element tolerances by :data:`BUDGET`, and why the case is unfair ('' when it is
+    not): the region's own ops overflow at the engine precision on these inputs. All on the host."""
+    import math
+
+    import torch
+
+    dev = [(t.half().float() if precision == "fp16" and t.is_floating_point() else t).to(device) for t in logical]
+    prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            ref = [r.float() for r in _as_list(program(*dev))]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+    e = _engine_precision_error(program, low, dev, ref, precision)
+    overflow = ""
+    if not all(math.isfinite(v) for v in e) or not all(bool(torch.isfinite(r).all()) for r in ref):
+        overflow = f"skipped: the region's own ops overflow at {precision} on these inputs"
+        e = [v if math.isfinite(v) else 0.0 for v in e]
+    rel, ab = BUDGET[precision]
+    tols = []
+    for j, r in enumerate(ref):
+        scale = float(r.abs().max()) if r.numel() else 0.0
+        tols.append(r.abs() * rel + (4.0 * e[j] + ab * scale + 2.0 ** -24))
+    return [r.cpu() for r in ref], [t.cpu() for t in tols], overflow
+
+
+def kernel_inputs(meta: Any, logical: list[Any], device: Any) -> list[Any]:
+    """Logical (NCHW) inputs in the dtype and layout the plugin's contract declares, on ``device``."""
+    import torch
+
+    out = []
+    for t, c in zip(logical, meta.inputs):
+        x = t.to(device=device, dtype=_dtype(c.dtype))
+        out.append(x.contiguous(memory_format=torch.channels_last) if c.format == "kHWC8" else x.contiguous())
+    return out
+
+
+def _engine_precision_error(program: Any, low_program: Any, dev: list[Any], ref: list[Any],
+                            precision: str) -> list[float]:
+    """Largest error of the region's own ops at the engine precision, per output (the budget's E; inf where
+    they overflow; 0 where they cannot run at that precision, leaving the fixed terms of the budget)."""
+    import torch
+
+    if low_program is None:
+        return [0.0] * len(ref)
+    try:
+        with torch.no_grad():
+            if precision == "fp16":
+                low = _as_list(low_program(*[t.half() if t.is_floating_point() else t for t in dev]))
+            else:
+                prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+                try:
+                    low = _as_list(program(*dev))
+                finally:
+                    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+        errs = []
+        for lo, r in zip(low, ref):
+            d = (lo.float() - r).abs()
+            errs.append(float(d.max()) if d.numel() else 0.0)
+        return errs
+    except Exception:
+        return [0.0] * len(ref)
+
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (tuple, list)) else [x]

@@ -23,7 +23,6 @@ more than half is rejected as a measurement bug or a cheat. The verdict is writt
 
 from __future__ import annotations
 
-import copy
 import secrets
 import threading
 from pathlib import Path
@@ -31,15 +30,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ytk_hookspecs.admission import ERROR_BUDGET, local_cuda
 from ytk_hookspecs.models import AdmissionCaseRecord, AdmissionRecord, Candidate, sha256_file
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 from ..errors import YtkError
 
-ERROR_BUDGET = ("per element |out - ref| <= rel*|ref| + 4*E + abs*max|ref| + 2^-24; ref = the region's .pt2 in fp32 "
-                "(TF32 off) on the same inputs, E = max error of the region's own torch ops at the engine precision "
-                "on those inputs; fp16: rel 2^-9, abs 2^-12; fp32: rel 2^-18, abs 2^-20")
-BUDGET = {"fp16": (2.0 ** -9, 2.0 ** -12), "fp32": (2.0 ** -18, 2.0 ** -20)}
 #: drawn distributions, each relative to the captured activation's scale
 DISTRIBUTIONS = ("normal", "wide", "offset", "large")
 #: a timed replay under this fraction of a device copy of the same bytes is not believed
@@ -74,23 +70,6 @@ def _unverified(so: Path, digest: str, name: str, reason: str) -> AdmissionRecor
     return rec
 
 
-def local_cuda(sm: int) -> tuple[Any, str] | str:
-    """(device, name) of a local CUDA GPU that runs sm``sm`` code, else why there is none."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed here"
-    try:
-        if not torch.cuda.is_available():
-            return "no CUDA GPU here"
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            if p.major * 10 + p.minor == sm:
-                return torch.device("cuda", i), p.name
-        p = torch.cuda.get_device_properties(0)
-        return f"the local {p.name} is sm{p.major}{p.minor}, the plugin is built for sm{sm}"
-    except Exception as e:  # a broken driver is a reason, not a crash
-        return f"CUDA is not usable here ({type(e).__name__}: {e})"
 
 
 def admit(so: Path, cand: Candidate | None, prep: Path | None, precision: str,
@@ -194,15 +173,14 @@ def _rejected(so: Path, digest: str, name: str, problems: list[str], device: str
 
 def _run(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precision: str, device: Any,
          gpu_name: str, progress: Callable[[str], None] | None) -> AdmissionRecord:
-    import torch
-
-    from ytk_hookspecs.admission import DEFAULT_REPEATS, AdmissionCase, check_case, copy_floor_ms, time_replays
+    from ytk_hookspecs.admission import (DEFAULT_REPEATS, AdmissionCase, check_case, copy_floor_ms, kernel_inputs,
+                                         low_precision, reference_and_tolerance, time_replays)
     from ytk_hookspecs.launcher import LauncherLibrary
     from ytk_hookspecs.pt2 import load_exported
 
     lib = LauncherLibrary(so)
     program = load_exported(prep / str(cand.files.pt2)).module().to(device)
-    low = _low_precision(program, precision)
+    low = low_precision(program, precision)
     sites = _site_inputs(cand, prep)
     if not sites:
         return _unverified(so, digest, name, "the carve kept no inputs of any site to check it with")
@@ -223,17 +201,17 @@ def _run(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precisio
             label = f"shape{si}({shape_label})/{dist}" + (f"/seed{seed}" if seed >= 0 else "")
             if progress:
                 progress(f"admission {name}: {label}")
-            ref, tol, overflow = _reference(program, low, logical, precision, device)
+            ref, tol, overflow = reference_and_tolerance(program, low, logical, precision, device)
             if overflow and seed >= 0:
                 cases.append(AdmissionCaseRecord(label=label, ok=True, skipped=overflow))
                 continue
-            ins = _kernel_inputs(lib, logical, device)
+            ins = kernel_inputs(lib.meta, logical, device)
             out = check_case(lib, AdmissionCase(label, ins, ref, tol), device, repeats=DEFAULT_REPEATS)
             if out.ok and not timed:
                 timed = True
                 ms = time_replays(out)
                 moved = sum(t.numel() * t.element_size() for t in ins) + sum(
-                    r.numel() * torch.empty((), dtype=_dtype(c.dtype)).element_size()
+                    r.numel() * {"float16": 2, "float32": 4, "int32": 4, "int8": 1}[c.dtype]
                     for r, c in zip(ref, lib.meta.outputs))
                 floor = copy_floor_ms(moved, device)
                 if ms is not None:
@@ -311,90 +289,16 @@ def _seeded(captured: list[Any], roles: list[str], dist: str, seed: int) -> list
     return out
 
 
-def _reference(program: Any, low: Any, logical: list[Any], precision: str,
-               device: Any) -> tuple[list[Any], list[Any], str]:
-    """fp32 references (TF32 off), per-element tolerances, and why the case is unfair (the region's own ops
-    overflow at the engine precision on it) or ''."""
-    import torch
-
-    # activations as the engine feeds them: rounded to its precision
-    dev = [(t.half().float() if precision == "fp16" and t.is_floating_point() else t).to(device) for t in logical]
-    prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        with torch.no_grad():
-            ref = [r.float() for r in _as_list(program(*dev))]
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
-    e = _engine_precision_error(program, low, dev, ref, precision)
-    overflow = ""
-    if not all(np.isfinite(v) for v in e) or not all(bool(torch.isfinite(r).all()) for r in ref):
-        overflow = f"skipped: the region's own ops overflow at {precision} on these inputs"
-        e = [0.0 if not np.isfinite(v) else v for v in e]
-    rel, ab = BUDGET[precision]
-    tols = []
-    for j, r in enumerate(ref):
-        scale = float(r.abs().max()) if r.numel() else 0.0
-        tols.append(r.abs() * rel + (4.0 * e[j] + ab * scale + 2.0 ** -24))
-    return [r.cpu() for r in ref], [t.cpu() for t in tols], overflow
 
 
-def _low_precision(program: Any, precision: str) -> Any:
-    """The region's program at the engine precision (fp16: a half copy; None where it cannot be made)."""
-    if precision != "fp16":
-        return program
-    try:
-        return copy.deepcopy(program).half()
-    except Exception:
-        return None
 
 
-def _engine_precision_error(program: Any, low_program: Any, dev: list[Any], ref: list[Any],
-                            precision: str) -> list[float]:
-    """Largest error of the region's own ops at the engine precision, per output (the budget's E; inf where
-    they overflow)."""
-    import torch
-
-    if low_program is None:
-        return [0.0] * len(ref)
-    try:
-        with torch.no_grad():
-            if precision == "fp16":
-                low = _as_list(low_program(*[t.half() if t.is_floating_point() else t for t in dev]))
-            else:
-                prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-                try:
-                    low = _as_list(program(*dev))
-                finally:
-                    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
-        errs = []
-        for lo, r in zip(low, ref):
-            d = (lo.float() - r).abs()
-            errs.append(float(d.max()) if d.numel() else 0.0)
-        return errs
-    except Exception:  # ops without a half kernel: the fixed terms of the budget alone
-        return [0.0] * len(ref)
 
 
-def _kernel_inputs(lib: Any, logical: list[Any], device: Any) -> list[Any]:
-    import torch
-
-    out = []
-    for t, c in zip(logical, lib.meta.inputs):
-        x = t.to(device=device, dtype=_dtype(c.dtype))
-        out.append(x.contiguous(memory_format=torch.channels_last) if c.format == "kHWC8" else x.contiguous())
-    return out
 
 
-def _as_list(x: Any) -> list[Any]:
-    return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def _dtype(name: str) -> Any:
-    import torch
-
-    return {"float16": torch.float16, "float32": torch.float32, "int32": torch.int32, "int8": torch.int8}[name]
 
 
 def gate_plugins(plugins: list[tuple[Path, str]], onnx: Path, precision: str, allow_unverified: bool,

@@ -7,7 +7,6 @@ Everything goes through the public objects a backend registers and the public he
 
 from __future__ import annotations
 
-import copy
 import secrets
 import shutil
 import time
@@ -22,9 +21,6 @@ from .regions import WrittenRegion
 
 __all__ = ["Generated", "build_kernel", "cuda_device", "generate", "relu_source", "run_numerics"]
 
-#: The per-element budget of the core's admission gate: rel*|ref| + 4*E + abs*max|ref| + 2^-24, where E is the
-#: largest error of the region's own torch ops at the engine precision on the same inputs.
-BUDGET = {"fp16": (2.0 ** -9, 2.0 ** -12), "fp32": (2.0 ** -18, 2.0 ** -20)}
 #: How often a job reported "running" is fetched again.
 POLL_S = 2.0
 
@@ -113,21 +109,10 @@ def build_kernel(builder: LoadedBackend, source: Path, plugin_name: str, arch: s
 
 def cuda_device(sm: int | None = None) -> tuple[Any, str]:
     """``(torch device, "")`` of a local CUDA GPU (running sm ``sm`` code when given), else ``(None, why not)``."""
-    try:
-        import torch
-    except ImportError:
-        return None, "torch is not installed"
-    try:
-        if not torch.cuda.is_available():
-            return None, "no CUDA GPU here"
-        for i in range(torch.cuda.device_count()):
-            major, minor = torch.cuda.get_device_capability(i)
-            if sm is None or major * 10 + minor == sm:
-                return torch.device("cuda", i), ""
-        major, minor = torch.cuda.get_device_capability(0)
-        return None, f"the local GPU is sm{major}{minor}, the plugin is built for sm{sm}"
-    except Exception as e:  # a broken driver is a reason to skip, not a crash
-        return None, f"CUDA is not usable here ({type(e).__name__}: {e})"
+    from ..admission import local_cuda
+
+    here = local_cuda(sm)
+    return (None, here) if isinstance(here, str) else (here[0], "")
 
 
 def run_numerics(lib: Any, region: WrittenRegion, device: Any, precision: str = "fp16") -> list[Any]:
@@ -137,14 +122,11 @@ def run_numerics(lib: Any, region: WrittenRegion, device: Any, precision: str = 
     import numpy as np
     import torch
 
-    from ..admission import AdmissionCase, check_case
+    from ..admission import AdmissionCase, check_case, kernel_inputs, low_precision, reference_and_tolerance
     from ..pt2 import load_exported
 
     program = load_exported(region.pt2).module().to(device)
-    try:
-        low = copy.deepcopy(program).half() if precision == "fp16" else program
-    except Exception:
-        low = None
+    low = low_precision(program, precision)
     with np.load(region.io_npz) as z:
         sites = [[torch.from_numpy(np.array(z[f"site{k}.in{i}"])) for i in range(len(region.candidate.input_roles))]
                  for k in range(len(region.candidate.sites))]
@@ -155,45 +137,14 @@ def run_numerics(lib: Any, region: WrittenRegion, device: Any, precision: str = 
     cases = [(f"site{k}/captured", ins) for k, ins in enumerate(sites)] + [(f"site0/seed{seed}", drawn)]
     outcomes = []
     for label, logical in cases:
-        refs, tols = _reference(program, low, logical, precision, device)
-        ins = []
-        for t, c in zip(logical, lib.meta.inputs):
-            x = t.to(device=device, dtype=getattr(torch, c.dtype))
-            ins.append(x.contiguous(memory_format=torch.channels_last) if c.format == "kHWC8" else x.contiguous())
-        outcomes.append(check_case(lib, AdmissionCase(label, ins, refs, tols), device))
+        refs, tols, _ = reference_and_tolerance(program, low, logical, precision, device)
+        outcomes.append(check_case(lib, AdmissionCase(label, kernel_inputs(lib.meta, logical, device), refs, tols),
+                                   device))
     return outcomes
 
 
-def _reference(program: Any, low: Any, logical: list[Any], precision: str, device: Any) -> tuple[list[Any], list[Any]]:
-    """fp32 references (TF32 off) on the inputs as the engine feeds them, and per-element tolerances."""
-    import torch
-
-    feed = [(t.half().float() if precision == "fp16" else t).to(device) for t in logical]
-    prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        with torch.no_grad():
-            refs = [r.float() for r in _as_list(program(*feed))]
-            lows = None
-            if low is not None and precision == "fp16":
-                try:
-                    lows = [r.float() for r in _as_list(low(*[t.half() for t in feed]))]
-                except Exception:  # ops without a half kernel: the fixed terms of the budget alone
-                    lows = None
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
-    rel, ab = BUDGET[precision]
-    tols = []
-    for j, r in enumerate(refs):
-        e = float((lows[j] - r).abs().max()) if lows is not None and r.numel() else 0.0
-        e = e if e == e and e != float("inf") else 0.0
-        scale = float(r.abs().max()) if r.numel() else 0.0
-        tols.append(r.abs() * rel + (4.0 * e + ab * scale + 2.0 ** -24))
-    return [r.cpu() for r in refs], [t.cpu() for t in tols]
 
 
-def _as_list(x: Any) -> list[Any]:
-    return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
 def relu_source(name: str) -> Any:
