@@ -14,8 +14,8 @@ class NvccBuilder:
     """:class:`ytk_hookspecs.roles.BuilderBackend`: a kernel source bundle becomes a launcher ``.so``."""
 
     info = BackendInfo(name=NAME, roles=["builder"], version="0.1.0",
-                       description="local nvcc builder: kernel source bundle -> launcher plugin .so "
-                                   "(engine API torch-launcher; TensorRT shims come later)",
+                       description="local nvcc builder: kernel source bundle -> plugin .so (the bare launcher "
+                                   "for the torch engine, or a TensorRT 8.6 / 10 plugin shim around it)",
                        auto_priority={"builder": 20})
 
     def availability(self, arch: ArchSpec | None = None) -> Availability:
