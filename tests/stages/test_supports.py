@@ -112,3 +112,20 @@ def test_dry_run_needs_no_output_and_an_unanswered_question_is_not_a_refusal(mon
     assert "gen: cannot say before a job: gen failed to answer" in r.stdout and "would refuse" not in r.stdout
     r = ytk_inproc("kernelgen", "compile", "-r", pt2, "-g", "H200", "--config", "deployment_target=tensorrt")
     assert r.code == 2 and "needs -o/--output" in r.stderr
+
+
+def test_unknown_config_keys_are_refused_with_the_known_ones(tmp_path):
+    """A misspelt --config key would be silently ignored by the generator: it is refused before anything
+    runs, naming the keys ytk and the selected generator read; a key the generator declares is taken."""
+    from tests.helpers import ytk_inproc
+
+    pt2 = tmp_path / "R.pt2"
+    pt2.write_bytes(b"not read")
+    base = ["kernelgen", "compile", "-r", pt2, "-g", "Orin", "--config", "deployment_target=tensorrt", "--dry-run",
+            "--kernelgen", "mock"]
+    r = ytk_inproc(*base, "--config", "mock_bandwith_fraction=0.5")
+    assert r.code == 2, r.stderr
+    assert "--config mock_bandwith_fraction: not a key kernel generator 'mock' or ytk reads" in r.stderr
+    assert "mock_bandwidth_fraction (" in r.stderr and "reoptimize (" in r.stderr
+    r = ytk_inproc(*base, "--config", "mock_bandwidth_fraction=0.5")
+    assert "not a key" not in r.stderr

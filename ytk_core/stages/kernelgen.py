@@ -13,6 +13,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport,
@@ -96,6 +97,19 @@ def check_gpu(gpu: str, target: ArchSpec | None) -> None:
                          "scored on the GPU it will run on")
 
 
+def check_config_keys(cfg: dict[str, str], sel: Any) -> None:
+    """Every ``--config`` key is one the core or the selected generator reads (a typo would otherwise be
+    silently ignored, and the job run without the setting the user asked for)."""
+    from ytk_hookspecs.models import CORE_CONFIG_KEYS
+
+    known = {**CORE_CONFIG_KEYS, **sel.backend.info.config_keys}
+    unknown = sorted(k for k in cfg if k not in known)
+    if unknown:
+        listing = "; ".join(f"{k} ({v})" for k, v in sorted(known.items()))
+        raise UsageError(f"--config {', '.join(unknown)}: not a key kernel generator {sel.name!r} or ytk reads. "
+                         f"Known keys: {listing}")
+
+
 def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[str] | dict[str, str] | None,
                           kernelgen: str | None = None, arch: str | None = None, precision: str = "fp16",
                           candidates: Path | None = None) -> KernelgenOutcome:
@@ -118,6 +132,7 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
                         "the result cannot be checked against an ONNX node (arity, shapes)")
         rt.log.warning(warnings[-1])
     sel = rt.select("kernelgen", kernelgen, target)
+    check_config_keys(cfg, sel)
     req = KernelGenRequest(reference=reference.resolve(), gpu=gpu, config=cfg, output=Path(output).resolve(),
                            candidate=cand, prepare_dir=prep, arch=target.spec if target else None,
                            precision=prec, plugin_name=cand.name if cand else None)  # type: ignore[arg-type]
@@ -164,6 +179,7 @@ def run_kernelgen_dry_run(reference: Path, config: list[str] | dict[str, str] | 
                               "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
     cand, _prep = find_candidate(reference, candidates)
     sel = runtime().select("kernelgen", kernelgen, target, need_available=False)
+    check_config_keys(cfg, sel)
     return ask(SupportRequest(candidate=cand, reference=reference.resolve(), precision=prec, config=cfg,  # type: ignore[arg-type]
                               arch=target.spec if target else None), sel.name, target, selection=sel)
 

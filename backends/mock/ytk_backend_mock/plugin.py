@@ -24,7 +24,9 @@ class MockBackend:
     info = BackendInfo(name=NAME, roles=["engine", "kernelgen", "builder"], version="0.1.0", simulated=True,
                        description="simulated DRIVE AGX Orin (TensorRT 8.6 cost model); every figure is "
                                    "labelled simulated",
-                       auto_priority={"engine": 0, "kernelgen": 0, "builder": 0})
+                       auto_priority={"engine": 0, "kernelgen": 0, "builder": 0},
+                       config_keys={"mock_bandwidth_fraction": "the fraction of the memory floor the simulated "
+                                                               "kernel declares (default per region kind)"})
 
     def availability(self, arch: ArchSpec | None = None) -> Availability:
         from .builder import compiler

@@ -19,7 +19,14 @@ class TemplatesGenerator:
     info = BackendInfo(name=NAME, roles=["kernelgen"], version=__version__,
                        description="CUDA templates for recognised regions (depthwise conv, LiteMLA), autotuned "
                                    "and checked on the local GPU",
-                       auto_priority={"kernelgen": 20})
+                       auto_priority={"kernelgen": 20},
+                       config_keys={
+                           "max_variants": "score only the first N variants of the region's space (0: all)",
+                           "fp16_weights": "1 (default): variants holding the weights in fp16 may win; 0: only "
+                                           "fp32-exact weights",
+                           "allow_slower": "1: keep the best variant even when the region's torch ops are faster",
+                           "check_build": "0: skip the final nvcc build of the winner's bundle",
+                       })
 
     def availability(self, arch: ArchSpec | None = None) -> Availability:
         """Available with a CUDA GPU to score on and nvcc to build with, for targets of that GPU's sm."""

@@ -33,6 +33,15 @@ class Availability(BaseModel):
     details: dict[str, str] = Field(default_factory=dict)
 
 
+#: ``--config`` keys the core itself sets or reads for every kernel generator
+CORE_CONFIG_KEYS: dict[str, str] = {
+    "deployment_target": "what the kernel is for; `tensorrt` (required): a plugin around the launcher ABI",
+    "reoptimize": "1: the region is plugged already; search harder and fail unless the kernel beats it",
+    "ms_to_beat": "the engine's time for the region's layers (ms) a re-optimised kernel must beat",
+    "kernel_ms_to_beat": "the kept kernel's own time per site (ms) a re-optimised kernel must beat",
+}
+
+
 class BackendInfo(Versioned):
     """A backend's self-description: the ``info`` of every object a plugin registers (:mod:`ytk_hookspecs.roles`).
 
@@ -47,6 +56,9 @@ class BackendInfo(Versioned):
     version: str = "0"
     simulated: bool = False
     auto_priority: dict[Role, int] = Field(default_factory=dict)
+    config_keys: dict[str, str] = Field(
+        default_factory=dict, description="kernelgen: the ``--config`` keys this backend reads, each with what it "
+        "does; the core refuses any other key (beside its own, :data:`CORE_CONFIG_KEYS`) before a job is sent")
 
     def stages(self) -> list[str]:
         out: list[str] = []
