@@ -269,16 +269,7 @@ def time_replays(res: CaseOutcome, iters: int = 50) -> float | None:
             graph.replay()
         prime()   # after the warm-up: what is left at the end was written by the timed replays
     stream.synchronize()
-    times = []
-    with torch.cuda.stream(stream):
-        for _ in range(iters):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(stream)
-            graph.replay()
-            b.record(stream)
-            times.append((a, b))
-    stream.synchronize()
-    ms = sorted(a.elapsed_time(b) for a, b in times)
+    ms = sorted(_timed_replays(graph, stream, iters))
     after = snapshot()
     if any(not torch.equal(x, y) for x, y in zip(first, after)):
         res.fail(f"after {iters + 3} timed replays the outputs differ from the first launch (the kernel stops "
@@ -305,10 +296,18 @@ def copy_floor_ms(nbytes: int, device: Any, iters: int = 20) -> float:
     stream.synchronize()
     with torch.cuda.graph(graph, stream=stream):
         torch.neg(src, out=dst)
-    times = []
     with torch.cuda.stream(stream):
         for _ in range(3):
             graph.replay()
+    return min(_timed_replays(graph, stream, iters))
+
+
+def _timed_replays(graph: Any, stream: Any, iters: int) -> list[float]:
+    """ms of each of ``iters`` replays of ``graph`` on ``stream``, each between two events on that stream."""
+    import torch
+
+    times = []
+    with torch.cuda.stream(stream):
         for _ in range(iters):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record(stream)
@@ -316,7 +315,7 @@ def copy_floor_ms(nbytes: int, device: Any, iters: int = 20) -> float:
             b.record(stream)
             times.append((a, b))
     stream.synchronize()
-    return min(a.elapsed_time(b) for a, b in times)
+    return [a.elapsed_time(b) for a, b in times]
 
 
 def _capture(lib: "LauncherLibrary", in_ptrs: list[int], out_ptrs: list[int], extents: list[int],
