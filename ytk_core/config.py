@@ -39,4 +39,7 @@ def load_config(start: Path | None = None) -> tuple[dict[str, Any], Path | None]
     backends = data.get("backends", {})
     if not isinstance(backends, dict):
         raise UsageError(f"{p}: [backends] must be a table, e.g.\n[backends]\nengine = \"torch\"")
+    workers = data.get("workers", {})
+    if not isinstance(workers, dict) or not all(isinstance(v, str) for v in workers.values()):
+        raise UsageError(f"{p}: [workers] must be a table of strings, e.g.\n[workers]\nkronos = \"http://orin:8470\"")
     return data, p

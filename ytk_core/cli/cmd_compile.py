@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from .embedded import app
-from .options import ArchOpt, EngineOpt, JsonOpt, PrecisionOpt
+from .options import ArchOpt, EngineOpt, JsonOpt, PrecisionOpt, WorkerOpt
 
 SIMULATED_NOTE = "SIMULATED: figures come from the engine backend's cost model, not from hardware"
 
@@ -30,6 +30,7 @@ def compile_(
         "--allow-unverified", help="a real engine may load a plugin the admission gate could not run (no GPU of "
         "its SM here, no region reference); a rejected plugin is never loaded")] = False,
     engine: EngineOpt = None,
+    worker: WorkerOpt = None,
     top: Annotated[int, typer.Option("--top", help="slowest layers to list")] = 5,
     json_: JsonOpt = False,
 ) -> None:
@@ -41,12 +42,16 @@ def compile_(
     plugins the admission gate admitted (<plugin>.so.admission.json, written by build-plugin
     --candidates; a .so without one is gated here when a GPU of its SM and the candidates.json beside
     the ONNX are at hand): a rejected plugin exits 5, an unverified one exits 2 unless --allow-unverified.
+    With --worker (or [workers] kronos in ytk.toml) the engine is built and profiled by that Kronos
+    worker on its target; killed, the same command again resumes its job.
     """
+    from ..kronos.remote_compile import resolve_worker
     from ..runtime import emit_json
     from ..stages.compile import run_compile
 
     out = run_compile(arch, precision, onnx, npz, output, custom_plugin or [], iterations, warmup, engine,
-                      allow_unused_plugin=allow_unused_plugin, allow_unverified=allow_unverified)
+                      allow_unused_plugin=allow_unused_plugin, allow_unverified=allow_unverified,
+                      worker=resolve_worker(worker))
     if json_:
         emit_json({"bundle": str(out.bundle), "manifest": out.manifest.model_dump(mode="json"),
                    "totals": out.totals(), "plugin_nodes": out.plugin_nodes, "warnings": out.warnings,

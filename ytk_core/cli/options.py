@@ -13,6 +13,10 @@ KernelgenOpt = Annotated[Optional[str], typer.Option("--kernelgen", help="kernel
                                                      "overrides $YTK_KERNELGEN and ytk.toml", show_default=False)]
 BuilderOpt = Annotated[Optional[str], typer.Option("--builder", help="plugin builder backend; "
                                                    "overrides $YTK_BUILDER and ytk.toml", show_default=False)]
+WorkerOpt = Annotated[Optional[str], typer.Option("--worker", help="a Kronos worker's URL (`ytk worker kronos` on the "
+                                                  "target): the engine is built and profiled there; overrides "
+                                                  "[workers] kronos in ytk.toml ('local': compile here)",
+                                                  show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the report as JSON on stdout")]
 ArchOpt = Annotated[str, typer.Option("-a", "--arch", help="target arch spec, e.g. arm64-sm87-dos6010-cu114-trt86, "
                                                           "or 'auto' (the local GPU, else that Orin)")]

@@ -73,13 +73,19 @@ def _check_inputs(onnx: Path, npz: Path) -> None:
 def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
                 custom_plugins: list[Path] | None = None, iterations: int = 10, warmup: int = 3,
                 engine: str | None = None, allow_unused_plugin: bool = False,
-                allow_unverified: bool = False) -> CompileOutcome:
+                allow_unverified: bool = False, worker: str | None = None) -> CompileOutcome:
     """Check, build, profile and write the engine bundle atomically; returns what was written.
 
     A plugin that serves no custom-op node of ``onnx`` is an error (the engine would be the
     baseline under an optimised name) unless ``allow_unused_plugin``, when it is a warning. A real
     (not simulated) engine loads only plugins the admission gate admitted (:mod:`.admission`), or
-    unverified ones with ``allow_unverified``."""
+    unverified ones with ``allow_unverified``. With ``worker`` (a Kronos worker's URL) the engine is
+    the worker's, on its target (:mod:`ytk_core.kronos.remote_compile`); the bundle is the same."""
+    if worker is not None:
+        from ..kronos.remote_compile import compile_on_worker
+
+        return compile_on_worker(worker, arch, precision, onnx, npz, output, list(custom_plugins or []), iterations,
+                                 warmup, engine, allow_unused_plugin, allow_unverified)
     rt = runtime()
     target = parse_arch(arch)
     prec = parse_precision(precision)
