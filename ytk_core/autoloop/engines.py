@@ -21,9 +21,10 @@ from .workspace import Workspace
 
 
 class EngineCompiler:
-    def __init__(self, ws: Workspace, carver: Carver) -> None:
+    def __init__(self, ws: Workspace, carver: Carver, worker: str | None = None) -> None:
         self.ws = ws
         self.carver = carver
+        self.worker = worker  # a Kronos worker's URL: every compile runs there
 
     def records(self, round_index: int) -> list[CompileRecord]:
         """The compiles recorded for a round (round 0: the baseline's)."""
@@ -45,7 +46,8 @@ class EngineCompiler:
                     and sha256_file(ws.path(old.bundle)) == old.sha256), None)
         if rec is None:
             res = run_compile(state.arch, state.precision, prep / "model.onnx", prep / "model.npz", out,
-                              [ws.path(p.so or "") for p in plugins], engine=state.backends["engine"])
+                              [ws.path(p.so or "") for p in plugins], engine=state.backends["engine"],
+                              worker=self.worker)
             rec = CompileRecord(bundle=ws.rel(out), prepare_dir=ws.rel(prep), sha256=sha256_file(out), plugins=names,
                                 p50_ms=statistics.median(res.benchmark.iterations_ms))
             records.append(rec)
@@ -123,7 +125,8 @@ class EngineCompiler:
         out = ws.round_dir(rnd.index) / "best-again.tgz"
         try:
             run_compile(state.arch, state.precision, prep / "model.onnx", prep / "model.npz", out,
-                        [ws.path(p.so or "") for p in best.plugins], engine=state.backends["engine"])
+                        [ws.path(p.so or "") for p in best.plugins], engine=state.backends["engine"],
+                        worker=self.worker)
         except Exception as e:
             if must_stop(e):
                 raise

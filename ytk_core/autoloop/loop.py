@@ -32,13 +32,14 @@ from .workspace import Workspace
 class Autoloop:
     """Runs an autoloop's rounds from ``state`` (new or resumed) in ``workdir`` until it stops."""
 
-    def __init__(self, state: AutoloopState, workdir: Path, clock: Clock, max_jobs: int) -> None:
+    def __init__(self, state: AutoloopState, workdir: Path, clock: Clock, max_jobs: int,
+                 worker: str | None = None) -> None:
         self.ws = Workspace(state, workdir, clock, get_logger(component="autoloop"))
         self.state = state
         self.clock = clock
         self.log = self.ws.log
         self.carver = Carver(self.ws)
-        self.engines = EngineCompiler(self.ws, self.carver)
+        self.engines = EngineCompiler(self.ws, self.carver, worker)
         self.jobs = KernelJobs(self.ws, max_jobs)
         self.stages: dict[RoundStage, Callable[[RoundRecord], None]] = {
             "propose": lambda rnd: propose_round(self.ws, rnd),

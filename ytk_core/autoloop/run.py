@@ -28,10 +28,12 @@ def _resolve_arch(arch: str) -> str:
 
 def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
                  max_rounds: int, min_gain: str | float, max_jobs: int, time_budget: str | None,
-                 on_change: str = "ask") -> AutoloopReport:
+                 on_change: str = "ask", worker: str | None = None) -> AutoloopReport:
     """``min_gain``: milliseconds (``0.1``, ``"0.1ms"``) or a share of the baseline (``"1%"``).
     ``on_change``: what a workdir whose inputs or backend versions changed does: ``ask`` (stop and say
-    so), ``resume`` (go on with the recorded results) or ``fresh`` (discard them and start over)."""
+    so), ``resume`` (go on with the recorded results) or ``fresh`` (discard them and start over).
+    ``worker``: a Kronos worker's URL; every engine is compiled there, with its engine and (for ``-a auto``)
+    its target."""
     if precision not in ("fp16", "fp32"):
         raise UsageError(f"-p {precision!r}: expected fp16 or fp32")
     if max_rounds < 1 or max_jobs < 1:
@@ -46,6 +48,8 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: d
         raise UsageError(f"--workdir {workdir} is a file, not a directory: name a directory (it is created if "
                          "missing)")
     workdir.mkdir(parents=True, exist_ok=True)
+    if worker is not None:
+        arch, flags = _on_worker(worker, arch, flags)
     with WorkdirLock(workdir):
         clean_stale(workdir)
         if on_change == "fresh":
@@ -53,7 +57,7 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: d
         state = _load_or_start(model, arch, precision, workdir, flags, max_rounds, min_gain_t, budget)
         if on_change != "fresh":
             _check_unchanged(state, model, workdir, resume=on_change == "resume")
-        loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs)
+        loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs, worker)
         if not state.finished:
             loop.run()
         rt = runtime()
@@ -78,6 +82,8 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
         if precision != st.precision:
             raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; start over with --fresh or use a new --workdir")
         for role, name in flags.items():
+            if role == "worker":
+                continue
             if name and st.backends.get(role) != name:
                 raise UsageError(f"{workdir} was started with {role} backend {st.backends.get(role)!r}, not {name!r}; "
                                  "use a new --workdir")
@@ -91,7 +97,7 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
                            best_ms=round(st.best.ms, 3) if st.best else None)
         return st
     spec = _resolve_arch(arch)
-    backends = resolve_backends(spec, flags)
+    backends = resolve_backends(spec, flags, remote_engine=flags.get("engine") if "worker" in flags else None)
     versions = {role: b.info.version for role, name in backends.items() if (b := runtime().manager.get(name))}
     st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), arch=spec, precision=precision,
                        backends=backends, backend_versions=versions, limits=limits)
@@ -150,12 +156,27 @@ def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool
     rt.log.warning(f"--resume: going on with {workdir}'s recorded results although {what}")
 
 
-def resolve_backends(arch: str, flags: dict[str, str | None]) -> dict[str, str]:
-    """The engine, kernel generator and builder a new autoloop uses (a resumed one keeps its own)."""
+def _on_worker(worker: str, arch: str, flags: dict[str, str | None]) -> tuple[str, dict[str, str | None]]:
+    """With a Kronos worker the engine is the worker's (``--engine`` must agree) and ``-a auto`` its target."""
+    from ..kronos.remote_compile import worker_info
+
+    info = worker_info(worker)
+    if flags.get("engine") and flags["engine"] != info.engine:
+        raise UsageError(f"--engine {flags['engine']}: the kronos worker at {worker} runs the {info.engine} engine")
+    runtime().log.info(f"autoloop engine: {info.engine} on the kronos worker at {worker}", target=info.arch)
+    return (info.arch if arch == "auto" else arch), {**flags, "engine": info.engine, "worker": worker}
+
+
+def resolve_backends(arch: str, flags: dict[str, str | None], remote_engine: str | None = None) -> dict[str, str]:
+    """The engine, kernel generator and builder a new autoloop uses (a resumed one keeps its own). A
+    ``remote_engine`` runs on a Kronos worker: it is not selected (or need not even be installed) here."""
     rt = runtime()
     spec = ArchSpec.parse(arch)
     out = {}
     for role in ("engine", "kernelgen", "builder"):
+        if role == "engine" and remote_engine:
+            out[role] = remote_engine
+            continue
         sel = rt.select(role, flags.get(role), spec)
         out[role] = sel.name
         rt.log.info(f"autoloop {role}: {sel.name}", why=sel.reason)

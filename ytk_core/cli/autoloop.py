@@ -11,7 +11,7 @@ from rich.table import Table
 from ..errors import UsageError
 from ..runtime import emit_json, stdout
 from .app import app
-from .options import BuilderOpt, EngineOpt, JsonOpt, KernelgenOpt, PrecisionOpt
+from .options import BuilderOpt, EngineOpt, JsonOpt, KernelgenOpt, PrecisionOpt, WorkerOpt
 
 
 @app.command("autoloop")
@@ -22,6 +22,7 @@ def autoloop(
     workdir: Annotated[Path, typer.Option("--workdir", help="every round's artifacts and the resumable state")],
     precision: PrecisionOpt = "fp16",
     engine: EngineOpt = None,
+    worker: WorkerOpt = None,
     kernelgen: KernelgenOpt = None,
     builder: BuilderOpt = None,
     max_rounds: Annotated[int, typer.Option("--max-rounds", help="rounds of propose -> plug after the baseline")] = 4,
@@ -39,9 +40,11 @@ def autoloop(
     json_: JsonOpt = False,
 ) -> None:
     """Prepare and compile the baseline, then repeat propose -> carve -> generate -> build -> compile -> verify
-    until no gain remains. Kill it at any point and run the same command again: it resumes."""
+    until no gain remains. Kill it at any point and run the same command again: it resumes. With --worker
+    every engine is compiled and profiled by that Kronos worker on its target."""
     from ..autoloop.report import dropped_label
     from ..autoloop.run import run_autoloop
+    from ..kronos.remote_compile import resolve_worker
     from ..stages.inputs import parse_arch
 
     if arch != "auto":
@@ -51,7 +54,7 @@ def autoloop(
 
     rep = run_autoloop(model, arch, precision, workdir, {"engine": engine, "kernelgen": kernelgen, "builder": builder},
                        max_rounds, min_gain_ms, max_jobs, time_budget,
-                       on_change="fresh" if fresh else "resume" if resume else "ask")
+                       on_change="fresh" if fresh else "resume" if resume else "ask", worker=resolve_worker(worker))
     exported: list[Path] = []
     if export is not None and rep.ship is not None:
         from ..autoloop.report import export_outputs
