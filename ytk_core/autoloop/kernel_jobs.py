@@ -167,7 +167,7 @@ class KernelJobs:
             try:
                 out = run_build_plugin(state.arch, c.name, ws.path(c.source or ""), so,
                                        builder=state.backends["builder"], candidates=prep / "candidates.json",
-                                       precision=state.precision)
+                                       precision=state.precision, engine=state.backends["engine"])
                 so_rel = ws.rel(out.so_path)
                 refused = self._not_admitted(out.admission)
             except AdmissionRefused as e:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .embedded import app
-from .options import ArchOpt, BuilderOpt, JsonOpt
+from .options import ArchOpt, BuilderOpt, EngineOpt, JsonOpt
 
 
 @app.command("build-plugin")
@@ -23,6 +23,7 @@ def build_plugin(
     precision: Annotated[Optional[str], typer.Option(
         "-p", "--precision", help="engine precision the plugin is for (fp16/fp32): checks its dtypes")] = None,
     builder: BuilderOpt = None,
+    engine: EngineOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Build a kernel source bundle into a plugin .so for the arch spec.
@@ -30,12 +31,14 @@ def build_plugin(
     --plugin-name rewrites the name in a copy of the source (the generated file is never
     modified); the built .so's self-description is checked before the --custom-plugin line is printed.
     With --candidates, the .so itself is run on the GPU against the region's reference (the admission
-    gate); its verdict goes to <output>.admission.json, and a rejected plugin exits 5.
+    gate); its verdict goes to <output>.admission.json, and a rejected plugin exits 5. The plugin is built
+    for the interface the engine loads (--engine, else as compile chooses it): a TensorRT engine gets a
+    TensorRT plugin (IPluginV2DynamicExt for trt8x, IPluginV3 for trt10).
     """
     from ..runtime import emit_json, stdout
     from ..stages.build_plugin import run_build_plugin
 
-    out = run_build_plugin(arch, plugin_name, source, output, builder, candidates, precision)
+    out = run_build_plugin(arch, plugin_name, source, output, builder, candidates, precision, engine)
     d = out.description
     if json_:
         emit_json({"so_path": str(out.so_path), "sha256": out.sha256, "description": d.model_dump(mode="json"),

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
-from ytk_hookspecs.models import (AdmissionRecord, BuildRequest, BuildResult, Candidate, CandidatesFile,
+from ytk_hookspecs.models import (AdmissionRecord, ArchSpec, BuildRequest, BuildResult, Candidate, CandidatesFile,
                                   PluginDescription, sha256_file)
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source
 from ..errors import BackendError, UsageError, YtkError
+from ..plugins.selection import select_backend
 from ..runtime import runtime
 from .admission import AdmissionRefused, admit
 from .inputs import existing_file, output_file, parse_arch, parse_precision
@@ -82,9 +83,28 @@ def contract_of(src: KernelSource, origin: str, candidates: Path | None, precisi
     return rep
 
 
+def engine_api_for(engine: str | None, target: ArchSpec) -> str | None:
+    """The plugin interface the engine that will load the plugin asks for, or None for the builder's default.
+
+    An engine that loads one interface only says so with ``plugin_engine_api(arch)`` (the ``tensorrt`` engine:
+    IPluginV2DynamicExt for TensorRT 8.6, IPluginV3 from 10); the engine is the one ``compile`` would
+    choose (``engine``, else $YTK_ENGINE, ytk.toml or the automatic choice), need it run here or not.
+    """
+    rt = runtime()
+    try:
+        sel = select_backend(rt.manager, "engine", engine, rt.config, target, need_available=False)
+    except BackendError:
+        return None  # no engine can run here: the builder's default, as before (an unknown name is still an error)
+    ask = getattr(sel.backend.impl, "plugin_engine_api", None)
+    return str(ask(target)) if callable(ask) else None
+
+
 def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, builder: str | None = None,
-                     candidates: Path | None = None, precision: str | None = None) -> BuildOutcome:
-    """Build ``source`` into ``output`` reporting ``plugin_name``; returns the verified description."""
+                     candidates: Path | None = None, precision: str | None = None,
+                     engine: str | None = None) -> BuildOutcome:
+    """Build ``source`` into ``output`` reporting ``plugin_name``; returns the verified description.
+
+    The plugin is built for the interface ``engine`` loads (:func:`engine_api_for`)."""
     rt = runtime()
     target = parse_arch(arch)
     prec = parse_precision(precision) if precision else None
@@ -105,7 +125,8 @@ def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, bu
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ytk-build-plugin-") as td:
         staged = copy.write(Path(td) / f"{plugin_name}.module_source.py")
-        req = BuildRequest(source=staged, plugin_name=plugin_name, arch=target.spec, output=output.resolve())
+        req = BuildRequest(source=staged, plugin_name=plugin_name, arch=target.spec, output=output.resolve(),
+                           engine_api=engine_api_for(engine, target))  # type: ignore[arg-type]
         res = sel.backend.impl.build_plugin(req, rt.context(sel, "build_plugin", Path(td)))
     if not isinstance(res, BuildResult):
         raise BackendError(f"builder {sel.name!r} returned {type(res).__name__}, not a BuildResult")
