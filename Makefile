@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make autoloop   -- install into .venv and run `ytk autoloop` on the worked example
-#   make test       -- install into .venv (plus the model zoo's extra) and run the test suite (what CI runs)
+#   make test       -- install into .venv (plus the model zoo's extra and the TensorRT headers the shim tests
+#                      compile against) and run the test suite (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
 ARCH ?= auto
@@ -21,6 +22,14 @@ $(ZOO_STAMP): $(STAMP) requirements/zoo.txt
 	$(BIN)/python -m pip install -q -r requirements/zoo.txt
 	touch $(ZOO_STAMP)
 
+# NVIDIA's public TensorRT headers the plugin-shim tests compile against (tests/data/tensorrt/README.md): fetched
+# once from PyPI, every file checked against its SHA-256, never committed; the fetched NvInferVersion.h is the stamp.
+# Without network the fetch fails in seconds, writes why to tests/data/tensorrt/10.14/FETCH_FAILED (the skip
+# reason those tests give) and the tests run on; the next `make test` tries again.
+TRT_HEADERS_STAMP := tests/data/tensorrt/10.14/include/NvInferVersion.h
+$(TRT_HEADERS_STAMP): tests/data/tensorrt/fetch_headers.py | $(STAMP)
+	@$(BIN)/python tests/data/tensorrt/fetch_headers.py || echo "note: TensorRT headers not fetched; the shim tests that compile against them are skipped (tests/data/tensorrt/10.14/FETCH_FAILED says why)"
+
 # The test tools (pytest, hypothesis): the tests need them, the runtime does not.
 $(TEST_STAMP): $(STAMP) requirements/test.txt
 	$(BIN)/python -m pip install -q -r requirements/test.txt
@@ -30,7 +39,7 @@ install: $(STAMP)
 
 install-zoo: $(ZOO_STAMP)
 
-test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP)
+test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP) $(TRT_HEADERS_STAMP)
 	$(BIN)/python -m pytest -q
 
 autoloop: $(STAMP)

@@ -42,8 +42,10 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed"
 def headers(version: str) -> Path:
     inc = HEADERS / version / "include"
     if not (inc / "NvInferRuntime.h").is_file():
+        note = HEADERS / version / "FETCH_FAILED"  # `make test` fetches them; a failed fetch says why here
+        why = f"; the fetch failed: {note.read_text().strip()}" if note.is_file() else ""
         pytest.skip(f"TensorRT {version} headers not present in {inc} (tests/data/tensorrt/README.md says how to "
-                    "fetch them; they are not committed)")
+                    f"fetch them; they are not committed){why}")
     return inc
 
 

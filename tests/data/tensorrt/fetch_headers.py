@@ -6,6 +6,10 @@ TensorRT 10.14.1: the ``kernel-lens`` 2.0.1 wheel on PyPI bundles NVIDIA's publi
 (Apache-2.0, SPDX headers intact) for its own plugin builds; only those files are taken, and each is
 checked against the SHA-256 recorded below. The wheel's ``NvInferPlugin.h`` is kernel-lens's own stub,
 not NVIDIA's, and is left out. See README.md for the provenance and for TensorRT 8.6.
+
+``make test`` runs this once (the fetched ``NvInferVersion.h`` is its stamp). When the download is
+impossible (no network, the index unreachable, a checksum that differs) nothing is written but
+``<version>/FETCH_FAILED``, whose one line the shim tests give as their skip reason; the script exits 1.
 """
 
 from __future__ import annotations
@@ -39,25 +43,57 @@ SOURCES = {
 }
 
 
+class FetchError(Exception):
+    pass
+
+
 def fetch(version: str) -> Path:
     src = SOURCES[version]
     dest = HERE / version / "include"
     with tempfile.TemporaryDirectory() as td:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        src["requirement"], "-d", td], check=True)
+        # a few quick retries: without network this must fail in seconds, not pip's default minutes
+        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                            "--retries", "2", "--timeout", "20", src["requirement"], "-d", td],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
+            net = [ln for ln in lines if any(k in ln for k in ("NewConnectionError", "Network is unreachable",
+                                                                "Temporary failure in name resolution", "timed out",
+                                                                "Connection refused", "ProxyError"))]
+            errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["no output"]
+            why = errors[-1] + (f" (the package index was unreachable: {net[0][:200]})" if net else "")
+            raise FetchError(f"pip download {src['requirement']} failed: {why}")
         (wheel,) = Path(td).glob("*.whl")
-        with zipfile.ZipFile(wheel) as z:
-            got = {name: z.read(src["prefix"] + name) for name in src["files"]}
+        try:
+            with zipfile.ZipFile(wheel) as z:
+                got = {name: z.read(src["prefix"] + name) for name in src["files"]}
+        except (KeyError, zipfile.BadZipFile) as e:
+            raise FetchError(f"{wheel.name} does not hold the expected headers ({e})") from None
     for name, data in got.items():
         digest = hashlib.sha256(data).hexdigest()
         if digest != src["files"][name]:
-            raise SystemExit(f"{name} from {src['requirement']}: sha256 {digest}, expected {src['files'][name]}")
+            raise FetchError(f"{name} from {src['requirement']}: sha256 {digest}, expected {src['files'][name]}")
     dest.mkdir(parents=True, exist_ok=True)
     for name, data in got.items():
         (dest / name).write_bytes(data)
     return dest
 
 
+def failure_note(version: str) -> Path:
+    """Where a failed fetch says why (read by the shim tests' skip reason)."""
+    return HERE / version / "FETCH_FAILED"
+
+
 if __name__ == "__main__":
+    failed = False
     for v in sys.argv[1:] or sorted(SOURCES):
-        print(f"TensorRT {v} headers -> {fetch(v)}")
+        note = failure_note(v)
+        try:
+            print(f"TensorRT {v} headers -> {fetch(v)}")
+            note.unlink(missing_ok=True)
+        except FetchError as e:
+            failed = True
+            note.parent.mkdir(parents=True, exist_ok=True)
+            note.write_text(f"{e}\n")
+            print(f"TensorRT {v} headers not fetched: {e}", file=sys.stderr)
+    sys.exit(1 if failed else 0)
