@@ -35,13 +35,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from ytk_core.contracts import CustomNode
 
 _FORMATS = r": could not find any supported formats consistent with input/output data types"
-#: Most specific first: "Error Code 9: Internal Error (<layer>...)", then the bare "Error[9]: <layer>..." / "9: <layer>..."
+#: Most specific first: "Error Code 9: Internal Error (<layer>...)", then a bare "Error[9]: <layer>..." or
+#: "9: <layer>..." (the prefixes trtexec's and the Python logger add)
 _ERROR9 = (re.compile(r"Error Code 9: Internal Error \((?P<layer>.+?)" + _FORMATS),
            re.compile(r"(?:Error\[9\]|\b9): (?!\[)(?P<layer>.+?)" + _FORMATS))
 _SEARCHING = re.compile(r"Searching for plugin: (?P<name>[^,]+), plugin_version: (?P<ver>[^,]*), "
                         r"plugin_namespace: ?(?P<ns>\S*)")
 _NOT_FOUND_8 = re.compile(r"getPluginCreator could not find plugin:? (?P<name>\S+) version:? (?P<ver>\S+)")
-_NOT_FOUND_10 = re.compile(r"Cannot find plugin: (?P<name>[^,]+), version: (?P<ver>[^,]+), namespace:(?P<ns>[^)]*?)\.?\)")
+_NOT_FOUND_10 = re.compile(r"Cannot find plugin: (?P<name>[^,]+), version: (?P<ver>[^,]+), "
+                           r"namespace:(?P<ns>[^)]*?)\.?\)")
 _PARSER_ASSERT = "Plugin not found, are the plugin name, version, and namespace correct?"
 _NODE_8 = re.compile(r"While parsing node number \d+ \[(?P<op>[^ \]]+) -> \"(?P<out>[^\"]*)\"\]")
 _NODE_10 = re.compile(r"In node -?\d+ with name: (?P<name>\S*) and operator: (?P<op>\S+)")
@@ -120,7 +122,8 @@ def _format_problem(node: "CustomNode", d: PluginDescription, precision: str) ->
             if f in ("kHWC8", "kCHW2", "kCHW16", "kHWC16") and t != "float16":
                 return f"{side} {i} is declared {t}/{f}, but TensorRT binds {f} to FP16 only; declared {_combo(d)}"
             if f == "kCHW32" and t not in ("int8", "float16"):
-                return f"{side} {i} is declared {t}/{f}, which TensorRT offers for INT8 or FP16 only; declared {_combo(d)}"
+                return (f"{side} {i} is declared {t}/{f}, which TensorRT offers for INT8 or FP16 only; declared "
+                        f"{_combo(d)}")
             if t == "int8" and precision != "int8":
                 return f"{side} {i} is declared int8 but the engine is not built with --int8; declared {_combo(d)}"
     return (f"its arity and dtypes match node {node.name}; TensorRT could not provide the one combination the "
@@ -147,7 +150,8 @@ def explain_error9(log: str, plugins: list[PluginArtifact], nodes: list["CustomN
             f"{_format_problem(node, d, precision)}")
 
 
-def explain_not_found(log: str, plugins: list[PluginArtifact], nodes: list["CustomNode"], load: LoadContext) -> str | None:
+def explain_not_found(log: str, plugins: list[PluginArtifact], nodes: list["CustomNode"],
+                      load: LoadContext) -> str | None:
     m10 = _NOT_FOUND_10.search(log)
     m8 = _NOT_FOUND_8.search(log)
     deser = _DESERIALIZE in log
@@ -190,7 +194,8 @@ def _hint(name: str | None, version: str | None, namespace: str | None, plugins:
           load: LoadContext) -> str:
     same = [p for p in plugins if p.description.name == name]
     if not same:
-        return f"; none registers {name}: build it with `ytk embedded build-plugin --plugin-name {name}`" if name else ""
+        return f"; none registers {name}: build it with `ytk embedded build-plugin --plugin-name {name}`" \
+            if name else ""
     d = same[0].description
     if version is not None and d.version != version:
         return (f"; {Path(same[0].path).name} has version {d.version!r} where the node asks {version!r} (TensorRT "

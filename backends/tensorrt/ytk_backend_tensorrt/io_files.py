@@ -80,7 +80,8 @@ def write_input_files(npz: Path, inputs: list[GraphTensor], directory: Path,
             raise StageError(f"{npz}: has no array {t.name!r} for the ONNX input of that name "
                              f"(it has {', '.join(sorted(arrays)) or 'none'})")
         a = arrays[t.name]
-        if len(a.shape) != len(t.shape) or any(isinstance(d, int) and d >= 0 and d != s for d, s in zip(t.shape, a.shape)):
+        fixed = [(d, s) for d, s in zip(t.shape, a.shape) if isinstance(d, int) and d >= 0]
+        if len(a.shape) != len(t.shape) or any(d != s for d, s in fixed):
             raise StageError(f"{npz}: {t.name!r} has shape {list(a.shape)}; the ONNX input is {list(t.shape)}")
         want = binding_dtype(t.dtype, version)
         if a.dtype != want:

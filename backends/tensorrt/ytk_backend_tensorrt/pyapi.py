@@ -83,7 +83,8 @@ def _fail(what: str, lines: list[str], log: Path, request: CompileRequest, versi
     return StageError(f"TensorRT could not {what}: {msg} (log: {log})")
 
 
-def compile_engine(request: CompileRequest, ctx: StageContext, version: TrtVersion, opts: EngineOptions) -> CompileResult:
+def compile_engine(request: CompileRequest, ctx: StageContext, version: TrtVersion,
+                   opts: EngineOptions) -> CompileResult:
     trt = _trt()
     check_plugins(list(request.plugins), version)
     run_dir = Path(request.workdir) / RUN_DIR
@@ -153,7 +154,8 @@ def _torch_dtype(np_dtype: np.dtype) -> Any:
             np.dtype(np.bool_): torch.bool}[np.dtype(np_dtype)]
 
 
-def profile_engine(request: ProfileRequest, ctx: StageContext, version: TrtVersion, opts: EngineOptions) -> ProfileResult:
+def profile_engine(request: ProfileRequest, ctx: StageContext, version: TrtVersion,
+                   opts: EngineOptions) -> ProfileResult:
     import torch
 
     trt = _trt()

@@ -69,7 +69,8 @@ def hide_tensorrt_package(monkeypatch: pytest.MonkeyPatch) -> None:
     from ytk_backend_tensorrt import probe
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(probe.importlib.util, "find_spec", lambda name, *a: None if name == "tensorrt" else real(name, *a))
+    monkeypatch.setattr(probe.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorrt" else real(name, *a))
 
 
 @pytest.fixture(name="no_tensorrt_python")

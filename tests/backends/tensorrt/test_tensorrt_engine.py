@@ -41,7 +41,7 @@ def test_not_available_without_trtexec_or_the_package(no_tensorrt: None) -> None
     assert "no trtexec on PATH" in av.reason and "no tensorrt Python package" in av.reason
 
 
-def test_available_with_trtexec_says_which_and_which_version(fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_available_with_trtexec_says_which_and_which_version(fake_trtexec, no_tensorrt_python) -> None:
     av = TensorRTEngine().availability(ArchSpec.parse(ARCH))
     assert av.available and av.reason.startswith(f"trtexec 8.6.1 at {fake_trtexec.path}")
     assert av.details == {"trtexec": str(fake_trtexec.path), "trtexec_version": "8.6.1"}
@@ -57,7 +57,7 @@ def test_a_configured_trtexec_that_is_missing_is_said(monkeypatch: pytest.Monkey
 
 
 # -- compile + profile through the core ------------------------------------------------------------------------
-def test_compile_writes_the_bundle(ytk, fx: Path, fake_trtexec, no_tensorrt_python, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_compile_writes_the_bundle(ytk, fx: Path, fake_trtexec, no_tensorrt_python, monkeypatch) -> None:
     base = fx / "base"
     monkeypatch.setenv("FAKE_TRTEXEC_OUTPUTS", str(base / "model.reference.npz"))
     out = fx / "trt.tgz"
@@ -89,7 +89,7 @@ def test_compile_writes_the_bundle(ytk, fx: Path, fake_trtexec, no_tensorrt_pyth
                    "--exportProfile=profile.json", "--exportOutput=outputs.json"]
 
 
-def test_every_layer_maps_back_to_onnx_nodes(ytk, fx: Path, fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_every_layer_maps_back_to_onnx_nodes(ytk, fx: Path, fake_trtexec, no_tensorrt_python) -> None:
     """propose attributes each layer's time to ONNX nodes: from the Metadata the detailed layer info carries."""
     from ytk_core.propose.layer_map import resolve_layers
     from ytk_core.propose.onnx_graph import OnnxGraph
@@ -109,7 +109,7 @@ def test_every_layer_maps_back_to_onnx_nodes(ytk, fx: Path, fake_trtexec, no_ten
 
 @pytest.mark.parametrize("banner,arch,api", [("8601", ARCH, "trt8-IPluginV2DynamicExt"),
                                              ("101401", ARCH10, "trt10-IPluginV3")])
-def test_compile_with_plugins_loads_them_as_dynamic_plugins(ytk, fx: Path, tmp_path: Path, fake_trtexec,  # type: ignore[no-untyped-def]
+def test_compile_with_plugins_loads_them_as_dynamic_plugins(ytk, fx: Path, tmp_path: Path, fake_trtexec,
                                                             no_tensorrt_python, banner: str, arch: str, api: str) -> None:
     fake_trtexec.version(banner)
     sm = ArchSpec.parse(arch).sm
@@ -127,7 +127,7 @@ def test_compile_with_plugins_loads_them_as_dynamic_plugins(ytk, fx: Path, tmp_p
     assert f"--dynamicPlugins={so.resolve()}" in build and f"--dynamicPlugins={so.resolve()}" in run
 
 
-def test_a_tensorrt_before_8_6_is_refused_with_plugins(ytk, fx: Path, tmp_path: Path, fake_trtexec,  # type: ignore[no-untyped-def]
+def test_a_tensorrt_before_8_6_is_refused_with_plugins(ytk, fx: Path, tmp_path: Path, fake_trtexec,
                                                        no_tensorrt_python) -> None:
     fake_trtexec.version("8503")
     so = build_described_so(tmp_path / "DwConv3x3C16.so", describe()).path
@@ -137,7 +137,7 @@ def test_a_tensorrt_before_8_6_is_refused_with_plugins(ytk, fx: Path, tmp_path: 
     assert r.code != 0 and "TensorRT 8.5.3 loads plugin libraries only with --plugins" in r.stderr
 
 
-def test_iterations_from_the_log_when_no_times_file(ytk, fx: Path, fake_trtexec, no_tensorrt_python,  # type: ignore[no-untyped-def]
+def test_iterations_from_the_log_when_no_times_file(ytk, fx: Path, fake_trtexec, no_tensorrt_python,
                                                    monkeypatch) -> None:
     monkeypatch.setenv("FAKE_TRTEXEC_NO_TIMES", "1")
     base = fx / "base"
@@ -154,7 +154,7 @@ def _request(fx: Path, tmp_path: Path, plugins: list, precision: str = "fp16", a
                           plugins=plugins, workdir=tmp_path / "work")
 
 
-def test_plugin_not_found_is_one_line(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_plugin_not_found_is_one_line(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:
     p = build_described_so(tmp_path / "DwConv3x3C16.so", describe(version="2"))
     with pytest.raises(StageError) as e:
         TensorRTEngine().compile(_request(fx, tmp_path, [p]), StageContext())
@@ -165,14 +165,14 @@ def test_plugin_not_found_is_one_line(fx: Path, tmp_path: Path, fake_trtexec, no
     assert "(log: " in msg and "\n" not in msg
 
 
-def test_plugin_not_found_tensorrt_10(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_plugin_not_found_tensorrt_10(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:
     fake_trtexec.version("101401")
     with pytest.raises(StageError, match=r"found no plugin yasp::DwConv3x3C16 v1 for node DwConv3x3C16_0: no plugin "
                                          r"library was supplied; none registers DwConv3x3C16"):
         TensorRTEngine().compile(_request(fx, tmp_path, [], arch=ARCH10), StageContext())
 
 
-def test_error9_is_one_line(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_error9_is_one_line(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:
     p = build_described_so(tmp_path / "DwConv3x3C16.so", describe())
     with pytest.raises(StageError) as e:
         TensorRTEngine().compile(_request(fx, tmp_path, [p], precision="fp32"), StageContext())
@@ -184,7 +184,7 @@ def test_error9_is_one_line(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_
         TensorRTEngine().compile(_request(fx, tmp_path, [p1]), StageContext())
 
 
-def test_engine_loaded_without_its_plugins(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_engine_loaded_without_its_plugins(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:
     p = build_described_so(tmp_path / "DwConv3x3C16.so", describe())
     req = _request(fx, tmp_path, [p])
     cres = TensorRTEngine().compile(req, StageContext())
@@ -194,7 +194,7 @@ def test_engine_loaded_without_its_plugins(fx: Path, tmp_path: Path, fake_trtexe
         TensorRTEngine().profile(ProfileRequest(compile=cres, request=without, iterations=3, warmup=1), StageContext())
 
 
-def test_a_plugin_this_tensorrt_cannot_load_is_refused_before_building(fx: Path, tmp_path: Path, fake_trtexec,  # type: ignore[no-untyped-def]
+def test_a_plugin_this_tensorrt_cannot_load_is_refused_before_building(fx: Path, tmp_path: Path, fake_trtexec,
                                                                        no_tensorrt_python) -> None:
     p = build_described_so(tmp_path / "DwConv3x3C16.so", describe(engine_api="trt10-IPluginV3"))
     with pytest.raises(StageError, match=r"DwConv3x3C16.so \(yasp::DwConv3x3C16\) is trt10-IPluginV3; TensorRT 8.6.1 "
@@ -203,7 +203,7 @@ def test_a_plugin_this_tensorrt_cannot_load_is_refused_before_building(fx: Path,
     assert [c["argv"] for c in fake_trtexec.calls()] == [["--help"]]  # nothing was built
 
 
-def test_unknown_engine_options_are_named(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_engine_options_are_named(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_python) -> None:
     req = _request(fx, tmp_path, []).model_copy(update={"options": {"warmup": "3"}})
     with pytest.raises(StageError, match="unknown tensorrt engine option.*warmup; known: .*warmup_ms"):
         TensorRTEngine().compile(req, StageContext())
@@ -216,7 +216,7 @@ def test_plugin_interface_follows_the_target(no_tensorrt: None) -> None:
     assert eng.plugin_engine_api(ArchSpec.parse(ARCH10)) == "trt10-IPluginV3"
 
 
-def test_plugin_interface_is_one_the_local_tensorrt_loads(fake_trtexec, no_tensorrt_python) -> None:  # type: ignore[no-untyped-def]
+def test_plugin_interface_is_one_the_local_tensorrt_loads(fake_trtexec, no_tensorrt_python) -> None:
     # a TensorRT 8.6 machine building for a TensorRT 10 target: IPluginV2DynamicExt, which both load
     assert TensorRTEngine().plugin_engine_api(ArchSpec.parse(ARCH10)) == "trt8-IPluginV2DynamicExt"
 
@@ -228,7 +228,7 @@ def test_core_asks_the_engine_for_the_interface(no_tensorrt: None) -> None:
     assert engine_api_for("mock", ArchSpec.parse(ARCH)) is None  # an engine that does not say: the builder's default
 
 
-def test_build_plugin_for_the_tensorrt_engine(ytk, tmp_path: Path, no_tensorrt_python, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_build_plugin_for_the_tensorrt_engine(ytk, tmp_path: Path, no_tensorrt_python, monkeypatch) -> None:
     """`build-plugin --engine tensorrt` builds the TensorRT shim of the target's TensorRT (nvcc + real headers)."""
     import sys
 
