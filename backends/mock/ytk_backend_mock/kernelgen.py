@@ -242,5 +242,8 @@ def supports(request: SupportRequest) -> SupportAnswer:
         make_meta(cand, request.precision, 87, SIMULATED_FRACTION[region_kind(cand)])
     except ValueError as e:
         return SupportAnswer(supported=False, backend="mock", why=f"the kernel contract cannot express it: {e}")
-    return SupportAnswer(supported=True, backend="mock", kind=region_kind(cand),
-                         why=f"simulates a {region_kind(cand)} kernel (SIMULATED)")
+    kind = region_kind(cand)
+    what = {"depthwise": "a conv region", "attention": "an attention region"}.get(kind, "a region without convs "
+                                                                                      "or matmuls")
+    return SupportAnswer(supported=True, backend="mock", kind=kind,
+                         why=f"simulates a kernel for {what}, priced as its '{kind}' class (SIMULATED)")
