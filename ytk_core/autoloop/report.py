@@ -237,7 +237,7 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         md += ["", "Rebuild the final engine from them:", "", "```bash", ship.reproduce, "```", "",
                "`ytk autoloop ... --export DIR` copies exactly these into DIR.", ""]
     md += ["## Charts", ""]
-    md += ([f"![{title}]({name}) ([PNG]({Path(name).with_suffix('.png')}))" for title, name in
+    md += ([f"![{title}]({name}) ([PNG]({Path(name).with_suffix('.png')}))\n" for title, name in
             (("latency by round", "latency.svg"), ("time per region", "regions.svg"))
             if rdir / name in charts] or [chart_note])
     md += ["", "## Event log", ""] + [f"- {h}" for h in state.history] + [""]
