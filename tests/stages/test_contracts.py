@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.stages.carved_fixture import PLUGIN
-from ytk_core.contracts import CustomNode, NodeInput, PluginFile, custom_nodes, match_plugins
+from ytk_hookspecs.nodes import CustomNode, NodeInput, PluginFile, custom_nodes, match_plugins
 from ytk_hookspecs.contract import check_meta, check_meta_against_candidate, check_source
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import CandidatesFile, PluginDescription, TensorContract

@@ -61,7 +61,7 @@ def compile_on_worker(url: str, arch: str, precision: str, onnx: Path, npz: Path
                       allow_unused_plugin: bool, allow_unverified: bool):  # type: ignore[no-untyped-def]
     """Compile on the worker at ``url``; returns the :class:`~ytk_core.stages.compile.CompileOutcome` a local
     compile would have."""
-    from ..contracts import custom_nodes, match_plugins
+    from ytk_hookspecs.nodes import custom_nodes, match_plugins
     from ..stages import compile as local
     from ..stages.inputs import existing_file, output_file, parse_arch, parse_precision
 

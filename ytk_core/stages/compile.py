@@ -22,7 +22,7 @@ from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE, RAW_PROFILE, BenchmarkRecord,
                       BundleManifest, EngineBundle, BundlePlugin, LayerProfile, write_bundle)
-from ..contracts import CustomNode, PluginFile, custom_nodes, match_plugins, plugin_label
+from ytk_hookspecs.nodes import CustomNode, PluginFile, custom_nodes, match_plugins, plugin_label
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
 from .inputs import bundle_label, existing_file, output_file, parse_arch, parse_precision

@@ -32,7 +32,7 @@ from ytk_hookspecs.models import PluginArtifact, PluginDescription
 from .versions import V2_API, V3_API, TrtVersion
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ytk_core.contracts import CustomNode
+    from ytk_hookspecs.nodes import CustomNode
 
 _FORMATS = r": could not find any supported formats consistent with input/output data types"
 #: Most specific first: "Error Code 9: Internal Error (<layer>...)", then a bare "Error[9]: <layer>..." or
@@ -224,7 +224,7 @@ def explain(log: str, plugins: list[PluginArtifact], onnx: Path | None, precisio
     """One line per known failure in ``log`` (empty when none is recognised)."""
     nodes: list[CustomNode] = []
     if onnx is not None and Path(onnx).is_file():
-        from ytk_core.contracts import custom_nodes
+        from ytk_hookspecs.nodes import custom_nodes
 
         try:
             nodes = custom_nodes(Path(onnx))

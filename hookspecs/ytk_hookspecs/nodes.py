@@ -1,4 +1,7 @@
-"""Contract checks: does a built plugin fit the ONNX node it is meant to replace?
+"""Custom-op nodes of a carved ONNX, and whether a built plugin fits the node it is meant to replace.
+
+The core's compile stage and every engine backend read the same nodes the same way (an engine that
+explains a failed plugin lookup names the node from here).
 
 Every check here runs before something expensive (a build, an engine compile) and answers with
 findings that name the node, the plugin and what differs. Errors stop the command; warnings are
@@ -15,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ytk_hookspecs.contract import ERROR_9, ContractReport, check_dtypes
-from ytk_hookspecs.models import PluginDescription
+from .contract import ERROR_9, ContractReport, check_dtypes
+from .models import PluginDescription
 
 # The kernel-source checks (check_meta, check_source, check_meta_against_candidate) live in
 # ytk_hookspecs.contract, where every backend can run them.
