@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers import EVIT, MNV3, SPEC_SIX, VIT, prepare
-from ytk_core.carved_eval import run_carved_onnx
+from ytk_backend_mock.carved_eval import run_carved_onnx
 from ytk_core.errors import UsageError
 from ytk_core.frontend.carve import carve, remove_carve_artifacts
 from ytk_hookspecs import StageContext

@@ -1,5 +1,5 @@
 """Evaluate a carved ONNX on the CPU: standard nodes through onnxruntime, each custom-op node
-through its region's ``.pt2`` reference.
+through its region's ``.pt2`` reference (how the mock engine computes a carved model's outputs).
 
 This is the numerical ground truth of a carve (it must reproduce model.reference.npz) and what a
 simulated engine computes its outputs with. Standard nodes run in segments: every stretch of the
@@ -17,7 +17,7 @@ import numpy as np
 from ytk_hookspecs.models import PLUGIN_DOMAIN, PluginsFile
 from ytk_hookspecs.pt2 import load_exported
 
-from .errors import UsageError
+from ytk_hookspecs.errors import StageError
 
 
 @dataclass
@@ -74,7 +74,7 @@ class CarvedRunner:
         import onnx
         from onnx import helper
 
-        from .ort import cpu_session
+        from .engine import cpu_session
 
         if idx in self._sessions:
             return self._sessions[idx]
@@ -106,7 +106,7 @@ class CarvedRunner:
         if op_type not in self._programs:
             path = self.refs.get(op_type, self.prep / "plugin_candidates" / f"{op_type}.pt2")
             if not path.is_file():
-                raise UsageError(f"custom-op node type {op_type} has no region reference ({path} missing); the "
+                raise StageError(f"custom-op node type {op_type} has no region reference ({path} missing); the "
                                  "carved ONNX can only be evaluated inside the prepare directory that carved it")
             self._programs[op_type] = load_exported(path).module()
         return self._programs[op_type]
@@ -118,7 +118,7 @@ class CarvedRunner:
         env: dict[str, np.ndarray] = dict(feeds)
         missing = [i.name for i in self.graph.input if i.name not in env]
         if missing:
-            raise UsageError(f"inputs missing for {self.path.name}: {missing}")
+            raise StageError(f"inputs missing for {self.path.name}: {missing}")
         for idx, seg in enumerate(self.segments):
             if seg.custom:
                 n = seg.nodes[0]
