@@ -75,3 +75,25 @@ def test_a_store_killed_half_way_leaves_nothing_behind_for_long(tmp_path):
     kernel_cache.store(tmp_path / "cache", "k1", src, None)
     assert not dead.exists() and live.exists()
     assert sorted(p.name for p in kernels.iterdir()) == sorted(["k1", live.name])
+
+
+def test_regions_baking_different_values_are_different_problems(tmp_path):
+    """Same ops and shapes, different baked weights (per-site families): different keys; the same values
+    under other member names: the same key."""
+    import zipfile
+
+    def pt2(name: str, members: dict[str, bytes]) -> Path:
+        p = tmp_path / f"{name}.pt2"
+        with zipfile.ZipFile(p, "w") as z:
+            for k, v in members.items():
+                z.writestr(k, v)
+        return p
+
+    a = pt2("a", {"x/data/weights/w0": b"\x01\x02", "x/data/weights/model_weights_config.json": b"{}"})
+    b = pt2("b", {"x/data/weights/w0": b"\x01\x03", "x/data/weights/model_weights_config.json": b"{}"})
+    a2 = pt2("a2", {"y/data/weights/other_name": b"\x01\x02", "y/data/weights/model_weights_config.json": b"[]"})
+    da, db, da2 = (kernel_cache.baked_digest(p) for p in (a, b, a2))
+    assert da != db and da == da2 and da
+    key = lambda d: kernel_cache.cache_key(_cand("A"), "t", "1", "H200", None, "fp16", {}, baked=d)  # noqa: E731
+    assert key(da) != key(db) and key(da) == key(da2)
+    assert kernel_cache.baked_digest(tmp_path / "missing.pt2") == ""

@@ -32,9 +32,28 @@ def enabled() -> bool:
     return os.environ.get("YTK_KERNEL_CACHE", "1") not in ("0", "false", "no")
 
 
+def baked_digest(pt2: Path | None) -> str:
+    """A digest of the tensors a region's ``.pt2`` bakes in (its weights and constants, by content, not by
+    name): two regions with the same ops and shapes but different baked values (per-site families such as
+    Swin blocks' bias tables) are different problems. '' when there is no readable .pt2."""
+    import zipfile
+
+    if pt2 is None:
+        return ""
+    try:
+        with zipfile.ZipFile(pt2) as z:
+            parts = sorted(hashlib.sha256(z.read(i)).hexdigest() for i in z.infolist()
+                           if ("/data/weights/" in i.filename or "/data/constants/" in i.filename)
+                           and not i.filename.endswith(".json"))
+    except (OSError, zipfile.BadZipFile):
+        return ""
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:24]
+
+
 def cache_key(cand: Candidate, backend: str, backend_version: str, gpu: str, arch: str | None, precision: str,
-              config: dict[str, str]) -> str:
+              config: dict[str, str], baked: str = "") -> str:
     problem = {
+        "baked": baked,
         "backend": backend, "version": backend_version, "gpu": gpu, "arch": arch, "precision": precision,
         "config": {k: v for k, v in sorted(config.items())},
         "ops": cand.ops_name, "around": cand.around, "lift": cand.lift, "roles": cand.input_roles,

@@ -140,7 +140,8 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
 
     key = None
     if cand is not None and kernel_cache.enabled():
-        key = kernel_cache.cache_key(cand, sel.name, sel.backend.info.version, gpu, req.arch, prec, cfg)
+        key = kernel_cache.cache_key(cand, sel.name, sel.backend.info.version, gpu, req.arch, prec, cfg,
+                                     baked=kernel_cache.baked_digest(reference))
         report = kernel_cache.lookup(cache_dir(), key, cand.name, Path(output).resolve())
         if report is not None:
             rt.log.info(f"{cand.name}: reusing a finished kernel generation job for the same region", cache_key=key)
