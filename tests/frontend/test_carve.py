@@ -244,3 +244,18 @@ def test_grouped_conv_dynamic_remainder_serves_every_group_count(plain_copy):
     region = recognise(load_graph(plain_copy / cand.files.pt2), cand)
     assert region == Conv1x1Region(act="none", cin=None, cout=None, group_in=16, group_out=16, has_bias=True)
     _assert_reproduces_reference(plain_copy)
+
+
+def test_sites_whose_ops_take_different_arguments_are_refused(tmp_path):
+    """Three heads with the same ops but a different slice index each: a plugin for all three would run the
+    first head's program at every site (its op counts, convs and baked weights all match), so the carve
+    refuses; one head alone carves."""
+    from tests.conftest import REPO
+    from tests.helpers import prepare
+
+    model = REPO / "tests" / "data" / "per_head_model.py"
+    r = prepare(model, tmp_path / "all", ["yasp::H=Head"], size="1x32x32")
+    assert r.code == 2, r.stderr[-1500:]
+    assert "matches regions that compute different things" in r.stderr and "heads.1" in r.stderr
+    r = prepare(model, tmp_path / "one", ["yasp::H=Head@where=heads.1"], size="1x32x32")
+    assert r.code == 0, r.stderr[-1500:]

@@ -211,6 +211,45 @@ def _inventory(gm: Any) -> dict[str, int]:
     return dict(sorted(Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function").items()))
 
 
+def _program_signature(gm: Any) -> list[tuple[str, str, str]]:
+    """The region program as ops and their non-tensor arguments (an index, a scale, a dim): two sites whose
+    programs differ only in the names of their tensors have the same signature."""
+    import torch.fx
+
+    out = []
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr", "output"):
+            out.append((n.op, "", ""))
+        else:
+            out.append((n.op, str(n.target), repr(torch.fx.node.map_arg((n.args, n.kwargs), lambda _: "%"))))
+    return out
+
+
+def _check_site_runs_site0_program(sel: Any, first: Any, where: str, gm: Any, ins: list[Any],
+                                   outs: list[Any]) -> None:
+    """One plugin runs site 0's program everywhere: where a site's program differs from it beyond tensor names
+    (a per-head index, a scale), site 0's program must still reproduce that site's own outputs."""
+    import torch
+
+    if _program_signature(gm) == _program_signature(first):
+        return
+    try:
+        with torch.no_grad():
+            got = first(*ins)
+    except Exception:  # another shape: a dynamic program is checked at every site when it is exported
+        return
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    for g, want in zip(got, outs):
+        lo, hi = torch.aminmax(want)
+        scale = max(abs(float(lo)), abs(float(hi))) or 1.0
+        err = float((g - want).abs_().max()) if g.shape == want.shape else float("inf")
+        if not err <= 1e-4 * scale + 1e-5 * scale:
+            raise UsageError(f"selector {sel.text!r} matches regions that compute different things: the program of "
+                             f"its first site does not reproduce {where} (max diff {err:.3g}; their ops take different "
+                             "arguments, such as an index or a scale). One plugin runs one program at every site: "
+                             "split the selector with @where.")
+
+
 def _tinfo(name: str, t: Any) -> TensorInfo:
     return TensorInfo(name=name, shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""))
 
@@ -337,6 +376,7 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
             raise UsageError(f"selector {sel.text!r}: sites differ in input count ({len(site_inputs[0])} vs {len(ins)})")
         if k:
             _check_same_baked(sel, plan.sites[0], sp, weights)
+            _check_site_runs_site0_program(sel, modules[0], where, gm, ins, outs)
         modules.append(gm)
         site_inputs.append(ins)
         site_outputs.append(outs)
