@@ -161,11 +161,13 @@ class KernelGenBackend(Backend, Protocol):
         :meth:`fetch` resolves later. A region it cannot handle is ``status="failed"`` with the
         reason in ``message``, never a made-up kernel.
 
-        ``request.config`` holds the user's ``--config key=value`` pairs (``deployment_target`` is
-        always there). When ``ytk autoloop`` re-optimizes a kernel that is already plugged it adds
-        ``reoptimize=1``, ``ms_to_beat`` (the region's engine time per site now) and, when known,
-        ``kernel_ms_to_beat`` (the plugged kernel's own time per site): search harder, and fail the
-        job when nothing beats them. Read the ``.pt2`` with
+        ``request.config`` holds the user's ``--config key=value`` pairs for this generator (only the
+        keys its ``info.config_keys`` declares; the core refuses others). What the core decides comes
+        typed: ``request.deployment_target`` and, when ``ytk autoloop`` re-optimizes a kernel that is
+        already plugged, ``request.reoptimize`` (a :class:`~ytk_hookspecs.models.Reoptimization`:
+        ``ms_to_beat``, the region's engine time per site now, and when known ``kernel_ms_to_beat``,
+        the plugged kernel's own time per site): search harder, and fail the job when nothing beats
+        ``request.reoptimize.bar_ms()``. Read the ``.pt2`` with
         :func:`ytk_hookspecs.pt2.load_exported` (``torch.export.load`` is not thread-safe).
 
         Example::

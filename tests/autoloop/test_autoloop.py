@@ -210,12 +210,12 @@ def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
     "ms/site to beat" leaves headroom) and swaps the faster ones in, under the same plugin names."""
     from ytk_backend_mock.plugin import MockBackend
 
-    seen: list[dict[str, str]] = []
+    seen: list = []
 
     def submit(request, ctx):  # type: ignore[no-untyped-def]
         cfg = dict(request.config)
-        seen.append(cfg)
-        if cfg.get("reoptimize") != "1":
+        seen.append(request.reoptimize)
+        if request.reoptimize is None:
             cfg["mock_bandwidth_fraction"] = "0.45"
         return MockBackend().submit(request.model_copy(update={"config": cfg}), ctx)
 
@@ -226,7 +226,7 @@ def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
     assert first and reopt, [(rr.index, [(c.name, c.status, c.reason) for c in rr.candidates]) for rr in st.rounds]
     assert {c.replaces for c in reopt} <= first and all(c.name == c.replaces for c in reopt)
     assert all(c.ms_to_beat and c.ms_to_beat > 0 for c in reopt)
-    assert any(cfg.get("reoptimize") == "1" and float(cfg["ms_to_beat"]) > 0 for cfg in seen)
+    assert any(r is not None and r.ms_to_beat > 0 for r in seen)
     swapped = [c for c in reopt if c.status == "kept"]
     assert swapped, [(c.name, c.status, c.reason) for c in reopt]
     names = [p.name for p in st.best.plugins]

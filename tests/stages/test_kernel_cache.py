@@ -97,3 +97,59 @@ def test_regions_baking_different_values_are_different_problems(tmp_path):
     key = lambda d: kernel_cache.cache_key(_cand("A"), "t", "1", "H200", None, "fp16", {}, baked=d)  # noqa: E731
     assert key(da) != key(db) and key(da) == key(da2)
     assert kernel_cache.baked_digest(tmp_path / "missing.pt2") == ""
+
+
+def test_the_key_follows_the_generators_installed_code_not_its_version(tmp_path, monkeypatch):
+    """Editing a generator in place (no version bump) gives its jobs new keys; a single-module backend
+    hashes its own file, not its neighbours in site-packages."""
+    import importlib
+    import sys
+
+    from ytk_hookspecs.models import Reoptimization
+
+    pkg = tmp_path / "fp_gen_pkg"
+    (pkg / "cuda").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("class Gen:\n    pass\n")
+    (pkg / "cuda" / "k.cuh").write_text("// v1\n")
+    (tmp_path / "fp_single.py").write_text("class Gen:\n    pass\n")
+    (tmp_path / "fp_neighbour.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(kernel_cache, "_FINGERPRINTS", {})
+
+    def fp(module: str) -> str:
+        kernel_cache._FINGERPRINTS.clear()
+        sys.modules.pop(module, None)
+        return kernel_cache.code_fingerprint(importlib.import_module(module).Gen())
+
+    before = fp("fp_gen_pkg")
+    assert before == fp("fp_gen_pkg")
+    (pkg / "cuda" / "k.cuh").write_text("// v2: a template edited, the version not bumped\n")
+    after = fp("fp_gen_pkg")
+    assert after != before
+    single = fp("fp_single")
+    (tmp_path / "fp_neighbour.py").write_text("x = 2\n")
+    assert fp("fp_single") == single
+    key = lambda code, r=None: kernel_cache.cache_key(_cand("A"), "g", code, "H200", None, "fp16", {},  # noqa: E731
+                                                     reoptimize=r)
+    assert key(before) != key(after)
+    assert key(after) != key(after, Reoptimization(ms_to_beat=0.2)) != key(after, Reoptimization(ms_to_beat=0.1))
+
+
+def test_core_config_keys_become_typed_request_fields():
+    import pytest
+
+    from ytk_core.errors import UsageError
+    from ytk_core.stages.kernelgen import core_settings
+
+    own, reopt = core_settings({"deployment_target": "tensorrt", "max_variants": "4"})
+    assert own == {"max_variants": "4"} and reopt is None
+    own, reopt = core_settings({"deployment_target": "tensorrt", "reoptimize": "1", "ms_to_beat": "0.25",
+                                "kernel_ms_to_beat": "0.1"})
+    assert own == {} and reopt is not None and reopt.bar_ms() == 0.1 and reopt.ms_to_beat == 0.25
+    for bad, says in [({}, "deployment_target=tensorrt"), ({"deployment_target": "torch"}, "got deployment_target"),
+                      ({"deployment_target": "tensorrt", "reoptimize": "1"}, "needs --config ms_to_beat"),
+                      ({"deployment_target": "tensorrt", "ms_to_beat": "1"}, "only meaningful with"),
+                      ({"deployment_target": "tensorrt", "reoptimize": "1", "ms_to_beat": "-1"}, "above 0"),
+                      ({"deployment_target": "tensorrt", "reoptimize": "yes"}, "reoptimize=yes")]:
+        with pytest.raises(UsageError, match=says):
+            core_settings(bad)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ytk_hookspecs.models import ArchSpec, CandidatesFile
+from ytk_hookspecs.models import ArchSpec, CandidatesFile, Reoptimization
 from ytk_hookspecs.models.base import sha256_file
 
 from ..errors import KernelJobFailed
@@ -85,9 +85,11 @@ class KernelJobs:
             if refusal:
                 return cand, None, refusal
             out = run_kernelgen_compile(jobs.prep / region.files.pt2, jobs.gpu,
-                                        jobs.src_dir / f"{cand.name}.module_source.py", self._job_config(cand),
+                                        jobs.src_dir / f"{cand.name}.module_source.py",
+                                        {"deployment_target": "tensorrt"},
                                         kernelgen=ws.state.backends["kernelgen"], arch=ws.state.arch,
-                                        precision=ws.state.precision, candidates=jobs.prep / "candidates.json")
+                                        precision=ws.state.precision, candidates=jobs.prep / "candidates.json",
+                                        reoptimize=self._reoptimization(cand))
             return cand, out, None
         except Exception as e:
             if must_stop(e):
@@ -95,16 +97,16 @@ class KernelJobs:
             ws.debug_traceback(f"kernel generation of {cand.name} failed", e)
             return cand, None, job_failure(e)
 
-    def _job_config(self, cand: PluginRecord) -> dict[str, str]:
-        config = {"deployment_target": "tensorrt"}
-        if cand.replaces:  # a generator may search harder, and should fail when it cannot beat this
-            config.update(reoptimize="1", ms_to_beat=f"{cand.ms_to_beat:.6f}")
-            best = self.ws.state.best
-            old = next((p for p in (best.plugins if best else []) if p.name == cand.replaces), None)
-            if old is not None and old.kernel_ms_per_site:
-                # the kept kernel's own measured time per site (the engine's layer time includes more)
-                config["kernel_ms_to_beat"] = f"{statistics.fmean(old.kernel_ms_per_site):.6f}"
-        return config
+    def _reoptimization(self, cand: PluginRecord) -> Reoptimization | None:
+        """What a re-optimisation job must beat (a generator may search harder, and should fail when it
+        cannot); None for a region that is not plugged yet."""
+        if not cand.replaces or not cand.ms_to_beat:
+            return None
+        best = self.ws.state.best
+        old = next((p for p in (best.plugins if best else []) if p.name == cand.replaces), None)
+        # the kept kernel's own measured time per site (the engine's layer time includes more)
+        kernel = statistics.fmean(old.kernel_ms_per_site) if old is not None and old.kernel_ms_per_site else None
+        return Reoptimization(ms_to_beat=cand.ms_to_beat, kernel_ms_to_beat=kernel or None)
 
     def _generator_refuses(self, region: Any, prep: Path) -> str | None:
         """Ask the generator about the carved region before paying for its job: a certain "no" is the drop

@@ -3,7 +3,8 @@
 Two carves of the same region (autoloop re-carves every round; a user re-runs prepare) give the
 same kernel problem: same ops, shapes, dtypes, roles, target and generator. Generation is the
 most expensive job in the flow, so a finished one is reused, renamed to the new plugin name. The
-key holds the generator's name and version, so upgrading a backend invalidates its entries.
+key holds the generator's name and a fingerprint of its installed code (:func:`code_fingerprint`),
+so changing a backend's code -- upgrading it, or editing it in place -- invalidates its entries.
 Set ``YTK_KERNEL_CACHE=0`` to always generate afresh.
 
 An entry records the sha256 of the source it stored and is reused only while the source still has it:
@@ -21,7 +22,7 @@ import threading
 from pathlib import Path
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError, report_path
-from ytk_hookspecs.models import Candidate, sha256_file
+from ytk_hookspecs.models import Candidate, Reoptimization, sha256_file
 
 
 #: A store writes its entry under this name (with its process id) and renames it into place.
@@ -50,11 +51,46 @@ def baked_digest(pt2: Path | None) -> str:
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:24]
 
 
-def cache_key(cand: Candidate, backend: str, backend_version: str, gpu: str, arch: str | None, precision: str,
-              config: dict[str, str], baked: str = "") -> str:
+_FINGERPRINTS: dict[str, str] = {}
+_FP_LOCK = threading.Lock()
+
+
+def code_fingerprint(backend: object) -> str:
+    """A digest of the installed code of the package that defines ``backend``'s class: every file under
+    its top-level package (sources, ``.cuh`` templates, data), by path and content, skipping bytecode.
+    Editing a generator -- even without bumping its version -- gives its jobs new keys. Computed once per
+    package and process."""
+    module = type(backend).__module__
+    top = module.split(".")[0]
+    with _FP_LOCK:
+        if top in _FINGERPRINTS:
+            return _FINGERPRINTS[top]
+        import importlib
+
+        h = hashlib.sha256(top.encode())
+        pkg = importlib.import_module(top)
+        if hasattr(pkg, "__path__"):  # a package: everything under it
+            found = [(root, p) for root in map(Path, pkg.__path__) for p in root.rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")]
+        else:  # a single-module backend: that file only (not its site-packages neighbours)
+            f = Path(pkg.__file__ or "")
+            found = [(f.parent, f)] if f.is_file() else []
+        for root, f in sorted(found):
+            h.update(str(f.relative_to(root)).encode() + b"\0")
+            try:
+                h.update(f.read_bytes())
+            except OSError:
+                h.update(b"<unreadable>")
+        _FINGERPRINTS[top] = h.hexdigest()[:24]
+        return _FINGERPRINTS[top]
+
+
+def cache_key(cand: Candidate, backend: str, code: str, gpu: str, arch: str | None, precision: str,
+              config: dict[str, str], baked: str = "", reoptimize: Reoptimization | None = None) -> str:
+    """``code``: :func:`code_fingerprint` of the generator (not its declared version)."""
     problem = {
-        "baked": baked,
-        "backend": backend, "version": backend_version, "gpu": gpu, "arch": arch, "precision": precision,
+        "baked": baked, "reoptimize": reoptimize.model_dump() if reoptimize else None,
+        "backend": backend, "code": code, "gpu": gpu, "arch": arch, "precision": precision,
         "config": {k: v for k, v in sorted(config.items())},
         "ops": cand.ops_name, "around": cand.around, "lift": cand.lift, "roles": cand.input_roles,
         "inventory": cand.op_inventory, "constant_axes": cand.constant_axes,

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
-from ytk_hookspecs.models import (ArchSpec, Candidate, CandidatesFile, KernelGenRequest, KernelGenResult, KernelReport,
-                                  SupportAnswer, SupportRequest)
+from ytk_hookspecs.models import (CORE_CONFIG_KEYS, ArchSpec, Candidate, CandidatesFile, KernelGenRequest,
+                                  KernelGenResult, KernelReport, Reoptimization, SupportAnswer, SupportRequest)
 from ytk_hookspecs.models.base import ArtifactError, file_mode
 
 from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source
@@ -97,6 +97,33 @@ def check_gpu(gpu: str, target: ArchSpec | None) -> None:
                          "scored on the GPU it will run on")
 
 
+def core_settings(cfg: dict[str, str]) -> tuple[dict[str, str], Reoptimization | None]:
+    """``--config`` as the user gave it, split: the generator's own keys, and what the core reads itself
+    (:data:`~ytk_hookspecs.models.CORE_CONFIG_KEYS`) turned into the request's typed fields. Refuses a
+    missing or wrong ``deployment_target`` (nothing is started) and an incomplete re-optimisation."""
+    if cfg.get("deployment_target") != "tensorrt":
+        got = cfg.get("deployment_target")
+        raise UsageError(DEPLOYMENT_TARGET_REQUIRED + (f" (got deployment_target={got})" if got else ""))
+    own = {k: v for k, v in cfg.items() if k not in CORE_CONFIG_KEYS}
+    flag = cfg.get("reoptimize", "0")
+    if flag not in ("0", "1"):
+        raise UsageError(f"--config reoptimize={flag}: use 1 (the region is plugged already; fail unless the new "
+                         "kernel beats ms_to_beat) or 0")
+    bars = {k: cfg[k] for k in ("ms_to_beat", "kernel_ms_to_beat") if k in cfg}
+    if flag == "0":
+        if bars:
+            raise UsageError(f"--config {', '.join(bars)}: only meaningful with --config reoptimize=1")
+        return own, None
+    if "ms_to_beat" not in bars:
+        raise UsageError("--config reoptimize=1 needs --config ms_to_beat=MS (the region's engine time per site "
+                         "that the new kernel must beat)")
+    try:
+        return own, Reoptimization(**{k: float(v) for k, v in bars.items()})
+    except ValueError:
+        raise UsageError(f"--config {' '.join(f'{k}={v}' for k, v in bars.items())}: expected times in ms "
+                         "above 0") from None
+
+
 def check_config_keys(cfg: dict[str, str], sel: Any) -> None:
     """Every ``--config`` key is one the core or the selected generator reads (a typo would otherwise be
     silently ignored, and the job run without the setting the user asked for)."""
@@ -112,12 +139,13 @@ def check_config_keys(cfg: dict[str, str], sel: Any) -> None:
 
 def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[str] | dict[str, str] | None,
                           kernelgen: str | None = None, arch: str | None = None, precision: str = "fp16",
-                          candidates: Path | None = None) -> KernelgenOutcome:
-    """Submit a kernel generation job for the region of ``reference`` and check what comes back."""
+                          candidates: Path | None = None, reoptimize: Reoptimization | None = None) -> KernelgenOutcome:
+    """Submit a kernel generation job for the region of ``reference`` and check what comes back.
+    ``reoptimize`` (the autoloop's) takes the place of the ``reoptimize``/``*ms_to_beat`` config keys."""
     cfg = dict(config) if isinstance(config, dict) else parse_config(config)
-    if cfg.get("deployment_target") != "tensorrt":
-        got = cfg.get("deployment_target")
-        raise UsageError(DEPLOYMENT_TARGET_REQUIRED + (f" (got deployment_target={got})" if got else ""))
+    check_keys = cfg
+    cfg, from_config = core_settings(cfg)
+    reoptimize = reoptimize or from_config
     rt = runtime()
     prec = parse_precision(precision)
     target = parse_arch(arch) if arch else None
@@ -132,16 +160,17 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
                         "the result cannot be checked against an ONNX node (arity, shapes)")
         rt.log.warning(warnings[-1])
     sel = rt.select("kernelgen", kernelgen, target)
-    check_config_keys(cfg, sel)
-    req = KernelGenRequest(reference=reference.resolve(), gpu=gpu, config=cfg, output=Path(output).resolve(),
+    check_config_keys(check_keys, sel)
+    req = KernelGenRequest(reference=reference.resolve(), gpu=gpu, config=cfg, reoptimize=reoptimize,
+                           output=Path(output).resolve(),
                            candidate=cand, prepare_dir=prep, arch=target.spec if target else None,
                            precision=prec, plugin_name=cand.name if cand else None)  # type: ignore[arg-type]
     from . import kernel_cache
 
     key = None
     if cand is not None and kernel_cache.enabled():
-        key = kernel_cache.cache_key(cand, sel.name, sel.backend.info.version, gpu, req.arch, prec, cfg,
-                                     baked=kernel_cache.baked_digest(reference))
+        key = kernel_cache.cache_key(cand, sel.name, kernel_cache.code_fingerprint(sel.backend.impl), gpu, req.arch,
+                                     prec, cfg, baked=kernel_cache.baked_digest(reference), reoptimize=reoptimize)
         report = kernel_cache.lookup(cache_dir(), key, cand.name, Path(output).resolve())
         if report is not None:
             rt.log.info(f"{cand.name}: reusing a finished kernel generation job for the same region", cache_key=key)
@@ -170,17 +199,15 @@ def run_kernelgen_dry_run(reference: Path, config: list[str] | dict[str, str] | 
     """``kernelgen compile --dry-run``: what the selected generator would do with the region, no job."""
     from ..stages.supports import ask
 
-    cfg = dict(config) if isinstance(config, dict) else parse_config(config)
-    if cfg.get("deployment_target") != "tensorrt":
-        got = cfg.get("deployment_target")
-        raise UsageError(DEPLOYMENT_TARGET_REQUIRED + (f" (got deployment_target={got})" if got else ""))
+    given = dict(config) if isinstance(config, dict) else parse_config(config)
+    cfg, _reoptimize = core_settings(given)
     prec = parse_precision(precision)
     target = parse_arch(arch) if arch else None
     reference = existing_file(reference, "-r/--reference",
                               "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
     cand, _prep = find_candidate(reference, candidates)
     sel = runtime().select("kernelgen", kernelgen, target, need_available=False)
-    check_config_keys(cfg, sel)
+    check_config_keys(given, sel)
     return ask(SupportRequest(candidate=cand, reference=reference.resolve(), precision=prec, config=cfg,  # type: ignore[arg-type]
                               arch=target.spec if target else None), sel.name, target, selection=sel)
 

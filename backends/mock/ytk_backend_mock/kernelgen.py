@@ -185,7 +185,7 @@ def submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
         except ValueError as e:
             return KernelGenResult(job_id=job_id, status="failed",
                                    message=f"region {cand.name}: the kernel contract cannot express it: {e}")
-        beat = float(request.config.get("kernel_ms_to_beat", "0") or 0)
+        beat = (request.reoptimize.kernel_ms_to_beat or 0.0) if request.reoptimize else 0.0
         per_site = meta.perf.time_ms_per_site if meta.perf else []
         if beat > 0 and per_site and sum(per_site) / len(per_site) >= 0.97 * beat:
             return KernelGenResult(job_id=job_id, status="failed", message=(

@@ -78,10 +78,7 @@ def plan_job(request: KernelGenRequest, sm: int | None = None) -> JobPlan | Kern
     none of the sm-specific variants); a ``failed`` result when no template fits."""
     from .recognise import load_graph, recognise, site_shape_indices, site_shapes
 
-    target = request.config.get("deployment_target")
-    if target not in ("tensorrt", "torch"):
-        raise StageError("kernelgen needs --config deployment_target=tensorrt (or =torch): it decides that the "
-                         "kernel is emitted as a plugin launcher with a plugin_meta contract; nothing was run.")
+    target = request.deployment_target
     candidate = find_candidate(request)
     name = request.plugin_name or (candidate.name if candidate else None) or Path(request.reference).name.split(".")[0]
     job_id = f"{BACKEND}-{name}-{uuid.uuid4().hex[:8]}"
@@ -117,8 +114,7 @@ def _search(request: KernelGenRequest) -> tuple[int | None, bool, bool]:
     if w16 not in ("0", "1"):
         raise StageError(f"--config fp16_weights={w16}: use 1 (variants that hold the weights in fp16, as "
                          "TensorRT's fp16 kernels do, may win; the default) or 0 (only fp32-exact weights)")
-    return (int(request.config.get("max_variants", "0")) or None, request.config.get("reoptimize", "0") == "1",
-            w16 == "1")
+    return (int(request.config.get("max_variants", "0")) or None, request.reoptimize is not None, w16 == "1")
 
 
 def with_sm(plan: JobPlan, request: KernelGenRequest, sm: int) -> JobPlan:
@@ -249,15 +245,15 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
                                f"{winner.variant.name}: {win_total * 1e3:.1f} us vs {torch_total * 1e3:.1f} us over "
                                f"{len(site_index)} site(s)); not worth plugging (--config allow_slower=1 keeps it)",
                        rpath)
-    beat = request.config.get("kernel_ms_to_beat")
-    if beat and float(beat) > 0:
+    beat = request.reoptimize.kernel_ms_to_beat if request.reoptimize else None
+    if beat:
         mean = win_total / max(1, len(site_index))
-        if mean >= 0.97 * float(beat):
+        if mean >= 0.97 * beat:
             report.notes.append(f"re-optimization: best {winner.variant.name} {mean * 1e3:.1f} us/site, the plugged "
-                                f"kernel {float(beat) * 1e3:.1f} us/site")
+                                f"kernel {beat * 1e3:.1f} us/site")
             report.write(rpath)
             return _failed(job_id, f"re-optimization of {name} found nothing faster than the plugged kernel "
-                                   f"(best {winner.variant.name}: {mean * 1e3:.1f} us/site vs {float(beat) * 1e3:.1f} "
+                                   f"(best {winner.variant.name}: {mean * 1e3:.1f} us/site vs {beat * 1e3:.1f} "
                                    f"us/site; 3% better needed) over {len(variants)} variants", rpath)
     header, source = winner_source(winner.variant, meta)
     frac = min(1.0, winner.score.fraction_of_floor or 1e-9)

@@ -9,8 +9,8 @@ from .carve import (PLUGIN_DOMAIN, Candidate, CandidateFiles, CandidatesFile, Ca
                     LiftMode, PluginEntry, PluginsFile, RegionOp, SiteInfo)
 from .engine import (CompileRequest, CompileResult, LayerTime, PluginArtifact, Precision, ProfileRequest,
                      ProfileResult)
-from .kernel import (CandidateScore, KernelGenRequest, KernelGenResult, KernelPerf, KernelReport, PluginMeta,
-                     RegionSketch, SupportAnswer, SupportRequest, TensorContract)
+from .kernel import (CandidateScore, DeploymentTarget, KernelGenRequest, KernelGenResult, KernelPerf, KernelReport,
+                     PluginMeta, RegionSketch, Reoptimization, SupportAnswer, SupportRequest, TensorContract)
 from .tensors import TensorInfo
 from .trace import FxNode, FxNodesFile, ModuleFrame, TraceRequest, TraceResult
 

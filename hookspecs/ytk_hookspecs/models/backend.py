@@ -33,7 +33,9 @@ class Availability(BaseModel):
     details: dict[str, str] = Field(default_factory=dict)
 
 
-#: ``--config`` keys the core itself sets or reads for every kernel generator
+#: ``--config`` keys the core itself reads for every kernel generator: it turns them into the typed
+#: fields of :class:`~ytk_hookspecs.models.KernelGenRequest` (``deployment_target``, ``reoptimize``) and
+#: never passes them on in ``config``.
 CORE_CONFIG_KEYS: dict[str, str] = {
     "deployment_target": "what the kernel is for; `tensorrt` (required): a plugin around the launcher ABI",
     "reoptimize": "1: the region is plugged already; search harder and fail unless the kernel beats it",

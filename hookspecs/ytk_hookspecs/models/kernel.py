@@ -24,6 +24,8 @@ from .carve import Candidate, InputRole
 
 TensorFormat = Literal["kLINEAR", "kHWC8", "kCHW32", "kHWC"]
 KernelDtype = Literal["float16", "float32", "int32", "int8"]
+#: What a kernel is generated for: an engine plugin around the launcher ABI, or a torch custom op.
+DeploymentTarget = Literal["tensorrt", "torch"]
 
 
 #: A C identifier: what a contract field must be when a builder pastes it into generated C/C++.
@@ -58,7 +60,7 @@ class PluginMeta(Versioned):
     plugin_name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     plugin_namespace: str = Field(default="yasp", pattern=r"^[A-Za-z0-9_]*$")
     plugin_version: str = "1"
-    deployment_target: Literal["tensorrt", "torch"] = "tensorrt"
+    deployment_target: DeploymentTarget = "tensorrt"
     inputs: list[TensorContract]
     outputs: list[TensorContract]
     accumulation: KernelDtype = "float32"
@@ -77,12 +79,40 @@ class PluginMeta(Versioned):
         return v
 
 
+class Reoptimization(BaseModel):
+    """The region is plugged already: search harder, and fail the job unless the new kernel beats these.
+
+    ``ms_to_beat`` is the engine's time for the region's layers per site now (it includes what the
+    engine adds around the plugin); ``kernel_ms_to_beat``, when the plugged kernel's own time was
+    measured, is that time per site -- the sharper bar.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ms_to_beat: float = Field(gt=0, description="the engine's time for the region's layers per site (ms)")
+    kernel_ms_to_beat: float | None = Field(None, gt=0, description="the kept kernel's own time per site (ms)")
+
+    def bar_ms(self) -> float:
+        """The time per site a new kernel must beat: the kernel's own when known, else the engine's."""
+        return self.kernel_ms_to_beat or self.ms_to_beat
+
+
 class KernelGenRequest(Versioned):
-    """``ytk kernelgen compile -r X.pt2 -g GPU --config k=v -o X.module_source.py``."""
+    """``ytk kernelgen compile -r X.pt2 -g GPU --config k=v -o X.module_source.py``.
+
+    ``config`` holds only the selected generator's own keys (those its ``BackendInfo.config_keys``
+    declares); what the core decides arrives typed: ``deployment_target`` (from the required
+    ``--config deployment_target=tensorrt``) and ``reoptimize`` (set by the autoloop, or by
+    ``--config reoptimize=1 ms_to_beat=... [kernel_ms_to_beat=...]`` by hand).
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     reference: Path
     gpu: str
     config: dict[str, str] = Field(default_factory=dict)
+    deployment_target: DeploymentTarget = "tensorrt"
+    reoptimize: Reoptimization | None = None
     output: Path
     candidate: Candidate | None = None
     prepare_dir: Path | None = None

@@ -63,7 +63,7 @@ def generate(backend: LoadedBackend, regions: list[WrittenRegion], arch: str, gp
     refused_submitted = False
     for w in regions:
         ctx = StageContext(workdir=workdir / "jobs")
-        cfg = {**(config or {}), "deployment_target": "tensorrt"}
+        cfg = dict(config or {})
         asked = {"precision": precision, "config": cfg, "arch": arch}
         sketch = _ask(backend, SupportRequest(sketch=w.region.sketch, **asked), ctx)  # type: ignore[arg-type]
         answer = _ask(backend, SupportRequest(candidate=w.candidate, reference=w.pt2, **asked), ctx)  # type: ignore[arg-type]

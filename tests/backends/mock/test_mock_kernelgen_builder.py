@@ -12,7 +12,8 @@ from ytk_backend_mock import builder, kernelgen
 from ytk_hookspecs import StageContext, shape_expr
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.kernel_source import KernelSource
-from ytk_hookspecs.models import BuildRequest, CandidatesFile, KernelGenRequest, KernelReport, SiteInfo, TensorInfo
+from ytk_hookspecs.models import (BuildRequest, CandidatesFile, KernelGenRequest, KernelReport, Reoptimization, SiteInfo,
+                                  TensorInfo)
 from ytk_hookspecs.plugin_info import read_plugin_description
 
 
@@ -125,14 +126,13 @@ def test_builder_makes_a_self_describing_so(cand, tmp_path):
 
 
 def test_reoptimization_that_cannot_beat_the_plugged_kernel_fails(cand, tmp_path):
-    cfg = {"deployment_target": "tensorrt", "reoptimize": "1"}
     ctx = StageContext(workdir=tmp_path / "w")
-    req = KernelGenRequest(reference=Path("x.pt2"), gpu="Orin", config=cfg, output=tmp_path / "r.module_source.py",
+    req = KernelGenRequest(reference=Path("x.pt2"), gpu="Orin", output=tmp_path / "r.module_source.py",
                            candidate=cand)
     per_site = kernelgen.make_meta(cand, "fp16", 87, 0.75).perf.time_ms_per_site
     mean = sum(per_site) / len(per_site)
-    slow_bar = req.model_copy(update={"config": {**cfg, "kernel_ms_to_beat": f"{mean * 1.01:.6f}"}})
+    slow_bar = req.model_copy(update={"reoptimize": Reoptimization(ms_to_beat=1.0, kernel_ms_to_beat=mean * 1.01)})
     res = kernelgen.submit(slow_bar, ctx)
     assert res.status == "failed" and "not faster than the plugged kernel" in res.message
-    fast_bar = req.model_copy(update={"config": {**cfg, "kernel_ms_to_beat": f"{mean * 2:.6f}"}})
+    fast_bar = req.model_copy(update={"reoptimize": Reoptimization(ms_to_beat=1.0, kernel_ms_to_beat=mean * 2)})
     assert kernelgen.submit(fast_bar, ctx).status == "done"

@@ -206,12 +206,11 @@ def test_a_recognition_that_does_not_reproduce_the_pt2_is_refused(tmp_path: Path
 def test_reoptimization_widens_the_search_or_says_it_has_none(tmp_path: Path) -> None:
     from ytk_backend_templates.generate import JobPlan, plan_job
     from ytk_backend_templates.variants import region_variants
-    from ytk_hookspecs.models import KernelGenRequest
+    from ytk_hookspecs.models import KernelGenRequest, Reoptimization
 
     def plan(pt2, cand):  # type: ignore[no-untyped-def]
         return plan_job(KernelGenRequest(reference=pt2, gpu="H200", output=tmp_path / f"{cand.name}.module_source.py",
-                                         config={"deployment_target": "tensorrt", "reoptimize": "1",
-                                                 "kernel_ms_to_beat": "0.05"},
+                                         reoptimize=Reoptimization(ms_to_beat=0.1, kernel_ms_to_beat=0.05),
                                          candidate=cand, plugin_name=cand.name))
 
     p = plan(*pw_fixture(tmp_path / "a", "Conv1x1s1Dyn", "none", [(1, 32, 8, 8, 16), (1, 64, 4, 4, 256)]))
