@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import REPO, run_cli
 from tests.helpers import simulated_plugin
+from ytk_core.autoloop.state import BackendChoice
 from ytk_core.autoloop.control import WorkdirLock, parse_duration
 from ytk_core.autoloop.state import STATE_FILE, AutoloopState
 from ytk_core.errors import UsageError
@@ -175,8 +176,8 @@ def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monk
         return real(ref, bundles, **kw)
 
     monkeypatch.setattr(verify_mod, "run_verify", verify)
-    rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": "mock", "builder": "mock"},
-                       1, 0.001, 2, None)
+    rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w",
+                       BackendChoice(engine="mock", kernelgen="mock", builder="mock"), 1, 0.001, 2, None)
     st = rep.state
     name = poisoned["name"]
     dropped = {c.name: c for c in st.rounds[0].candidates if c.status == "dropped"}
@@ -198,8 +199,8 @@ def _autoloop_with_generator(tmp_path: Path, name: str, submit):  # type: ignore
     reset_runtime()
     runtime()._mgr = BackendManager(extra_plugins={name: simulated_plugin(name, "kernelgen", submit=submit)})
     try:
-        return run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w", {"engine": "mock", "kernelgen": name,
-                                                                   "builder": "mock"}, 3, 0.001, 2, None)
+        return run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w",
+                            BackendChoice(engine="mock", kernelgen=name, builder="mock"), 3, 0.001, 2, None)
     finally:
         reset_runtime()
 
@@ -329,7 +330,7 @@ def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "2", "--min-gain-ms", "5%", *MOCK)
     assert r.code == 0, r.stderr[-2000:]
     st = state(w)
-    assert st.limits["min_gain_pct"] == 5 and st.limits["min_gain_ms"] == pytest.approx(0.05 * st.baseline.ms)
+    assert st.limits.min_gain_pct == 5 and st.limits.gain_ms() == pytest.approx(0.05 * st.baseline.ms)
     r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "bad", "--min-gain-ms", "lots", *MOCK)
     assert r.code == 2 and "--min-gain-ms 'lots'" in r.stderr and "Traceback" not in r.stderr
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.helpers import simulated_plugin
+from ytk_core.autoloop.state import BackendChoice
 from ytk_core.errors import BackendError, RegionRefused, UsageError
 
 pytestmark = pytest.mark.slow
@@ -130,13 +131,13 @@ def test_unexpected_carve_error_pinned_on_the_right_candidate_and_resumed(tmp_pa
     monkeypatch.setattr(carving_mod, "checkpoint", checkpoint)
     w = tmp_path / "w"
     with pytest.raises(Killed):
-        run_autoloop(MIXED, ORIN, "fp16", w, dict(MOCK), 1, 0.001, 2, None)
+        run_autoloop(MIXED, ORIN, "fp16", w, BackendChoice(**MOCK), 1, 0.001, 2, None)
     before = AutoloopState.read(w / STATE_FILE).rounds[0]
     recorded = set(before.prepares) | set(before.carve_failures)
     assert len(recorded) == 3
     monkeypatch.setattr(carving_mod, "checkpoint", real_checkpoint)
     calls.clear()
-    rep = run_autoloop(MIXED, ORIN, "fp16", w, dict(MOCK), 1, 0.001, 2, None)
+    rep = run_autoloop(MIXED, ORIN, "fp16", w, BackendChoice(**MOCK), 1, 0.001, 2, None)
     assert not recorded & {"\n".join(c) for c in calls}  # nothing recorded before the kill was carved again
     cands = {c.name: c for c in rep.state.rounds[0].candidates}
     bad = cands["DwConv7x7s1C32"]
@@ -423,3 +424,15 @@ def test_a_carved_region_the_generator_refuses_gets_no_job(ytk, tmp_path):
     check_dropped(r, tmp_path / "w", "kernelgen",
                   "kernel generation: pickygen refuses the carved region (no job was run): a dense 3x3 conv (planted)")
     assert BAD not in submitted and GOOD in submitted
+
+
+def test_limits_and_backends_of_an_older_state_file_read_as_models():
+    """A state written when limits were floats with -1 for "not set" (and backends a dict) still resumes."""
+    from ytk_core.autoloop.state import AutoloopLimits, AutoloopState
+
+    old = {"model": "m.py", "model_sha256": "0" * 64, "arch": "Orin", "precision": "fp16",
+           "backends": {"engine": "mock", "kernelgen": "mock", "builder": "mock"},
+           "limits": {"max_rounds": 4.0, "min_gain_ms": -1.0, "min_gain_pct": 1.0, "time_budget_s": -1.0}}
+    st = AutoloopState.model_validate(old)
+    assert st.limits == AutoloopLimits(max_rounds=4, min_gain_pct=1.0)
+    assert st.backends.roles() == old["backends"] and st.min_gain_label() == "1%"

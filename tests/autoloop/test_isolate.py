@@ -73,8 +73,17 @@ def test_describe_is_one_line_and_names_unexpected_types():
 
 def test_named_selector():
     sels = ["yasp::A=Conv@where=*.0.dw", "yasp::A2=Conv@where=*.0.dw2"]
-    assert named_selector(RegionRefused("yasp::X=Y", "carve", "no"), sels) == "yasp::X=Y"
-    assert named_selector(UsageError(f"selector {sels[1]!r}: region has 2 outputs"), sels) == sels[1]  # longest
+    assert named_selector(RegionRefused(sels[0], "carve", "no"), sels) == sels[0]
+    # a message that quotes a selector is not data: the culprit search decides, not a substring match
+    assert named_selector(UsageError(f"selector {sels[1]!r}: region has 2 outputs"), sels) is None
+    assert named_selector(RegionRefused("yasp::Other=Z", "carve", "no"), sels) is None  # not one of this carve's
+    from ytk_core.frontend.selectors import parse_selector, SelectorError
+    try:
+        parse_selector("yasp::Bad=X@nojoin")
+    except SelectorError as e:
+        assert named_selector(e, ["yasp::Bad=X@nojoin"]) == "yasp::Bad=X@nojoin"
+    else:
+        raise AssertionError("a malformed selector parsed")
     assert named_selector(UsageError("internal carve error: values were not produced"), sels) is None
     assert named_selector(KeyError(sels[0]), sels) is None  # only the carve's own errors are read for a name
 

@@ -96,7 +96,7 @@ def test_the_autoloop_keeps_only_admitted_plugins_for_a_real_engine() -> None:
     from ytk_core.autoloop.kernel_jobs import KernelJobs
 
     def jobs(engine: str) -> SimpleNamespace:
-        return SimpleNamespace(ws=SimpleNamespace(state=SimpleNamespace(backends={"engine": engine})))
+        return SimpleNamespace(ws=SimpleNamespace(state=SimpleNamespace(backends=SimpleNamespace(engine=engine))))
 
     def rec(status: str) -> AdmissionRecord:
         return AdmissionRecord(plugin_name="P", so_sha256="0" * 64, status=status, reason="no CUDA GPU here")

@@ -28,7 +28,7 @@ def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> No
         ws.event(f"round {rnd.index}: no gain; best stays {best.ms:.3f} ms")
     rnd.stage = "done"
     ws.save()
-    if gain < ws.limits["min_gain_ms"]:
+    if gain < ws.limits.gain_ms():
         ws.stop(f"round {rnd.index} gained {max(gain, 0.0):.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}")
 
 
@@ -39,7 +39,7 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
     result = next(c for c in rnd.compiles if c.bundle == rnd.result_bundle)
     bundle = EngineBundle.open(ws.path(rnd.result_bundle))
     per = plugin_layer_ms(bundle, ws.path(result.prepare_dir) / "candidates.json")
-    min_gain = ws.limits["min_gain_ms"]
+    min_gain = ws.limits.gain_ms()
     losers = []
     for c in ws.active(rnd):
         c.plugin_ms = per.get(c.name)

@@ -46,7 +46,7 @@ class EngineCompiler:
                     and sha256_file(ws.path(old.bundle)) == old.sha256), None)
         if rec is None:
             res = run_compile(state.arch, state.precision, prep / "model.onnx", prep / "model.npz", out,
-                              [ws.path(p.so or "") for p in plugins], engine=state.backends["engine"],
+                              [ws.path(p.so or "") for p in plugins], engine=state.backends.engine,
                               worker=self.worker)
             rec = CompileRecord(bundle=ws.rel(out), prepare_dir=ws.rel(prep), sha256=sha256_file(out), plugins=names,
                                 p50_ms=statistics.median(res.benchmark.iterations_ms))
@@ -125,7 +125,7 @@ class EngineCompiler:
         out = ws.round_dir(rnd.index) / "best-again.tgz"
         try:
             run_compile(state.arch, state.precision, prep / "model.onnx", prep / "model.npz", out,
-                        [ws.path(p.so or "") for p in best.plugins], engine=state.backends["engine"],
+                        [ws.path(p.so or "") for p in best.plugins], engine=state.backends.engine,
                         worker=self.worker)
         except Exception as e:
             if must_stop(e):

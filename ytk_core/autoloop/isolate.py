@@ -16,7 +16,6 @@ from typing import Generic, TypeVar
 
 from ytk_hookspecs.errors import StageError
 
-from ..errors import UsageError
 from .state import CarveFailure
 
 #: A drop reason is one line of the report; the full text stays in the debug log.
@@ -48,17 +47,12 @@ def must_stop(err: BaseException) -> bool:
 
 
 def named_selector(err: BaseException, selectors: Sequence[str]) -> str | None:
-    """The selector an error is about: ``RegionRefused.selector`` (or any error carrying ``selector``);
-    failing that, the longest of ``selectors`` quoted in a usage error's text (the carve's older messages
-    name the selector they refuse). None when the error names no selector."""
+    """The selector an error is about, as the error carries it (``RegionRefused.selector``,
+    ``SelectorError.selector``: the carve wraps every refusal of one selector so), when it is one of
+    ``selectors``. None when the error names none -- the round then carves parts to find the culprit,
+    never guessing from the message's text."""
     sel = getattr(err, "selector", None)
-    if isinstance(sel, str) and sel:
-        return sel
-    if isinstance(err, UsageError):
-        text = str(err)
-        found = [s for s in selectors if s and s in text]
-        return max(found, key=len) if found else None
-    return None
+    return sel if isinstance(sel, str) and sel in selectors else None
 
 
 @dataclass

@@ -56,7 +56,7 @@ class KernelJobs:
         regions = {c.name: c for c in CandidatesFile.read(prep / "candidates.json").candidates}
         todo = [c for c in ws.active(rnd) if not (c.status in ("generated", "built") and self._source_ok(c))]
         jobs = RoundJobs(prep=prep, src_dir=ws.round_dir(rnd.index) / "sources",
-                         gpu=gpu_label(ws.state.arch, ws.state.backends["kernelgen"]))
+                         gpu=gpu_label(ws.state.arch, ws.state.backends.kernelgen))
         with ThreadPoolExecutor(max_workers=self.max_jobs) as pool:
             futures = [pool.submit(self._generate, c, regions.get(c.name), jobs) for c in todo]
             ws.log.info(f"round {rnd.index}: kernel generation", jobs_in_flight=min(len(todo), self.max_jobs),
@@ -87,7 +87,7 @@ class KernelJobs:
             out = run_kernelgen_compile(jobs.prep / region.files.pt2, jobs.gpu,
                                         jobs.src_dir / f"{cand.name}.module_source.py",
                                         {"deployment_target": "tensorrt"},
-                                        kernelgen=ws.state.backends["kernelgen"], arch=ws.state.arch,
+                                        kernelgen=ws.state.backends.kernelgen, arch=ws.state.arch,
                                         precision=ws.state.precision, candidates=jobs.prep / "candidates.json",
                                         reoptimize=self._reoptimization(cand))
             return cand, out, None
@@ -114,7 +114,7 @@ class KernelJobs:
         from ..stages.supports import check_support
 
         state = self.ws.state
-        gen = state.backends["kernelgen"]
+        gen = state.backends.kernelgen
         ans = check_support(region, prep, gen, ArchSpec.parse(state.arch), state.precision)  # type: ignore[arg-type]
         if ans.supported or not ans.certain:
             return None
@@ -153,7 +153,7 @@ class KernelJobs:
     # -- builds -------------------------------------------------------------------------------------
     def _not_admitted(self, rec: Any) -> str | None:
         """Why a built plugin may not go on to a real engine (it was not admitted), or None."""
-        if self.ws.state.backends["engine"] == "mock" or (rec is not None and rec.status == "admitted"):
+        if self.ws.state.backends.engine == "mock" or (rec is not None and rec.status == "admitted"):
             return None
         return f"admission: unverified ({rec.reason if rec else 'no verdict'}); a real engine loads only admitted plugins"
 
@@ -168,8 +168,8 @@ class KernelJobs:
             so = ws.round_dir(rnd.index) / "plugins" / f"{c.name}.so"
             try:
                 out = run_build_plugin(state.arch, c.name, ws.path(c.source or ""), so,
-                                       builder=state.backends["builder"], candidates=prep / "candidates.json",
-                                       precision=state.precision, engine=state.backends["engine"])
+                                       builder=state.backends.builder, candidates=prep / "candidates.json",
+                                       precision=state.precision, engine=state.backends.engine)
                 so_rel = ws.rel(out.so_path)
                 refused = self._not_admitted(out.admission)
             except AdmissionRefused as e:

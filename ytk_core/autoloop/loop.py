@@ -84,7 +84,7 @@ class Autoloop:
         state.baseline = BestEngine(round=0, bundle=rec.bundle, ms=rec.p50_ms, prepare_dir=self.ws.rel(prep))
         state.best = state.baseline.model_copy(deep=True)
         state.resolve_min_gain()
-        self.ws.event(f"round 0: baseline {rec.p50_ms:.3f} ms ({state.backends['engine']} engine)")
+        self.ws.event(f"round 0: baseline {rec.p50_ms:.3f} ms ({state.backends.engine} engine)")
         self.ws.save()
         checkpoint("baseline")
 
@@ -102,11 +102,11 @@ class Autoloop:
         if state.rounds and state.rounds[-1].stage != "done":
             return state.rounds[-1]
         done = len(state.rounds)
-        if done >= limits["max_rounds"]:
-            self.ws.stop(f"reached --max-rounds {int(limits['max_rounds'])}")
+        if done >= limits.max_rounds:
+            self.ws.stop(f"reached --max-rounds {limits.max_rounds}")
             return None
         if self.clock.exhausted():
-            self.ws.stop(f"time budget of {limits['time_budget_s']:.0f} s spent")
+            self.ws.stop(f"time budget of {limits.time_budget_s or 0:.0f} s spent")
             return None
         rnd = RoundRecord(index=done + 1)
         state.rounds.append(rnd)

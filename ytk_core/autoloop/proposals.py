@@ -23,7 +23,7 @@ def propose_round(ws: Workspace, rnd: RoundRecord) -> None:
                       if c.status == "dropped"}
     kept = {p.name for p in ws.state.best.plugins} if ws.state.best else set()
     fresh = [p for p in report.candidates if p.selector and p.name not in kept and p.selector not in dropped_before]
-    worth = [p for p in fresh if p.ms >= ws.limits["min_gain_ms"]]
+    worth = [p for p in fresh if p.ms >= ws.limits.gain_ms()]
     refused = _refused_by_propose(ws, rnd, worth)
     refused_sels = {c.selector for c in refused}
     worth = [p for p in worth if p.selector not in refused_sels]
@@ -53,9 +53,9 @@ def _propose(ws: Workspace) -> Any:
     assert best is not None
     prep = ws.path(best.prepare_dir)
     plugins_json = prep / "plugins.json"
-    opts: dict[str, Any] = {"min_ms": ws.limits["min_gain_ms"], "precision": ws.state.precision}
+    opts: dict[str, Any] = {"min_ms": ws.limits.gain_ms(), "precision": ws.state.precision}
     if "kernelgen" in ProposeOptions.model_fields:
-        opts["kernelgen"] = ws.state.backends["kernelgen"]
+        opts["kernelgen"] = ws.state.backends.kernelgen
     return propose(ws.path(best.bundle), prep / "model.onnx", prep / "fx_nodes.json",
                    plugins_json if plugins_json.is_file() else None, ProposeOptions(**opts))
 
@@ -110,7 +110,7 @@ def _reoptimizable(ws: Workspace, proposals: list[Any]) -> list[PluginRecord]:
         except Exception:  # a kept source that no longer reads is not worth a job
             continue
         frac = perf.achieved_bandwidth_fraction if perf else None
-        if frac is None or frac >= REOPT_BELOW or p.ms * (1.0 - frac) < ws.limits["min_gain_ms"]:
+        if frac is None or frac >= REOPT_BELOW or p.ms * (1.0 - frac) < ws.limits.gain_ms():
             continue
         out.append(PluginRecord(name=p.name, selector=k.selector, origin_round=len(ws.state.rounds), region_ms=p.ms,
                                 sites=len(p.sites), replaces=p.name, ms_to_beat=p.ms_to_beat))

@@ -58,7 +58,7 @@ def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
     plugins = [ShipPlugin(name=p.name, selector=p.selector, so=str(w / p.so), sha256=p.so_sha256)
                for p in best.plugins if p.so]
     ship = ShipList(engine_bundle=str(w / best.bundle), onnx=str(prep / "model.onnx"), npz=str(prep / "model.npz"),
-                    arch=state.arch, precision=state.precision, engine=state.backends.get("engine", "auto"),
+                    arch=state.arch, precision=state.precision, engine=state.backends.engine,
                     plugins=plugins, reproduce="")
     return ship.model_copy(update={"reproduce": rebuild_command(ship)})
 
@@ -177,7 +177,7 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         bundles = [w / base.bundle] + ([w / best.bundle] if best.bundle != base.bundle else [])
         verify = run_verify(ref, bundles, no_host=not host_timing)
         write_text_atomic(rdir / "verify.json", verify.model_dump_json(indent=2))
-    unit = "SIMULATED figures (mock target)" if simulated else f"measured on the {state.backends.get('engine')} engine"
+    unit = "SIMULATED figures (mock target)" if simulated else f"measured on the {state.backends.engine} engine"
     points = [RoundPoint("base", base.ms, base.ms)] if base else []
     running = base.ms if base else 0.0
     for r in state.rounds:
@@ -189,8 +189,8 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
     speedup = base.ms / best.ms if base and best and best.ms else None
     md = [f"# ytk autoloop report{' (SIMULATED)' if simulated else ''}", "",
           f"- model: `{state.model}`", f"- target: `{state.arch}`, precision {state.precision}",
-          f"- backends: engine `{state.backends.get('engine')}`, kernelgen `{state.backends.get('kernelgen')}`, "
-          f"builder `{state.backends.get('builder')}`",
+          f"- backends: engine `{state.backends.engine}`, kernelgen `{state.backends.kernelgen}`, "
+          f"builder `{state.backends.builder}`",
           f"- wall time: {state.elapsed_s / 60:.1f} min; stopped because: {state.stop_reason or 'not finished'}", ""]
     if simulated:
         md += ["> Every latency here comes from the mock backend's simulated DRIVE AGX Orin (a cost model), "

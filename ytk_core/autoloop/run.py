@@ -16,7 +16,7 @@ from ..thresholds import Threshold
 from .control import Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
 from .report import REPORT_DIR, AutoloopReport, build_report
-from .state import PREV_STATE_FILE, STATE_FILE, AutoloopState
+from .state import PREV_STATE_FILE, STATE_FILE, AutoloopBackends, AutoloopLimits, AutoloopState, BackendChoice
 
 
 def _resolve_arch(arch: str) -> str:
@@ -26,14 +26,14 @@ def _resolve_arch(arch: str) -> str:
     return parse_arch(arch).spec
 
 
-def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
+def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice,
                  max_rounds: int, min_gain: str | float, max_jobs: int, time_budget: str | None,
                  on_change: str = "ask", worker: str | None = None) -> AutoloopReport:
     """``min_gain``: milliseconds (``0.1``, ``"0.1ms"``) or a share of the baseline (``"1%"``).
     ``on_change``: what a workdir whose inputs or backend versions changed does: ``ask`` (stop and say
     so), ``resume`` (go on with the recorded results) or ``fresh`` (discard them and start over).
-    ``worker``: a Kronos worker's URL; every engine is compiled there, with its engine and (for ``-a auto``)
-    its target."""
+    ``flags``: the backends the user named per role. ``worker``: a Kronos worker's URL; every engine is
+    compiled there, with its engine and (for ``-a auto``) its target."""
     if precision not in ("fp16", "fp32"):
         raise UsageError(f"-p {precision!r}: expected fp16 or fp32")
     if max_rounds < 1 or max_jobs < 1:
@@ -50,28 +50,27 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: d
     workdir.mkdir(parents=True, exist_ok=True)
     if worker is not None:
         arch, flags = _on_worker(worker, arch, flags)
+    limits = AutoloopLimits(max_rounds=max_rounds, min_gain_ms=None if min_gain_t.relative else min_gain_t.value,
+                            min_gain_pct=min_gain_t.value if min_gain_t.relative else None, time_budget_s=budget)
     with WorkdirLock(workdir):
         clean_stale(workdir)
         if on_change == "fresh":
             discard_run(workdir)
-        state = _load_or_start(model, arch, precision, workdir, flags, max_rounds, min_gain_t, budget)
+        state = _load_or_start(model, arch, precision, workdir, flags, limits, min_gain_t, remote=worker is not None)
         if on_change != "fresh":
             _check_unchanged(state, model, workdir, resume=on_change == "resume")
         loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs, worker)
         if not state.finished:
             loop.run()
         rt = runtime()
-        eng = rt.manager.get(state.backends["engine"])
+        eng = rt.manager.get(state.backends.engine)
         simulated = bool(eng and eng.info.simulated)
-        return build_report(state, workdir, simulated=simulated, host_timing=state.backends["engine"] != "mock")
+        return build_report(state, workdir, simulated=simulated, host_timing=state.backends.engine != "mock")
 
 
-def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: dict[str, str | None],
-                   max_rounds: int, min_gain: Threshold, budget: float | None) -> AutoloopState:
+def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice,
+                   limits: AutoloopLimits, min_gain: Threshold, remote: bool) -> AutoloopState:
     sf = workdir / STATE_FILE
-    limits = {"max_rounds": float(max_rounds), "min_gain_ms": -1.0 if min_gain.relative else min_gain.value,
-              "min_gain_pct": min_gain.value if min_gain.relative else -1.0,
-              "time_budget_s": float(budget) if budget is not None else -1.0}
     if sf.is_file():
         st = _read_state(workdir)
         if Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model):
@@ -81,24 +80,23 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
             raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; start over with --fresh or use a new --workdir")
         if precision != st.precision:
             raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; start over with --fresh or use a new --workdir")
-        for role, name in flags.items():
-            if role == "worker":
-                continue
-            if name and st.backends.get(role) != name:
-                raise UsageError(f"{workdir} was started with {role} backend {st.backends.get(role)!r}, not {name!r}; "
-                                 "use a new --workdir")
+        for role, name in flags.asked().items():
+            if st.backends.roles()[role] != name:
+                raise UsageError(f"{workdir} was started with {role} backend {st.backends.roles()[role]!r}, not "
+                                 f"{name!r}; use a new --workdir")
         new_gain = min_gain.ms(st.baseline.ms) if st.baseline else None
-        if st.finished and (max_rounds > st.limits["max_rounds"] or
-                            (new_gain is not None and new_gain < st.limits["min_gain_ms"])):
+        if st.finished and (limits.max_rounds > st.limits.max_rounds or
+                            (new_gain is not None and st.limits.min_gain_ms is not None
+                             and new_gain < st.limits.min_gain_ms)):
             st.finished, st.stop_reason = False, ""  # looser limits: keep going from the best engine
-        st.limits.update(limits)
+        st.limits = limits
         st.resolve_min_gain()
         runtime().log.info(f"resuming autoloop in {workdir}", rounds_done=len(st.rounds),
                            best_ms=round(st.best.ms, 3) if st.best else None)
         return st
     spec = _resolve_arch(arch)
-    backends = resolve_backends(spec, flags, remote_engine=flags.get("engine") if "worker" in flags else None)
-    versions = {role: b.info.version for role, name in backends.items() if (b := runtime().manager.get(name))}
+    backends = resolve_backends(spec, flags, remote_engine=flags.engine if remote else None)
+    versions = {role: b.info.version for role, name in backends.roles().items() if (b := runtime().manager.get(name))}
     st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), arch=spec, precision=precision,
                        backends=backends, backend_versions=versions, limits=limits)
     st.save(workdir)
@@ -138,7 +136,7 @@ def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool
 
     changes = []
     rt = runtime()
-    for role, name in st.backends.items():
+    for role, name in st.backends.roles().items():
         b = rt.manager.get(name)
         was = st.backend_versions.get(role)
         if b is not None and was and b.info.version != was:
@@ -156,18 +154,18 @@ def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool
     rt.log.warning(f"--resume: going on with {workdir}'s recorded results although {what}")
 
 
-def _on_worker(worker: str, arch: str, flags: dict[str, str | None]) -> tuple[str, dict[str, str | None]]:
+def _on_worker(worker: str, arch: str, flags: BackendChoice) -> tuple[str, BackendChoice]:
     """With a Kronos worker the engine is the worker's (``--engine`` must agree) and ``-a auto`` its target."""
     from ..kronos.remote_compile import worker_info
 
     info = worker_info(worker)
-    if flags.get("engine") and flags["engine"] != info.engine:
-        raise UsageError(f"--engine {flags['engine']}: the kronos worker at {worker} runs the {info.engine} engine")
+    if flags.engine and flags.engine != info.engine:
+        raise UsageError(f"--engine {flags.engine}: the kronos worker at {worker} runs the {info.engine} engine")
     runtime().log.info(f"autoloop engine: {info.engine} on the kronos worker at {worker}", target=info.arch)
-    return (info.arch if arch == "auto" else arch), {**flags, "engine": info.engine, "worker": worker}
+    return (info.arch if arch == "auto" else arch), flags.model_copy(update={"engine": info.engine})
 
 
-def resolve_backends(arch: str, flags: dict[str, str | None], remote_engine: str | None = None) -> dict[str, str]:
+def resolve_backends(arch: str, flags: BackendChoice, remote_engine: str | None = None) -> AutoloopBackends:
     """The engine, kernel generator and builder a new autoloop uses (a resumed one keeps its own). A
     ``remote_engine`` runs on a Kronos worker: it is not selected (or need not even be installed) here."""
     rt = runtime()
@@ -177,10 +175,10 @@ def resolve_backends(arch: str, flags: dict[str, str | None], remote_engine: str
         if role == "engine" and remote_engine:
             out[role] = remote_engine
             continue
-        sel = rt.select(role, flags.get(role), spec)
+        sel = rt.select(role, getattr(flags, role), spec)
         out[role] = sel.name
         rt.log.info(f"autoloop {role}: {sel.name}", why=sel.reason)
-    return out
+    return AutoloopBackends(**out)
 
 
 def clean_stale(workdir: Path) -> None:

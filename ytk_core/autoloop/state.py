@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ytk_hookspecs.models import Versioned
 from ytk_hookspecs.models.base import sha256_file, write_bytes_atomic
@@ -104,13 +104,64 @@ class BestEngine(_M):
     plugins: list[PluginRecord] = Field(default_factory=list)
 
 
+class BackendChoice(_M):
+    """What the user asked for per role (``--engine``/``--kernelgen``/``--builder``); None: automatic."""
+
+    engine: str | None = None
+    kernelgen: str | None = None
+    builder: str | None = None
+
+    def asked(self) -> dict[str, str]:
+        """role -> name, for the roles the user named."""
+        return {role: name for role, name in self.model_dump().items() if name}
+
+
+class AutoloopBackends(_M):
+    """The backend serving each role in this run, chosen once when it starts (a resume keeps them)."""
+
+    engine: str
+    kernelgen: str
+    builder: str
+
+    def roles(self) -> dict[str, str]:
+        """role -> backend name."""
+        return self.model_dump()
+
+
+class AutoloopLimits(_M):
+    """When the loop stops; a resume applies the limits given to it to the rounds that remain."""
+
+    max_rounds: int = Field(ge=1, description="rounds of propose -> plug after the baseline")
+    min_gain_ms: float | None = Field(None, ge=0, description="a candidate or round worth less stops the loop; None "
+                                      "until a share (min_gain_pct) is resolved against the baseline")
+    min_gain_pct: float | None = Field(None, ge=0, le=100, description="--min-gain-ms given as a share of the "
+                                       "baseline engine's latency")
+    time_budget_s: float | None = Field(None, ge=0, description="wall seconds, checked between rounds")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_state(cls, data: Any) -> Any:
+        """A state written before the limits were a model held floats with -1 for "not set"."""
+        if isinstance(data, dict):
+            data = {k: (None if isinstance(v, (int, float)) and v < 0 else v) for k, v in data.items()}
+            if isinstance(data.get("max_rounds"), float):
+                data["max_rounds"] = int(data["max_rounds"])
+        return data
+
+    def gain_ms(self) -> float:
+        """The minimum gain in milliseconds (the baseline is measured before anything asks)."""
+        if self.min_gain_ms is None:
+            raise RuntimeError("the minimum gain is a share of the baseline, which is not measured yet")
+        return self.min_gain_ms
+
+
 class AutoloopState(Versioned):
     model: str
     model_sha256: str
     arch: str
     precision: str
-    backends: dict[str, str]
-    limits: dict[str, float]
+    backends: AutoloopBackends
+    limits: AutoloopLimits
     started: str = Field(default_factory=now)
     updated: str = Field(default_factory=now)
     elapsed_s: float = 0.0
@@ -131,14 +182,16 @@ class AutoloopState(Versioned):
 
     def resolve_min_gain(self) -> None:
         """A --min-gain-ms given as a share of the baseline becomes milliseconds once the baseline is measured."""
-        pct = self.limits.get("min_gain_pct", -1.0)
-        if pct >= 0 and self.baseline is not None:
-            self.limits["min_gain_ms"] = pct / 100.0 * self.baseline.ms
+        pct = self.limits.min_gain_pct
+        if pct is not None and self.baseline is not None:
+            self.limits.min_gain_ms = pct / 100.0 * self.baseline.ms
 
     def min_gain_label(self) -> str:
         """``--min-gain-ms`` as the user gave it: ``1% (0.075 ms)`` or ``0.1 ms``."""
-        pct, ms = self.limits.get("min_gain_pct", -1.0), self.limits["min_gain_ms"]
-        return f"{pct:g}% ({ms:.3g} ms)" if pct >= 0 else f"{ms:g} ms"
+        pct, ms = self.limits.min_gain_pct, self.limits.min_gain_ms
+        if pct is not None:
+            return f"{pct:g}% ({ms:.3g} ms)" if ms is not None else f"{pct:g}%"
+        return f"{ms:g} ms"
 
     def save(self, workdir: Path) -> None:
         self.updated = now()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .control import Clock
-from .state import AutoloopState, DropStage, PluginRecord, RoundRecord, RoundStage
+from .state import AutoloopLimits, AutoloopState, DropStage, PluginRecord, RoundRecord, RoundStage
 
 
 class Workspace:
@@ -53,7 +53,7 @@ class Workspace:
         return freed
 
     @property
-    def limits(self) -> dict[str, float]:
+    def limits(self) -> AutoloopLimits:
         return self.state.limits
 
     # -- paths ------------------------------------------------------------------------------------

@@ -52,7 +52,9 @@ def autoloop(
     if resume and fresh:
         raise UsageError("--resume and --fresh contradict each other: pick one")
 
-    rep = run_autoloop(model, arch, precision, workdir, {"engine": engine, "kernelgen": kernelgen, "builder": builder},
+    from ..autoloop.state import BackendChoice
+
+    rep = run_autoloop(model, arch, precision, workdir, BackendChoice(engine=engine, kernelgen=kernelgen, builder=builder),
                        max_rounds, min_gain_ms, max_jobs, time_budget,
                        on_change="fresh" if fresh else "resume" if resume else "ask", worker=resolve_worker(worker))
     exported: list[Path] = []

@@ -51,6 +51,7 @@ class SelectorError(UsageError):
                               "[@epilogue][@part=<K>]")
         self.column = col
         self.expected = expected
+        self.selector = str(text)  # as data: a caller carving several (the autoloop) drops just this one
 
 
 @dataclass(frozen=True)
