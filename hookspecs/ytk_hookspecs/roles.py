@@ -49,7 +49,7 @@ from .models import BackendInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import StageContext
-    from .models import (ArchSpec, Availability, BuildRequest, BuildResult, CarveRequest, CarveResult,
+    from .models import (BuildRequest, BuildResult, CarveRequest, CarveResult,
                          CompileRequest, CompileResult, KernelGenRequest, KernelGenResult, ProfileRequest,
                          ProfileResult, SupportAnswer, SupportRequest, TraceRequest, TraceResult)
 

@@ -11,7 +11,7 @@ from tests.helpers import backend_object, backend_plugin
 from ytk_core.errors import UsageError, YtkError
 from ytk_core.plugins import BackendManager, select_backend
 from ytk_hookspecs import StageContext, hookimpl, loader
-from ytk_hookspecs.models import BackendInfo, KernelGenRequest, KernelGenResult, SupportAnswer
+from ytk_hookspecs.models import KernelGenRequest, KernelGenResult, SupportAnswer
 
 
 def make_kernelgen(name: str, calls: list[str], priority: int | None = None, available: bool = True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ytk_core.stages import kernel_cache
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import Candidate, PluginMeta, SiteInfo, TensorContract, TensorInfo

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
-from ytk_hookspecs.models import ArchSpec, PluginDescription, PluginMeta, TensorContract
+from ytk_hookspecs.models import PluginDescription, PluginMeta
 from ytk_hookspecs.plugin_info import c_snippet, c_string_literal, read_plugin_description
 
 EVIL = [

@@ -3,7 +3,6 @@ Python traceback (exit 1); each must now be one clear line and a documented exit
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -170,7 +170,7 @@ def _plan_selector(sel: Selector, ctx: _PlanContext, claimed: dict[str, str]) ->
         spec, lift = analyse(site.nodes, ctx.weight_names, ctx.graph_outputs, sel.lift, where, ctx.facts)
         onnx_nodes = sorted({o for n in site.nodes for o in onnx_of.get(n.name, [])})
         if not onnx_nodes:
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: region {where} became no ONNX node (it was constant-folded "
+            raise UsageError(f"selector {sel.text!r}: region {where} became no ONNX node (it was constant-folded "
                              "or optimised away); there is nothing to replace")
         og.check_convex(onnx_nodes, where)
         b = og.boundary(onnx_nodes)
@@ -180,7 +180,7 @@ def _plan_selector(sel: Selector, ctx: _PlanContext, claimed: dict[str, str]) ->
             # misses a consumer, so it is refused with the edges it would cut.
             leaks = [f"{o} -> {', '.join(c for c in og.consumers.get(o, []) if c not in set(onnx_nodes)) or 'graph output'}"
                      for o in b.outputs]
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: region {where} has {len(b.outputs)} values used outside it "
+            raise UsageError(f"selector {sel.text!r}: region {where} has {len(b.outputs)} values used outside it "
                              f"({'; '.join(leaks)}); carving it would cut those edges. Grow the region to include "
                              "those consumers or narrow it so only one value leaves.")
         ins = _map_boundary(spec.activations, b.inputs, onnx_of, og, "input", where)
@@ -202,7 +202,7 @@ def _check_same_baked(sel: Selector, first: SitePlan, site: SitePlan, weights: d
         for x, y in zip(a, b))
     if differ:
         names = ", ".join(y.name for y in b[:3])
-        raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: {site.site.module_path or 'a site'} bakes different weights ({names}) "
+        raise UsageError(f"selector {sel.text!r}: {site.site.module_path or 'a site'} bakes different weights ({names}) "
                          f"than {first.site.module_path or 'site 0'}; one plugin carries one set of baked constants. "
                          "Lift them (convs lift by default: drop @lift=none) or give each site its own selector.")
 
@@ -244,7 +244,7 @@ def _check_site_runs_site0_program(sel: Any, first: Any, where: str, gm: Any, in
         scale = max(abs(float(lo)), abs(float(hi))) or 1.0
         err = float((g - want).abs_().max()) if g.shape == want.shape else float("inf")
         if not err <= 1e-4 * scale + 1e-5 * scale:
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r} matches regions that compute different things: the program of "
+            raise UsageError(f"selector {sel.text!r} matches regions that compute different things: the program of "
                              f"its first site does not reproduce {where} (max diff {err:.3g}; their ops take different "
                              "arguments, such as an index or a scale). One plugin runs one program at every site: "
                              "split the selector with @where.")
@@ -364,16 +364,16 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                 raise UsageError(f"internal carve error: region {where} rebuilt as a module does not reproduce the "
                                  f"model (max diff {err:.3g}); please report this")
         if k and _inventory(gm) != _inventory(modules[0]):
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r} matches regions of different structure: {plan.sites[0].site.module_path} "
+            raise UsageError(f"selector {sel.text!r} matches regions of different structure: {plan.sites[0].site.module_path} "
                              f"runs {_inventory(modules[0])} but {where} runs {_inventory(gm)}. One plugin needs one "
                              "kind of region: split the selector with @where.")
         if k and [conv_signature(c) for c in sp.spec.convs] != [conv_signature(c) for c in plan.sites[0].spec.convs]:
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r} matches convolutions of different kinds: "
+            raise UsageError(f"selector {sel.text!r} matches convolutions of different kinds: "
                              f"{plan.sites[0].site.module_path} has {[conv_signature(c) for c in plan.sites[0].spec.convs]} "
                              f"(kernel, stride, padding, dilation, depthwise) but {where} has "
                              f"{[conv_signature(c) for c in sp.spec.convs]}. Split it with @where.")
         if k and len(ins) != len(site_inputs[0]):
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: sites differ in input count ({len(site_inputs[0])} vs {len(ins)})")
+            raise UsageError(f"selector {sel.text!r}: sites differ in input count ({len(site_inputs[0])} vs {len(ins)})")
         if k:
             _check_same_baked(sel, plan.sites[0], sp, weights)
             _check_site_runs_site0_program(sel, modules[0], where, gm, ins, outs)

@@ -37,7 +37,7 @@ def _check_every_site(sel: Selector, program: Any, site_inputs: list[list[Any]])
     plugin is refused here, not at the engine compile after a kernel was generated and built."""
     import torch
 
-    from ..errors import RegionRefused, UsageError
+    from ..errors import UsageError
 
     mod = program.module()
     for k, ins in enumerate(site_inputs[1:], start=1):
@@ -45,7 +45,7 @@ def _check_every_site(sel: Selector, program: Any, site_inputs: list[list[Any]])
             with torch.no_grad():
                 mod(*ins)
         except Exception as e:  # a failed guard is an AssertionError; a shape error a RuntimeError
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: its region's program, exported once for all sites, does not run "
+            raise UsageError(f"selector {sel.text!r}: its region's program, exported once for all sites, does not run "
                              f"at site {k} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); its sites need "
                              "programs of their own: split the selector by shape (@where)") from None
 

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import RegionRefused, UsageError
+from ..errors import UsageError
 from .region_rules import FactGraph, convex_parts, grow_epilogue, whole_onnx_nodes
 from .selectors import Selector
 
@@ -185,17 +185,17 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
         if sel.kind == "class":
             paths = [p for p, c in gi.instances.items() if c == sel.ops_name]
             if not paths:
-                raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: no module of class {sel.ops_name!r} in the traced model. "
+                raise UsageError(f"selector {sel.text!r}: no module of class {sel.ops_name!r} in the traced model. "
                                  f"Closest classes: {_closest(sel.ops_name, sorted(gi.classes()))}.")
             scoped = [p for p in paths if _glob_ok(p, sel)]
             if not scoped:
-                raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: {len(paths)} {sel.ops_name} module(s) exist but none matches "
+                raise UsageError(f"selector {sel.text!r}: {len(paths)} {sel.ops_name} module(s) exist but none matches "
                                  f"@where={','.join(sel.where)}. Closest paths: {_closest(sel.includes[0] if sel.includes else '', paths)}.")
         else:
             suf = sel.mod_suffix
             scoped = [p for p in gi.instances if p == suf or p.endswith("." + suf)]
             if not scoped:
-                raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: no module path ends with {suf!r}. Closest paths: "
+                raise UsageError(f"selector {sel.text!r}: no module path ends with {suf!r}. Closest paths: "
                                  f"{_closest(suf, list(gi.instances))}.")
         # Keep only outermost instances: a class nested in itself is one site.
         scoped = [p for p in scoped if not any(p != q and p.startswith(q + ".") for q in scoped)]
@@ -208,7 +208,7 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
                 nodes = grow_around(nodes, gi, nojoin=sel.nojoin, where=p)
             sites.append(Site(module_path=p, nodes=sorted(nodes, key=gi.order.get)))
         if not sites:
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: the matched modules contain no traced operations")
+            raise UsageError(f"selector {sel.text!r}: the matched modules contain no traced operations")
         return sites
     if sel.kind == "call":
         want = _aten_name(sel.call_target)
@@ -216,13 +216,13 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
                 (not sel.where or _glob_ok(gi.stacks[n][-1][0] if gi.stacks[n] else "", sel))]
         if not hits:
             ops = sorted({op_name(n).split(".")[0] for n in gi.calls})
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: no call of {sel.call_target} (aten.{want}) in the traced graph. "
+            raise UsageError(f"selector {sel.text!r}: no call of {sel.call_target} (aten.{want}) in the traced graph. "
                              f"Closest ops: {_closest(want, ops)}.")
         return [Site(module_path=gi.stacks[n][-1][0] if gi.stacks[n] else "", nodes=[n]) for n in hits]
     names = list(sel.span) if sel.kind == "span" else list(sel.nodes)
     missing = [x for x in names if x not in gi.by_name]
     if missing:
-        raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: no fx node named {missing[0]!r} (see fx_nodes.json). Closest: "
+        raise UsageError(f"selector {sel.text!r}: no fx node named {missing[0]!r} (see fx_nodes.json). Closest: "
                          f"{_closest(missing[0], [n.name for n in gi.calls])}.")
     if sel.kind == "nodes":
         nodes = [gi.by_name[x] for x in names]
@@ -230,11 +230,11 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
         a, b = (gi.by_name[x] for x in names)
         nodes = span_nodes(a, b, gi)
         if not nodes:
-            raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: {b.name} is not downstream of {a.name}; a span A...B needs a "
+            raise UsageError(f"selector {sel.text!r}: {b.name} is not downstream of {a.name}; a span A...B needs a "
                              "dataflow path from A to B")
     bad = [n.name for n in nodes if n.op != "call_function"]
     if bad:
-        raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: {bad[0]} is a graph input or weight, not an operation")
+        raise UsageError(f"selector {sel.text!r}: {bad[0]} is a graph input or weight, not an operation")
     owner = gi.stacks[nodes[0]][-1][0] if gi.stacks.get(nodes[0]) else ""
     return [Site(module_path=owner, nodes=sorted(nodes, key=gi.order.get))]
 
@@ -387,12 +387,12 @@ def region_nodes(sel: Selector, site: Site, facts: FactGraph, gi: GraphIndex | N
     where = site.module_path or sel.text
     parts = around_parts(out, gi, facts, succ) if gi is not None and succ is not None else None
     if parts is None:
-        raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: region {where} cannot be cut into convex parts (an outside path "
+        raise UsageError(f"selector {sel.text!r}: region {where} cannot be cut into convex parts (an outside path "
                          "leaves one of its ONNX nodes and comes back into the same node's FX op)")
     if sel.part >= len(parts):
         have = f"{len(parts)} part(s) holding an attention op (@part=0..{len(parts) - 1})" if parts else \
             "no part holding an attention op"
-        raise RegionRefused(sel.text, "carve", f"selector {sel.text!r}: region {where} has {have}; @part={sel.part} names none")
+        raise UsageError(f"selector {sel.text!r}: region {where} has {have}; @part={sel.part} names none")
     return parts[sel.part]
 
 

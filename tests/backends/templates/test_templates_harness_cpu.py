@@ -25,7 +25,6 @@ from ytk_backend_templates.cases import build_cases  # noqa: E402
 from ytk_backend_templates.contract import plugin_meta  # noqa: E402
 from ytk_backend_templates.recognise import load_graph, recognise, site_shapes  # noqa: E402
 from ytk_backend_templates.reference import torch_region, verify_against_pt2  # noqa: E402
-from ytk_hookspecs import shape_expr  # noqa: E402
 
 CPU = torch.device("cpu")
 
