@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import types
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO, Result
+from ytk_core.config import env_overlay
 
 EVIT = REPO / "contrib" / "models" / "efficientvit_b1" / "model.py"
 MNV3 = REPO / "contrib" / "models" / "mobilenetv3" / "model.py"
@@ -26,25 +26,11 @@ SPEC_SIX = [
 ]
 
 
-@contextlib.contextmanager
-def env(**kw: str):
-    old = {k: os.environ.get(k) for k in kw}
-    os.environ.update(kw)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def ytk_inproc(*args: str, **envs: str) -> Result:
     from ytk_core.cli.app import main
 
     out, err = io.StringIO(), io.StringIO()
-    with env(**envs), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with env_overlay(envs), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([str(a) for a in args])
     return Result(code, out.getvalue(), err.getvalue())
 

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
 
 CONFIG_NAME = "ytk.toml"
+
+
+@contextlib.contextmanager
+def env_overlay(overlay: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a block; each is restored (or removed) after it."""
+    old = {k: os.environ.get(k) for k in overlay}
+    os.environ.update(overlay)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def find_config(start: Path | None = None) -> Path | None:

@@ -7,14 +7,12 @@ its own GPU), not the target's, and verify labels it with the device it ran on.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..artifacts import PREPARE_MANIFEST, PrepareManifest
+from ..config import env_overlay
 from ..runtime import runtime
 
 
@@ -24,20 +22,6 @@ class HostTiming:
     iterations_ms: list[float]
     warmup: int
     note: str = ""
-
-
-@contextlib.contextmanager
-def _env(overlay: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in overlay}
-    os.environ.update(overlay)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def find_prepare_manifest(reference: Path) -> Path | None:
@@ -63,7 +47,7 @@ def time_torch_host(prepare_json: Path, iterations: int, warmup: int = 2, budget
     if model_path.is_file() and hashlib.sha256(model_path.read_bytes()).hexdigest() != pm.model_sha256:
         note = f"{model_path} changed since prepare; the torch host row times the current file"
     ctx = runtime().context(None, "verify")
-    with _env(pm.env), ctx.progress(f"loading {model_path.name} for the torch host row"):
+    with env_overlay(pm.env), ctx.progress(f"loading {model_path.name} for the torch host row"):
         lm = load_model(model_path)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = lm.model.to(device)

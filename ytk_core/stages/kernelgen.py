@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
-from ytk_hookspecs.models import (CORE_CONFIG_KEYS, ArchSpec, Candidate, CandidatesFile, KernelGenRequest,
+from ytk_hookspecs.models import (CORE_CONFIG_KEYS, ArchSpec, Candidate, KernelGenRequest,
                                   KernelGenResult, KernelReport, Reoptimization, SupportAnswer, SupportRequest)
 from ytk_hookspecs.models.base import ArtifactError, file_mode
 
@@ -61,22 +61,16 @@ class KernelgenOutcome:
 
 
 def find_candidate(reference: Path, candidates: Path | None) -> tuple[Candidate | None, Path | None]:
-    """The region a ``.pt2`` was carved from, from the prepare dir's candidates.json."""
-    path = candidates or reference.resolve().parent.parent / "candidates.json"
-    if not path.is_file():
-        if candidates is not None:
-            raise UsageError(f"--candidates {candidates} does not exist")
-        return None, None
+    """The region a ``.pt2`` was carved from (:func:`ytk_hookspecs.candidates.find_candidate`); a bad
+    ``--candidates`` file is a usage error."""
+    from ytk_hookspecs.candidates import find_candidate as find
+
+    if candidates is not None and not Path(candidates).is_file():
+        raise UsageError(f"--candidates {candidates} does not exist")
     try:
-        cf = CandidatesFile.read(path)
+        return find(reference, candidates_file=candidates)
     except ArtifactError as e:
         raise UsageError(str(e)) from None
-    prep = path.parent
-    for c in cf.candidates:
-        if c.files.pt2 and (prep / c.files.pt2).resolve() == reference.resolve():
-            return c, prep
-    by_name = next((c for c in cf.candidates if c.name == reference.name.split(".")[0]), None)
-    return by_name, prep
 
 
 def check_gpu(gpu: str, target: ArchSpec | None) -> None:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ytk_hookspecs.candidates import request_candidate
 from ytk_hookspecs.errors import StageError, UnsupportedRegion
 from ytk_hookspecs.kernel_source import KernelSource, report_path
-from ytk_hookspecs.models import (ArchSpec, ArchSpecError, Candidate, CandidatesFile, KernelGenRequest,
+from ytk_hookspecs.models import (ArchSpec, ArchSpecError, Candidate, KernelGenRequest,
                                   KernelGenResult, KernelPerf, KernelReport, PluginMeta)
-from ytk_hookspecs.models.base import ArtifactError
 from ytk_hookspecs.pt2 import load_exported
 
 from .build import build_variants, cache_dir, compile_cached, winner_source
@@ -31,27 +31,6 @@ from .regions import Region, SiteShape
 from .variants import region_variants
 
 BACKEND = "templates"
-
-
-def find_candidate(request: KernelGenRequest) -> Candidate | None:
-    """The candidates.json entry of the region: given, or looked up beside the .pt2."""
-    if request.candidate is not None:
-        return request.candidate
-    ref = Path(request.reference).resolve()
-    roots = [Path(request.prepare_dir)] if request.prepare_dir else []
-    roots += [ref.parent.parent, ref.parent]
-    for root in roots:
-        f = root / "candidates.json"
-        if not f.is_file():
-            continue
-        try:
-            cf = CandidatesFile.read(f)
-        except ArtifactError:
-            continue
-        for c in cf.candidates:
-            if (c.files.pt2 and (root / c.files.pt2).resolve() == ref) or c.name == request.plugin_name:
-                return c
-    return None
 
 
 def _failed(job_id: str, message: str, report: Path | None = None) -> KernelGenResult:
@@ -79,7 +58,7 @@ def plan_job(request: KernelGenRequest, sm: int | None = None) -> JobPlan | Kern
     from .recognise import load_graph, recognise, site_shape_indices, site_shapes
 
     target = request.deployment_target
-    candidate = find_candidate(request)
+    candidate = request_candidate(request)
     name = request.plugin_name or (candidate.name if candidate else None) or Path(request.reference).name.split(".")[0]
     job_id = f"{BACKEND}-{name}-{uuid.uuid4().hex[:8]}"
     if request.precision != "fp16":
