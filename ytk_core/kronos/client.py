@@ -42,7 +42,7 @@ class KronosClient(RetryingClient):
         super().__init__(url, token, retry_s if retry_s is not None else _env_float(RETRY_ENV, DEFAULT_RETRY_S),
                          timeout_s, url_flag="--worker")
 
-    def error(self, kind: Failure, message: str, exit_code: int) -> Exception:
+    def error(self, kind: Failure, message: str, exit_code: int, status: int = 0) -> Exception:
         if kind == "usage":
             return UsageError(message)
         if kind in ("unreachable", "busy"):

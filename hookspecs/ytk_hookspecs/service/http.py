@@ -34,10 +34,11 @@ Failure = Literal["usage", "unreachable", "busy", "token", "refused", "invalid",
 class ServiceError(StageError):
     """A service could not be used; ``kind`` says how (:data:`Failure`)."""
 
-    def __init__(self, message: str, kind: Failure, exit_code: int = 3) -> None:
+    def __init__(self, message: str, kind: Failure, exit_code: int = 3, status: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
         self.exit_code = exit_code
+        self.status = status  # the HTTP status of a refusal
 
 
 class _Retryable(Exception):
@@ -100,9 +101,10 @@ class RetryingClient:
         self.close()
 
     # -- what a subclass may change ------------------------------------------------------------------
-    def error(self, kind: Failure, message: str, exit_code: int) -> Exception:
-        """The exception raised for a failure of ``kind``; override to raise your own types."""
-        return ServiceError(message, kind, exit_code)
+    def error(self, kind: Failure, message: str, exit_code: int, status: int = 0) -> Exception:
+        """The exception raised for a failure of ``kind`` (``status``: a refusal's HTTP status); override to raise
+        your own types."""
+        return ServiceError(message, kind, exit_code, status)
 
     def on_retry(self, callback: Callable[[str], None] | None) -> None:
         """``callback(message)`` on every retry (a progress display shows it)."""
@@ -191,8 +193,10 @@ class RetryingClient:
             msg, code = status_line(r), 2 if r.status_code < 500 else 3
         if r.status_code in (401, 403):
             hint = f" ({self.token_hint})" if self.token_hint else ""
-            return self.error("token", f"the {self.service} at {self.url} refused the token: {msg}{hint}", 2)
-        return self.error("refused", f"the {self.service} at {self.url} refused {method} {path}: {msg}", code)
+            return self.error("token", f"the {self.service} at {self.url} refused the token: {msg}{hint}", 2,
+                              r.status_code)
+        return self.error("refused", f"the {self.service} at {self.url} refused {method} {path}: {msg}", code,
+                          r.status_code)
 
 
 def _transport(exc: BaseException | None) -> str:
