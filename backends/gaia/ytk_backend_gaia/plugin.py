@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs import StageContext, hookimpl
-from ytk_hookspecs.models import (ArchSpec, Availability, BackendInfo, BuildRequest, BuildResult, KernelGenRequest,
-                                  KernelGenResult, SupportAnswer, SupportRequest)
+from ytk_hookspecs.models import (FORWARDED_CONFIG_KEYS, ArchSpec, Availability, BackendInfo, BuildRequest, BuildResult,
+                                  KernelGenRequest, KernelGenResult, SupportAnswer, SupportRequest)
 
 from . import __version__
 
@@ -28,8 +28,9 @@ class GaiaBackend:
                        description="Gaia service: kernel generation and plugin builds over HTTP (`ytk worker gaia`; "
                                    "YTK_GAIA_URL, YTK_GAIA_API_KEY)",
                        auto_priority={"kernelgen": 30, "builder": 10},
-                       # the service's generator reads its own keys; the client checks them against /v1/info
-                       config_keys={})
+                       # the service's generator reads its own keys: checked against /v1/info before a job is sent
+                       config_keys={FORWARDED_CONFIG_KEYS: "any key the service's generator reads (checked against "
+                                                           "the service's /v1/info before a job is sent)"})
 
     def availability(self, arch: ArchSpec | None = None) -> Availability:
         """Available when a service is configured; whether it can serve ``arch`` is asked before each job."""
