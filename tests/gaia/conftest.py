@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
-from tests.kronos.conftest import free_port
+from tests.kronos.conftest import Worker, free_port
 
 KEY = "gaia-test-key-0123456789"
 SLOW_SITE = Path(__file__).parent / "slow_site"
@@ -32,8 +32,8 @@ def ytk_exe() -> str:
     return exe
 
 
-class Service:
-    """``ytk worker gaia`` in its own process group."""
+class Service(Worker):
+    """``ytk worker gaia`` in its own process group (readiness as the Kronos worker's)."""
 
     def __init__(self, state_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.state_dir = state_dir
@@ -51,19 +51,6 @@ class Service:
                                          stdout=logf, stderr=subprocess.STDOUT, env=e, cwd=REPO,
                                          start_new_session=True)
         self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 90) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the service exited {self.proc.returncode}: {self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the service did not come up: {self.log.read_text()[-3000:]}")
 
     def http(self, key: str | None = KEY) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30, headers={"Authorization": f"Bearer {key}"} if key else {})

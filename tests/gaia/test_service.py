@@ -4,6 +4,7 @@ ytk embedded build-plugin with --kernelgen gaia / --builder gaia."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import tarfile
 import time
@@ -58,12 +59,22 @@ def test_a_full_kernel_job_and_the_same_region_again_from_the_cache(region, serv
     assert r.code == 0, r.stderr
     assert r.json()["job_id"] == first["job_id"], "the same region under the same key is the same job"
     assert again.read_bytes() == out.read_bytes()
-    # another key holder asking the same region is answered from the cache, not by a second run
     with service.http() as h:
         job = h.get(f"/v1/jobs/{first['job_id']}").json()
         assert job["state"] == "succeeded" and job["attempts"] == 1 and job["cached_from"] is None
         log = h.get(f"/v1/jobs/{first['job_id']}/log").json()["text"]
         assert "kernelgen job starting backend=mock" in log and "job succeeded" in log
+        # the same content under another idempotency key (another client's) is answered from the cache
+        from ytk_hookspecs.service.archive import write_archive
+
+        spec = job["spec"]
+        archive = write_archive(tmp_path / "again.tgz", [("job.json", json.dumps(spec).encode()),
+                                                         (spec["reference"], d / "plugin_candidates" / f"{PLUGIN}.pt2")])
+        r = h.post("/v1/kernelgen/jobs", content=archive.read_bytes(), headers={"Idempotency-Key": "another-client-1"})
+        assert r.status_code == 200 and r.json()["cached"], r.text
+        cached = r.json()["job"]
+        assert cached["state"] == "succeeded" and cached["cached_from"] == first["job_id"] and cached["attempts"] == 0
+        assert h.get(f"/v1/jobs/{cached['id']}/files/module_source.py").content == out.read_bytes()
 
 
 def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -28,8 +27,7 @@ from ytk_hookspecs.models import ArchSpec, SupportAnswer, SupportRequest, sha256
 from ytk_hookspecs.service.archive import ArchiveRefused, ExtractLimits, safe_extract
 from ytk_hookspecs.service.protocol import (API, IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, JOB_ID, ErrorBody, Health,
                                             LogChunk, read_log_chunk, utcnow)
-from ytk_hookspecs.service.server import (Refusal, bearer_auth, install_error_handlers, json_response,
-                                          receive_upload, refuse_declared_size)
+from ytk_hookspecs.service.server import Refusal, bearer_auth, install_error_handlers, json_response, received_archive
 from ytk_hookspecs.service.store import JobStore
 
 from . import __version__
@@ -179,13 +177,8 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
         if found is not None:
             return found
         _check_quota(owner)
-        refuse_declared_size(request, settings.max_upload_bytes, "--max-upload-mb")
-        incoming = settings.state_dir / "incoming" / f"{uuid.uuid4().hex}.tgz"
-        incoming.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            digest = await receive_upload(request, incoming, settings.max_upload_bytes, "--max-upload-mb")
-            if sent_sha and sent_sha != digest:
-                raise Refusal(400, "the upload arrived damaged (its sha256 differs from the one sent); send it again")
+        async with received_archive(request, settings.state_dir / "incoming", settings.max_upload_bytes,
+                                    sent_sha) as (incoming, digest):
             async with submitting:  # one key, one job: a concurrent submit under the same key waits here
                 found = _existing(scoped, digest)
                 if found is not None:
@@ -215,8 +208,6 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
                     return json_response(SubmitResponse(job=rec, created=True, cached=True), 200)
                 shutil.move(str(incoming), job_dir / ARCHIVE)
                 store.add(rec)
-        finally:
-            incoming.unlink(missing_ok=True)
         dispatcher.enqueue(job_id)
         log.info("gaia job queued", job=job_id, kind=kind, owner=owner, backend=backend)
         return json_response(SubmitResponse(job=job_or_404(job_id), created=True), 201)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
-import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -32,8 +31,7 @@ from ytk_core.kronos.protocol import (API, BUNDLE_SHA_HEADER, JOB_SPEC, ErrorBod
                                       JobList, JobRecord, JobSpec, LogChunk, SubmitResponse, WorkerInfo)
 from ytk_hookspecs.models import ArtifactError, sha256_file
 from ytk_hookspecs.service.protocol import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, read_log_chunk
-from ytk_hookspecs.service.server import (Refusal, bearer_auth, install_error_handlers, json_response,
-                                          receive_upload, refuse_declared_size)
+from ytk_hookspecs.service.server import Refusal, bearer_auth, install_error_handlers, json_response, received_archive
 
 from . import __version__
 from .extract import ArchiveRefused, safe_extract
@@ -106,13 +104,8 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
         found = _existing(idempotency_key, x_ytk_archive_sha256)
         if found is not None:
             return found
-        refuse_declared_size(request, settings.max_upload_bytes, "--max-upload-mb")
-        incoming = settings.state_dir / "incoming" / f"{uuid.uuid4().hex}.tgz"
-        incoming.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            digest = await receive_upload(request, incoming, settings.max_upload_bytes, "--max-upload-mb")
-            if x_ytk_archive_sha256 and x_ytk_archive_sha256 != digest:
-                raise Refusal(400, "the upload arrived damaged (its sha256 differs from the one sent); send it again")
+        async with received_archive(request, settings.state_dir / "incoming", settings.max_upload_bytes,
+                                    x_ytk_archive_sha256) as (incoming, digest):
             async with submitting:  # one key, one job: a concurrent submit under the same key waits here
                 found = _existing(idempotency_key, digest)
                 if found is not None:
@@ -130,8 +123,6 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
                     raise
                 store.add(JobRecord(id=job_id, idempotency_key=idempotency_key, archive_sha256=digest, spec=spec,
                                     engine=settings.engine))
-        finally:
-            incoming.unlink(missing_ok=True)
         sched.enqueue(job_id)
         log.info("kronos job queued", job=job_id, arch=spec.arch, plugins=len(spec.plugins))
         return _json(SubmitResponse(job=job_or_404(job_id), created=True), 201)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,20 @@ async def receive_upload(request: Any, dest: Path, max_bytes: int, flag: str) ->
     if n == 0:
         raise Refusal(400, "empty upload: the body must be the job archive")
     return h.hexdigest()
+
+
+@asynccontextmanager
+async def received_archive(request: Any, incoming: Path, max_bytes: int, sent_sha256: str | None,
+                           flag: str = "--max-upload-mb") -> AsyncIterator[tuple[Path, str]]:
+    """A submit's body, streamed to a fresh file under ``incoming`` within the size limit and checked against
+    the sha256 the client sent: yields ``(path, sha256)``; the file is gone afterwards unless moved away."""
+    refuse_declared_size(request, max_bytes, flag)
+    incoming.mkdir(parents=True, exist_ok=True)
+    path = incoming / f"{uuid.uuid4().hex}.tgz"
+    try:
+        digest = await receive_upload(request, path, max_bytes, flag)
+        if sent_sha256 and sent_sha256 != digest:
+            raise Refusal(400, "the upload arrived damaged (its sha256 differs from the one sent); send it again")
+        yield path, digest
+    finally:
+        path.unlink(missing_ok=True)
