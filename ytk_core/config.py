@@ -11,7 +11,10 @@ from typing import Any
 
 from .errors import UsageError
 
-CONFIG_NAME = "ytk.toml"
+from ytk_hookspecs.project_config import CONFIG_NAME, ConfigNotFound
+from ytk_hookspecs.project_config import find_config as _find_config
+
+__all__ = ["CONFIG_NAME", "env_overlay", "find_config", "load_config"]
 
 
 @contextlib.contextmanager
@@ -30,18 +33,11 @@ def env_overlay(overlay: dict[str, str]) -> Iterator[None]:
 
 
 def find_config(start: Path | None = None) -> Path | None:
-    env = os.environ.get("YTK_CONFIG")
-    if env:
-        p = Path(env)
-        if not p.is_file():
-            raise UsageError(f"YTK_CONFIG points at {p}, which is not a file")
-        return p
-    d = (start or Path.cwd()).resolve()
-    for cand in (d, *d.parents):
-        p = cand / CONFIG_NAME
-        if p.is_file():
-            return p
-    return None
+    """``$YTK_CONFIG``, else the nearest ytk.toml (backends read the same file: :mod:`ytk_hookspecs.project_config`)."""
+    try:
+        return _find_config(start)
+    except ConfigNotFound as e:
+        raise UsageError(str(e)) from None
 
 
 def load_config(start: Path | None = None) -> tuple[dict[str, Any], Path | None]:

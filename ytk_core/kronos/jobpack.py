@@ -11,12 +11,10 @@ plugins with no admitted verdict yet, so a worker with a GPU of the plugin's SM 
 
 from __future__ import annotations
 
-import gzip
-import io
-import tarfile
 from pathlib import Path, PurePosixPath
 
 from ytk_hookspecs.models import AdmissionRecord, CandidatesFile, PluginsFile, sha256_file
+from ytk_hookspecs.service.archive import write_archive
 
 from ..errors import UsageError
 from .protocol import JOB_SPEC, JobPlugin, JobSpec
@@ -43,26 +41,9 @@ def pack_job(dest: Path, spec: JobSpec, onnx: Path, npz: Path, plugins: list[Pat
         unadmitted = [n for so, n in zip(plugins, plugin_names) if not _admitted(so)]
         files += _region_files(onnx, unadmitted) if unadmitted else []
     spec = spec.model_copy(update={"plugins": job_plugins})
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        _add(tf, JOB_SPEC, spec.model_dump_json(indent=2).encode())
-        seen: set[str] = set()
-        for arc, src in files:
-            if arc in seen:
-                continue
-            seen.add(arc)
-            info = tarfile.TarInfo(arc)
-            info.size, info.mtime, info.mode = src.stat().st_size, 0, 0o644
-            with open(src, "rb") as f:
-                tf.addfile(info, f)
+    members: list[tuple[str, bytes | Path]] = [(JOB_SPEC, spec.model_dump_json(indent=2).encode())]
+    write_archive(dest, members + list(files))
     return spec
-
-
-def _add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), 0, 0o644
-    tf.addfile(info, io.BytesIO(data))
 
 
 def _admitted(so: Path) -> bool:

@@ -8,31 +8,23 @@ with a message that says so.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import PurePosixPath
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from ytk_hookspecs.models import Versioned
+from ytk_hookspecs.service.protocol import (API, ARCHIVE_SHA_HEADER, AUTH_HEADER, IDEMPOTENCY_HEADER,  # noqa: F401
+                                            ErrorBody, Health, LogChunk, utcnow)
 
-API = "/v1"
 #: The archive member holding the :class:`JobSpec`.
 JOB_SPEC = "job.json"
-AUTH_HEADER = "Authorization"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-#: sha256 of the uploaded archive (a retried submit with the same key must carry the same bytes)
-ARCHIVE_SHA_HEADER = "X-Ytk-Archive-Sha256"
 BUNDLE_SHA_HEADER = "X-Ytk-Bundle-Sha256"
 #: The default port of ``ytk worker kronos``.
 DEFAULT_PORT = 8470
 
 JobState = Literal["queued", "running", "succeeded", "failed", "interrupted"]
 FINAL_STATES: tuple[str, ...] = ("succeeded", "failed", "interrupted")
-
-
-def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _plain_relative(path: str) -> str:
@@ -115,14 +107,6 @@ class JobList(Versioned):
     jobs: list[JobRecord]
 
 
-class LogChunk(Versioned):
-    """Part of a job's log: the text from byte ``offset`` on; ask again from ``next_offset``."""
-
-    offset: int
-    next_offset: int
-    text: str
-
-
 class WorkerInfo(Versioned):
     """``GET /v1/info``: what this worker runs and accepts."""
 
@@ -141,14 +125,3 @@ class WorkerInfo(Versioned):
     max_members: int
     queued: int = 0
     running: int = 0
-
-
-class Health(Versioned):
-    status: Literal["ok"] = "ok"
-
-
-class ErrorBody(Versioned):
-    """Every refusal: one line for the user and the exit status the client should end with."""
-
-    error: str
-    exit_code: int = 2

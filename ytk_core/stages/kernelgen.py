@@ -121,8 +121,10 @@ def core_settings(cfg: dict[str, str]) -> tuple[dict[str, str], Reoptimization |
 def check_config_keys(cfg: dict[str, str], sel: Any) -> None:
     """Every ``--config`` key is one the core or the selected generator reads (a typo would otherwise be
     silently ignored, and the job run without the setting the user asked for)."""
-    from ytk_hookspecs.models import CORE_CONFIG_KEYS
+    from ytk_hookspecs.models import CORE_CONFIG_KEYS, FORWARDED_CONFIG_KEYS
 
+    if FORWARDED_CONFIG_KEYS in sel.backend.info.config_keys:
+        return  # a generator that forwards jobs (gaia) checks them against the one that runs them, before sending
     known = {**CORE_CONFIG_KEYS, **sel.backend.info.config_keys}
     unknown = sorted(k for k in cfg if k not in known)
     if unknown:

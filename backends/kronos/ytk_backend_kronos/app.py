@@ -17,24 +17,21 @@ Every route but health needs ``Authorization: Bearer <token>``. Every refusal is
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import re
 import shutil
-import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 from fastapi import Depends, FastAPI, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ytk_core.kronos.protocol import (API, BUNDLE_SHA_HEADER, JOB_SPEC, ErrorBody, Health,
                                       JobList, JobRecord, JobSpec, LogChunk, SubmitResponse, WorkerInfo)
-from ytk_hookspecs.models import ArtifactError, Versioned, sha256_file
+from ytk_hookspecs.models import ArtifactError, sha256_file
+from ytk_hookspecs.service.protocol import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, read_log_chunk
+from ytk_hookspecs.service.server import Refusal, bearer_auth, install_error_handlers, json_response, received_archive
 
 from . import __version__
 from .extract import ArchiveRefused, safe_extract
@@ -43,18 +40,7 @@ from .scheduler import LOG, Scheduler
 from .settings import WorkerSettings
 from .store import JobStore
 
-KEY = re.compile(r"^[A-Za-z0-9_.:-]{8,128}$")
-MAX_LOG_CHUNK = 1 << 20
-
-
-class Refusal(Exception):
-    def __init__(self, status: int, message: str, exit_code: int = 2, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.exit_code, self.headers = status, exit_code, headers or {}
-
-
-def _json(model: Versioned, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(model.model_dump_json(), status_code=status, media_type="application/json", headers=headers)
+_json = json_response
 
 
 def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
@@ -81,25 +67,8 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
                   description="Builds and profiles engines on the target for `ytk embedded compile --worker`.")
     app.state.store, app.state.scheduler = store, sched
 
-    @app.exception_handler(Refusal)
-    async def _refusal(_: Request, e: Refusal) -> Response:
-        return _json(ErrorBody(error=str(e), exit_code=e.exit_code), e.status, e.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError) -> Response:
-        first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(x) for x in first.get("loc", ()))
-        return _json(ErrorBody(error=f"bad request: {where}: {first.get('msg', 'invalid')}"), 400)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException) -> Response:
-        return _json(ErrorBody(error=str(e.detail), exit_code=2 if e.status_code < 500 else 3), e.status_code)
-
-    def authorized(authorization: str | None = Header(None, description="Bearer <token>")) -> None:
-        scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), settings.token.encode()):
-            raise Refusal(401, "missing or wrong token" if authorization else "no token sent",
-                          headers={"WWW-Authenticate": "Bearer"})
+    install_error_handlers(app)
+    authorized = bearer_auth(lambda: {"kronos": settings.token})
 
     def job_or_404(job_id: str) -> JobRecord:
         rec = store.get(job_id) if re.fullmatch(r"[0-9a-f]{32}", job_id) else None
@@ -130,21 +99,13 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
                                                                     "job once"),
                      x_ytk_archive_sha256: str | None = Header(None, description="sha256 of the body")) -> Response:
         """Submit a job: the body is the job archive (``job.json``, ``inputs/``, ``plugins/``)."""
-        if not KEY.match(idempotency_key):
-            raise Refusal(400, "Idempotency-Key must be 8-128 characters of letters, digits, '_', '.', ':' or '-'")
+        if not IDEMPOTENCY_KEY.match(idempotency_key):
+            raise Refusal(400, f"Idempotency-Key must be {IDEMPOTENCY_KEY_RULE}")
         found = _existing(idempotency_key, x_ytk_archive_sha256)
         if found is not None:
             return found
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > settings.max_upload_bytes:
-            raise Refusal(413, f"the upload is {int(size)} bytes, over this worker's {settings.max_upload_bytes}-byte "
-                               "limit (--max-upload-mb)")
-        incoming = settings.state_dir / "incoming" / f"{uuid.uuid4().hex}.tgz"
-        incoming.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            digest = await _receive(request, incoming)
-            if x_ytk_archive_sha256 and x_ytk_archive_sha256 != digest:
-                raise Refusal(400, "the upload arrived damaged (its sha256 differs from the one sent); send it again")
+        async with received_archive(request, settings.state_dir / "incoming", settings.max_upload_bytes,
+                                    x_ytk_archive_sha256) as (incoming, digest):
             async with submitting:  # one key, one job: a concurrent submit under the same key waits here
                 found = _existing(idempotency_key, digest)
                 if found is not None:
@@ -162,8 +123,6 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
                     raise
                 store.add(JobRecord(id=job_id, idempotency_key=idempotency_key, archive_sha256=digest, spec=spec,
                                     engine=settings.engine))
-        finally:
-            incoming.unlink(missing_ok=True)
         sched.enqueue(job_id)
         log.info("kronos job queued", job=job_id, arch=spec.arch, plugins=len(spec.plugins))
         return _json(SubmitResponse(job=job_or_404(job_id), created=True), 201)
@@ -181,21 +140,6 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
             log.info("kronos job restarted by a re-submit", job=rec.id)
             return _json(SubmitResponse(job=job_or_404(rec.id), created=False, restarted=True), 200)
         return _json(SubmitResponse(job=job_or_404(rec.id), created=False), 200)
-
-    async def _receive(request: Request, dest: Path) -> str:
-        """Stream the body to ``dest``, refusing it as soon as it passes the limit."""
-        h, n = hashlib.sha256(), 0
-        with open(dest, "wb") as f:
-            async for chunk in request.stream():
-                n += len(chunk)
-                if n > settings.max_upload_bytes:
-                    raise Refusal(413, f"the upload passed this worker's {settings.max_upload_bytes}-byte limit "
-                                       "(--max-upload-mb)")
-                h.update(chunk)
-                f.write(chunk)
-        if n == 0:
-            raise Refusal(400, "empty upload: the body must be the job archive")
-        return h.hexdigest()
 
     def _check_spec(work: Path) -> JobSpec:
         try:
@@ -227,13 +171,7 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
              dependencies=[Depends(authorized)], responses={404: {"model": ErrorBody}})
     def job_log(job_id: str, offset: int = Query(0, ge=0)) -> Response:
         job_or_404(job_id)
-        path = store.dir(job_id) / LOG
-        data = b""
-        if path.is_file():
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(MAX_LOG_CHUNK)
-        return _json(LogChunk(offset=offset, next_offset=offset + len(data), text=data.decode(errors="replace")))
+        return _json(read_log_chunk(store.dir(job_id) / LOG, offset))
 
     @app.get(f"{API}/jobs/{{job_id}}/bundle", tags=["jobs"], dependencies=[Depends(authorized)],
              responses={200: {"content": {"application/gzip": {}}, "description": "the engine bundle"},

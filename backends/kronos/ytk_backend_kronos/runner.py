@@ -10,8 +10,6 @@ GPU, and dies with the worker (``PR_SET_PDEATHSIG``), so a killed worker leaves 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Literal
 from pydantic import Field
 
 from ytk_hookspecs.models import Versioned
+from ytk_hookspecs.service.queue import die_with_parent
 
 RESULT = "result.json"
 WORK = "work"
@@ -34,18 +33,6 @@ class JobOutcome(Versioned):
     exit_code: int = 0
     warnings: list[str] = Field(default_factory=list)
     bundle: str | None = None
-
-
-def _die_with_parent(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:  # the worker died before prctl took effect
-        os._exit(1)
 
 
 def run_job(job_dir: Path, engine: str) -> JobOutcome:
@@ -86,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", required=True)
     ap.add_argument("--parent", type=int, required=True)
     args = ap.parse_args(argv)
-    _die_with_parent(args.parent)
+    die_with_parent(args.parent)
     from ytk_core.logs import configure
 
     configure(0, "json")  # the worker renders each line for the job's log and takes its event as the message

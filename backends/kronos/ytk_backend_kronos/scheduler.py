@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shutil
 import subprocess
 import sys
-import threading
 from typing import Any
 
 from ytk_core.kronos.protocol import JobRecord, utcnow
 from ytk_hookspecs.models import ArtifactError, sha256_file
+from ytk_hookspecs.service.queue import SlotQueue
 
 from .runner import OUT, RESULT, WORK, JobOutcome
 from .settings import WorkerSettings
@@ -40,65 +39,20 @@ def _render(raw: bytes) -> tuple[str, str]:
     return f"{stamp} {str(rec.get('level', 'info')):<7} {event}{'  ' + extra if extra else ''}\n", event
 
 
-class Scheduler:
+class Scheduler(SlotQueue):
     def __init__(self, settings: WorkerSettings, store: JobStore, log: Any) -> None:
+        super().__init__(list(settings.gpus), "kronos")
         self.settings = settings
         self.store = store
         self.log = log
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._waiting: list[str] = []
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self.stopping = False
 
-    def start(self) -> None:
-        gpus: list[str | None] = list(self.settings.gpus) or [None]
-        for i, gpu in enumerate(gpus):
-            t = threading.Thread(target=self._slot, args=(gpu,), name=f"kronos-slot-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+    def run(self, job_id: str, slot: str | None) -> None:
+        self._run(job_id, slot)
 
-    def enqueue(self, job_id: str) -> None:
-        with self._lock:
-            self._waiting.append(job_id)
-        self._queue.put(job_id)
-
-    def position(self, job_id: str) -> int | None:
-        with self._lock:
-            return self._waiting.index(job_id) if job_id in self._waiting else None
-
-    def counts(self) -> tuple[int, int]:
-        with self._lock:
-            return len(self._waiting), len(self._procs)
-
-    def stop(self) -> None:
-        """The worker is shutting down: running compiles end (their jobs become interrupted)."""
-        self.stopping = True
-        with self._lock:
-            procs = list(self._procs.values())
-        for p in procs:
-            p.terminate()
-        for _ in self._threads:
-            self._queue.put(None)
-        for t in self._threads:
-            t.join(timeout=10)
-
-    # -- one slot -------------------------------------------------------------------------------------
-    def _slot(self, gpu: str | None) -> None:
-        while True:
-            job_id = self._queue.get()
-            if job_id is None or self.stopping:
-                return
-            with self._lock:
-                if job_id in self._waiting:
-                    self._waiting.remove(job_id)
-            try:
-                self._run(job_id, gpu)
-            except Exception as e:  # noqa: BLE001  -- one job's trouble never stops the slot
-                self.log.error("kronos job failed in the worker itself", job=job_id, error=f"{type(e).__name__}: {e}")
-                self.store.update(job_id, state="failed", finished=utcnow(), exit_code=1,
-                                  error=f"internal error in the kronos worker: {type(e).__name__}: {e}")
+    def crashed(self, job_id: str, e: Exception) -> None:
+        self.log.error("kronos job failed in the worker itself", job=job_id, error=f"{type(e).__name__}: {e}")
+        self.store.update(job_id, state="failed", finished=utcnow(), exit_code=1,
+                          error=f"internal error in the kronos worker: {type(e).__name__}: {e}")
 
     def _run(self, job_id: str, gpu: str | None) -> None:
         rec = self.store.get(job_id)
@@ -118,10 +72,7 @@ class Scheduler:
         with open(job_dir / LOG, "ab") as logf:
             logf.write(f"--- attempt {rec.attempts} started {utcnow()}\n".encode())
             logf.flush()
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                    stdin=subprocess.DEVNULL)
-            with self._lock:
-                self._procs[job_id] = proc
+            proc = self.spawn(job_id, cmd, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             try:
                 assert proc.stdout is not None
                 for raw in proc.stdout:
@@ -132,8 +83,7 @@ class Scheduler:
                         self.store.update(job_id, persist=False, message=event[:300])
                 rc = proc.wait()
             finally:
-                with self._lock:
-                    self._procs.pop(job_id, None)
+                self.reap(job_id)
         self._finish(job_id, rc)
 
     def _finish(self, job_id: str, rc: int) -> JobRecord:

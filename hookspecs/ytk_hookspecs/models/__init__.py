@@ -2,7 +2,8 @@
 
 from .admission import AdmissionCaseRecord, AdmissionRecord, AdmissionStatus
 from .arch import GPU_NAMES, GPU_PROPERTIES, ArchSpec, ArchSpecError, GpuProperties, gpu_sm
-from .backend import CORE_CONFIG_KEYS, ROLE_STAGES, SELECTABLE_ROLES, Availability, BackendInfo, Role, Stage
+from .backend import (CORE_CONFIG_KEYS, FORWARDED_CONFIG_KEYS, ROLE_STAGES, SELECTABLE_ROLES, Availability,
+                      BackendInfo, Role, Stage)
 from .base import ArtifactError, Versioned, sha256_file, write_bytes_atomic, write_text_atomic
 from .build import BuildRequest, BuildResult, EngineApi, PluginDescription
 from .carve import (PLUGIN_DOMAIN, Candidate, CandidateFiles, CandidatesFile, CarveRequest, CarveResult,

@@ -44,6 +44,11 @@ CORE_CONFIG_KEYS: dict[str, str] = {
 }
 
 
+#: A ``config_keys`` entry saying the backend forwards jobs to another generator (a service) and checks
+#: the keys against that one itself, before a job is sent; the core then leaves the keys to it.
+FORWARDED_CONFIG_KEYS = "*"
+
+
 class BackendInfo(Versioned):
     """A backend's self-description: the ``info`` of every object a plugin registers (:mod:`ytk_hookspecs.roles`).
 

@@ -1,0 +1,91 @@
+"""Registers the ``gaia`` backend (roles kernelgen and builder, over the Gaia service's API) and the
+``ytk worker gaia`` command that serves that API.
+
+Automatic choice: kernelgen ``gaia`` ranks first when a service is configured (``YTK_GAIA_URL`` or
+``[backends.gaia] url``); builder ``gaia`` ranks after ``nvcc`` (a local toolchain needs no upload).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ytk_hookspecs import StageContext, hookimpl
+from ytk_hookspecs.models import (FORWARDED_CONFIG_KEYS, ArchSpec, Availability, BackendInfo, BuildRequest, BuildResult,
+                                  KernelGenRequest, KernelGenResult, SupportAnswer, SupportRequest)
+
+from . import __version__
+
+NAME = "gaia"
+#: a supports() question must be fast: the service gets this long before the job decides instead
+SUPPORTS_RETRY_S = 5.0
+
+
+class GaiaBackend:
+    """:class:`ytk_hookspecs.roles.KernelGenBackend` and :class:`~ytk_hookspecs.roles.BuilderBackend` over HTTP."""
+
+    info = BackendInfo(name=NAME, roles=["kernelgen", "builder"], version=__version__,
+                       description="Gaia service: kernel generation and plugin builds over HTTP (`ytk worker gaia`; "
+                                   "YTK_GAIA_URL, YTK_GAIA_API_KEY)",
+                       auto_priority={"kernelgen": 30, "builder": 10},
+                       # the service's generator reads its own keys: checked against /v1/info before a job is sent
+                       config_keys={FORWARDED_CONFIG_KEYS: "any key the service's generator reads (checked against "
+                                                           "the service's /v1/info before a job is sent)"})
+
+    def availability(self, arch: ArchSpec | None = None) -> Availability:
+        """Available when a service is configured; whether it can serve ``arch`` is asked before each job."""
+        from .config import URL_ENV, client_settings
+
+        settings = client_settings()
+        if settings is None:
+            return Availability(available=False, reason=f"no Gaia service configured ({URL_ENV} or [backends.gaia] "
+                                                        "url in ytk.toml)")
+        return Availability(available=True, reason=f"Gaia service at {settings.url}", details={"url": settings.url})
+
+    # -- kernelgen ------------------------------------------------------------------------------
+    def supports(self, request: SupportRequest, ctx: StageContext) -> SupportAnswer:
+        from .client import GaiaClient
+        from .config import client_settings
+        from .protocol import SupportQuery
+
+        settings = client_settings(ctx.config)
+        if settings is None:
+            return SupportAnswer(supported=False, certain=False, backend=NAME, why="no Gaia service configured")
+        query = SupportQuery(generator=settings.generator, sketch=request.sketch, candidate=request.candidate,
+                             precision=request.precision, config=dict(request.config), arch=request.arch)
+        try:
+            with GaiaClient(settings, retry_s=SUPPORTS_RETRY_S) as client:
+                ans = client.supports(query)
+        except Exception as e:  # noqa: BLE001  -- no answer is no refusal: the job decides
+            return SupportAnswer(supported=True, certain=False, backend=NAME,
+                                 why=f"the service could not be asked ({' '.join(str(e).split())[:200]}); "
+                                     "the job decides")
+        return ans.model_copy(update={"backend": f"{NAME}/{ans.backend}" if ans.backend else NAME})
+
+    def submit(self, request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
+        from .jobs import generate
+
+        return generate(request, ctx)
+
+    def fetch(self, job_id: str, output: Path, ctx: StageContext) -> KernelGenResult | None:
+        from .jobs import fetch
+
+        return fetch(job_id, Path(output), ctx)
+
+    # -- builder --------------------------------------------------------------------------------
+    def build_plugin(self, request: BuildRequest, ctx: StageContext) -> BuildResult:
+        from .jobs import build
+
+        return build(request, ctx)
+
+
+@hookimpl
+def ytk_register_backends(register: Any) -> None:
+    register(GaiaBackend())
+
+
+@hookimpl
+def ytk_cli_commands(cli: Any) -> None:
+    from .cli import add_commands
+
+    add_commands(cli)

@@ -1,0 +1,101 @@
+"""Job records on disk, written atomically, so a restarted worker knows every job it had.
+
+``<jobs dir>/<id>/record.json`` holds one record (any :class:`~ytk_hookspecs.models.Versioned` model
+with ``id``, ``idempotency_key``, ``state``, ``created``, ``finished`` and ``message``). On start, a
+job recorded as running was cut short by the worker's own end: it is marked ``interrupted`` (a
+re-submit with its idempotency key restarts it); queued jobs stay queued.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from ..models import ArtifactError, Versioned
+from .protocol import JOB_ID, utcnow
+
+RECORD = "record.json"
+R = TypeVar("R", bound=Versioned)
+
+
+class JobStore(Generic[R]):
+    """Every job's record, in memory and on disk; all methods are thread-safe."""
+
+    def __init__(self, jobs_dir: Path, record: type[R]) -> None:
+        self.root = jobs_dir
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.record = record
+        self._lock = threading.RLock()
+        self._jobs: dict[str, R] = {}
+        self._by_key: dict[str, str] = {}
+        self.skipped: list[str] = []  # records that could not be read (reported once, at start)
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
+
+    def dir(self, job_id: str) -> Path:
+        if not JOB_ID.match(job_id):
+            raise KeyError(job_id)
+        return self.root / job_id
+
+    def recover(self) -> list[R]:
+        """Load every record; running ones become ``interrupted``. Returns the queued jobs, oldest first."""
+        with self._lock:
+            loaded: list[R] = []
+            for d in sorted(self.root.iterdir()):
+                if not (d / RECORD).is_file() or not JOB_ID.match(d.name):
+                    continue
+                try:
+                    rec = self.record.read(d / RECORD)
+                except ArtifactError as e:
+                    self.skipped.append(str(e))
+                    continue
+                if getattr(rec, "state") == "running":
+                    rec = rec.model_copy(update={"state": "interrupted", "finished": utcnow(),
+                                                 "message": "the worker stopped while this job ran"})
+                    rec.write(d / RECORD)
+                loaded.append(rec)
+            for rec in sorted(loaded, key=lambda r: getattr(r, "created")):  # a key's latest job wins
+                self._jobs[getattr(rec, "id")] = rec
+                self._by_key[getattr(rec, "idempotency_key")] = getattr(rec, "id")
+            return [r for r in sorted(self._jobs.values(), key=lambda r: getattr(r, "created"))
+                    if getattr(r, "state") == "queued"]
+
+    def get(self, job_id: str) -> R | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def by_key(self, key: str) -> R | None:
+        with self._lock:
+            jid = self._by_key.get(key)
+            return self._jobs.get(jid) if jid else None
+
+    def all(self) -> list[R]:
+        with self._lock:
+            return sorted(self._jobs.values(), key=lambda r: getattr(r, "created"), reverse=True)
+
+    def add(self, rec: R) -> R:
+        """Record a new job; its idempotency key now names it (a key's earlier job is no longer found by it)."""
+        with self._lock:
+            self._save(rec)
+            self._by_key[getattr(rec, "idempotency_key")] = getattr(rec, "id")
+            return rec
+
+    def update(self, job_id: str, persist: bool = True, **fields: object) -> R:
+        """Change fields of a job's record; ``persist=False`` only in memory (a progress message)."""
+        with self._lock:
+            rec = self._jobs[job_id].model_copy(update=fields)
+            if persist:
+                self._save(rec)
+            else:
+                self._jobs[job_id] = rec
+            return rec
+
+    def _save(self, rec: R) -> None:
+        rec = self.record.model_validate(rec.model_dump())  # a copy with update= is not validated: check it here
+        job_id = getattr(rec, "id")
+        rec.write(self.dir(job_id) / RECORD)
+        self._jobs[job_id] = rec

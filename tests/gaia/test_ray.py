@@ -1,0 +1,81 @@
+"""Scale-out on Ray: ``ytk worker gaia --ray local`` starts a Ray instance on this machine and sends every
+job to it as a task asking for no GPU and one CPU (CPU-only here: the nvcc builder compiles, nothing runs).
+N builds submitted at once all finish, each exactly once, with a Ray worker process killed mid-way."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.gaia.conftest import HOST_ARCH, SLOW_SITE, Service, client_env, ytk_exe
+from ytk_hookspecs.kernel_source import KernelSource
+from ytk_hookspecs.plugin_info import read_plugin_description
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ytk-backend-gaia[ray]')")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (the jobs are builds)"),
+              pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds Ray's worker processes in /proc")]
+N = 4
+
+
+def ray_task_pids() -> list[int]:
+    """Ray worker processes running a job (Ray titles them ``ray::<task name>``: ``gaia-build-<id>``)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if (p / "cmdline").read_bytes().startswith(b"ray::gaia-build-"):
+                    pids.append(int(p.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_n_builds_at_once_each_finish_once_with_a_ray_worker_killed(region, tmp_path):
+    _, src = region
+    svc = Service(tmp_path / "state", "--ray", "local", "--ray-num-gpus", "0", "--ray-num-cpus", "1",
+                  env={"RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(SLOW_SITE),
+                       "YTK_TEST_SLOW_BUILD_S": "4"})
+    try:
+        with svc.http() as h:
+            info = h.get("/v1/info").json()
+        assert info["dispatcher"] == "ray"
+        clients = []
+        for i in range(N):
+            name = f"Region{i}"
+            s = KernelSource.read(src).renamed(name).write(tmp_path / f"{name}.module_source.py")
+            out = tmp_path / "plugins" / f"{name}.so"
+            clients.append((name, out, subprocess.Popen(
+                [ytk_exe(), "embedded", "build-plugin", "-a", HOST_ARCH, "--plugin-name", name, "-s", str(s), "-o",
+                 str(out), "--builder", "gaia", "--json"], env=client_env(svc.url, retry_s="60"),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        end, killed = time.monotonic() + 120, None
+        while killed is None and time.monotonic() < end:
+            pids = ray_task_pids()
+            if pids:
+                time.sleep(1.0)  # mid-way through its (slowed) build
+                os.kill(pids[0], signal.SIGKILL)
+                killed = pids[0]
+            time.sleep(0.1)
+        assert killed, "no Ray task was seen running"
+        for name, out, proc in clients:
+            stdout, stderr = proc.communicate(timeout=300)
+            assert proc.returncode == 0, stderr
+            assert json.loads(stdout)["description"]["name"] == name
+            assert read_plugin_description(out).name == name
+        jobs = svc.jobs()
+        assert len(jobs) == N and all(j["state"] == "succeeded" and j["dispatcher"] == "ray" for j in jobs)
+        events = [json.loads(line) for line in svc.log.read_text().splitlines() if line.startswith("{")]
+        done = [e["job"] for e in events if e.get("event") == "gaia job succeeded"]
+        assert sorted(done) == sorted(j["id"] for j in jobs), "every job committed exactly once"
+        assert not [e for e in events if e.get("event", "").startswith("gaia job: a late outcome")]
+        assert killed not in ray_task_pids()
+    finally:
+        svc.stop()

@@ -1,0 +1,239 @@
+"""The Gaia service on loopback, driven by the real client: ytk kernelgen compile / get and
+ytk embedded build-plugin with --kernelgen gaia / --builder gaia."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.gaia.conftest import KEY, PLUGIN, SLOW_SITE, UPLOAD_MB, Service, client_env, ytk_exe
+from ytk_hookspecs.kernel_source import KernelSource, report_path
+from ytk_hookspecs.models import KernelReport
+
+
+def compile_args(region_dir: Path, out: Path, *extra: str) -> list[str]:
+    return ["kernelgen", "compile", "-r", str(region_dir / "plugin_candidates" / f"{PLUGIN}.pt2"), "-g", "Orin",
+            "--config", "deployment_target=tensorrt", "-o", str(out), "--kernelgen", "gaia", *extra]
+
+
+def errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+
+
+def test_openapi_health_and_the_key_on_every_route(service):
+    with service.http(key=None) as h:
+        api = h.get("/openapi.json").json()
+        assert {"/v1/info", "/v1/kernelgen/supports", "/v1/kernelgen/jobs", "/v1/builds", "/v1/jobs",
+                "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/log", "/v1/jobs/{job_id}/files/{name}",
+                "/v1/jobs/{job_id}/cancel"} <= set(api["paths"])
+        assert "application/gzip" in api["paths"]["/v1/kernelgen/jobs"]["post"]["requestBody"]["content"]
+        assert h.get("/v1/health").json()["status"] == "ok"
+        for path in ("/v1/info", "/v1/jobs", f"/v1/jobs/{'0' * 32}"):
+            r = h.get(path)
+            assert r.status_code == 401 and r.json()["error"] == "no token sent", path
+    with service.http() as h:
+        info = h.get("/v1/info", params={"arch": "arm64-sm87-dos6010-cu114-trt86"}).json()
+        assert info["generators"][0]["name"] == "mock" and info["generators"][0]["available"]
+        assert info["max_upload_bytes"] == int(UPLOAD_MB * (1 << 20)) and info["dispatcher"] == "local"
+        assert h.get(f"/v1/jobs/{'0' * 32}").status_code == 404
+
+
+def test_a_full_kernel_job_and_the_same_region_again_from_the_cache(region, service, tmp_path):
+    d, _ = region
+    out = tmp_path / "a" / f"{PLUGIN}.module_source.py"
+    r = run_cli(*compile_args(d, out, "--json"), env=client_env(service.url))
+    assert r.code == 0, r.stderr
+    first = r.json()
+    assert first["status"] == "done" and first["contract"]["ok"], first
+    assert KernelSource.read(out).meta.plugin_name == PLUGIN
+    assert KernelReport.read(report_path(out)).backend == "mock"
+    again = tmp_path / "b" / f"{PLUGIN}.module_source.py"
+    r = run_cli(*compile_args(d, again, "--json"), env=client_env(service.url))
+    assert r.code == 0, r.stderr
+    assert r.json()["job_id"] == first["job_id"], "the same region under the same key is the same job"
+    assert again.read_bytes() == out.read_bytes()
+    with service.http() as h:
+        job = h.get(f"/v1/jobs/{first['job_id']}").json()
+        assert job["state"] == "succeeded" and job["attempts"] == 1 and job["cached_from"] is None
+        log = h.get(f"/v1/jobs/{first['job_id']}/log").json()["text"]
+        assert "kernelgen job starting backend=mock" in log and "job succeeded" in log
+        # the same content under another idempotency key (another client's) is answered from the cache
+        from ytk_hookspecs.service.archive import write_archive
+
+        spec = job["spec"]
+        pt2 = d / "plugin_candidates" / f"{PLUGIN}.pt2"
+        archive = write_archive(tmp_path / "again.tgz", [("job.json", json.dumps(spec).encode()),
+                                                         (spec["reference"], pt2)])
+        r = h.post("/v1/kernelgen/jobs", content=archive.read_bytes(), headers={"Idempotency-Key": "another-client-1"})
+        assert r.status_code == 200 and r.json()["cached"], r.text
+        cached = r.json()["job"]
+        assert cached["state"] == "succeeded" and cached["cached_from"] == first["job_id"] and cached["attempts"] == 0
+        assert h.get(f"/v1/jobs/{cached['id']}/files/module_source.py").content == out.read_bytes()
+
+
+def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):
+    r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
+                env=client_env(service.url, key="not-the-key-at-all-0000"))
+    assert r.code == 2 and "Traceback" not in r.stderr
+    (line,) = errors(r.stderr)
+    assert line.startswith(f"error: the gaia service at {service.url} refused the token: missing or wrong token")
+
+
+def test_deployment_target_and_arch_are_checked_before_anything_is_sent(region, service, tmp_path):
+    before = len(service.jobs())
+    d = region[0]
+    args = ["kernelgen", "compile", "-r", str(d / "plugin_candidates" / f"{PLUGIN}.pt2"), "-g", "H100", "-a",
+            "arm64-sm87-dos6010-cu114-trt86", "--config", "deployment_target=tensorrt", "-o",
+            str(tmp_path / "x.module_source.py"), "--kernelgen", "gaia"]
+    r = run_cli(*args, env=client_env(service.url))
+    assert r.code == 2 and "sm_90 GPU but -a arm64-sm87" in r.stderr
+    # the backend checks it too (the core already refuses it; a caller of the backend object may not)
+    from ytk_backend_gaia.errors import GaiaUsageError
+    from ytk_backend_gaia.plugin import GaiaBackend
+    from ytk_hookspecs import StageContext
+    from ytk_hookspecs.models import KernelGenRequest
+
+    req = KernelGenRequest(reference=d / "plugin_candidates" / f"{PLUGIN}.pt2", gpu="Orin",
+                           deployment_target="torch", output=tmp_path / "y.module_source.py")
+    with pytest.raises(GaiaUsageError, match="deployment_target=tensorrt"):
+        GaiaBackend().submit(req, StageContext(config={"url": service.url, "api_key": KEY}))
+    assert len(service.jobs()) == before
+
+
+def test_an_oversized_job_is_refused_before_and_on_upload(service, tmp_path):
+    from ytk_backend_gaia.client import GaiaClient  # noqa: F401  (the client refuses before sending: below)
+
+    big = b"\0" * int(UPLOAD_MB * (1 << 20) + 1024)
+    with service.http() as h:
+        r = h.post("/v1/kernelgen/jobs", content=big, headers={"Idempotency-Key": "oversized-0001"})
+        assert r.status_code == 413 and "over this worker's" in r.json()["error"]
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name, says", [("inputs/../../escaped.txt", "escapes the job folder"),
+                                        ("/etc/passwd", "absolute or malformed path"),
+                                        ("elsewhere/x", "not part of a job")])
+def test_an_archive_that_escapes_is_refused(service, name, says):
+    before = len(service.jobs())
+    with service.http() as h:
+        r = h.post("/v1/builds", content=_tar([(name, b"x")]),
+                   headers={"Idempotency-Key": f"crafted-{abs(hash(name))}"})
+    assert r.status_code == 400 and r.json()["error"].startswith("archive refused: ") and says in r.json()["error"]
+    assert len(service.jobs()) == before
+    assert not (service.state_dir.parent / "escaped.txt").exists()
+
+
+def test_bursts_of_503_and_429_are_retried_and_the_job_runs_once(region, service, tmp_path):
+    from tests.kronos.flaky_proxy import FlakyProxy
+
+    proxy = FlakyProxy(service.url, job_503s=3, info_429s=1)
+    try:
+        out = tmp_path / f"{PLUGIN}.module_source.py"
+        r = run_cli(*compile_args(region[0], out, "--config", "mock_bandwidth_fraction=0.5"),
+                    env=client_env(proxy.url))
+    finally:
+        proxy.stop()
+    assert r.code == 0, r.stderr
+    assert proxy.refused[0] == "429 GET /v1/info" and "503 POST /v1/kernelgen/jobs" in proxy.refused
+    assert sum(x.startswith("503 GET /v1/jobs/") for x in proxy.refused) == 3
+    mine = [j for j in service.jobs() if j["spec"].get("config", {}).get("mock_bandwidth_fraction") == "0.5"]
+    assert len(mine) == 1, "the lost answer to the submit made no second job"
+
+
+def test_dropped_connections_are_retried(region, service, tmp_path):
+    from tests.gaia.dropping_proxy import DroppingProxy
+
+    proxy = DroppingProxy(service.port, drops=3)
+    try:
+        out = tmp_path / f"{PLUGIN}.module_source.py"
+        r = run_cli(*compile_args(region[0], out), env=client_env(proxy.url))
+    finally:
+        proxy.stop()
+    assert r.code == 0, r.stderr
+    assert proxy.dropped == 3 and out.is_file()
+
+
+def test_an_unreachable_service_is_one_line_and_exit_3(region, tmp_path):
+    from tests.kronos.conftest import free_port
+
+    r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
+                env=client_env(f"http://127.0.0.1:{free_port()}", retry_s="1"))
+    assert r.code == 3 and "Traceback" not in r.stderr
+    (line,) = errors(r.stderr)
+    assert "cannot be reached" in line and "YTK_GAIA_RETRY_S sets how long" in line
+
+
+@pytest.fixture(scope="module")
+def slow_service(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A service whose generator takes 8 s a job, one job per key at a time."""
+    s = Service(tmp_path_factory.mktemp("gaia-slow") / "state", "--max-active-per-key", "1",
+                env={"PYTHONPATH": str(SLOW_SITE), "YTK_TEST_SLOW_KERNELGEN_S": "8"})
+    yield s
+    s.stop()
+
+
+def _wait_for(pred, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_a_killed_client_resumes_by_job_id_and_a_quota_is_429(region, slow_service, tmp_path):
+    out = tmp_path / f"{PLUGIN}.module_source.py"
+    client = subprocess.Popen([ytk_exe(), *compile_args(region[0], out)], env=client_env(slow_service.url),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job = _wait_for(lambda: next((j for j in slow_service.jobs() if j["state"] == "running"), None),
+                        "the job to start")
+    finally:
+        client.kill()
+        client.communicate(timeout=10)
+    assert not out.exists()
+    with slow_service.http() as h:  # the key has its one active job: a second is 429 with Retry-After
+        r = h.post("/v1/builds", content=b"x", headers={"Idempotency-Key": "quota-check-0001"})
+        assert r.status_code == 429 and r.headers["Retry-After"] and "quota" in r.json()["error"]
+    t0 = time.monotonic()
+    r = run_cli("kernelgen", "get", job["id"], "-o", str(out), "--kernelgen", "gaia", "--json",
+                env=client_env(slow_service.url))
+    assert r.code == 0, r.stderr
+    assert r.json()["status"] == "done" and KernelSource.read(out).meta.plugin_name == PLUGIN
+    assert report_path(out).is_file() and time.monotonic() - t0 < 20
+    with slow_service.http() as h:
+        assert h.get(f"/v1/jobs/{job['id']}").json()["attempts"] == 1
+
+
+@pytest.mark.slow
+def test_a_cancelled_job_ends_its_client_with_one_line(region, slow_service, tmp_path):
+    out = tmp_path / f"{PLUGIN}.module_source.py"
+    client = subprocess.Popen([ytk_exe(), *compile_args(region[0], out, "--config", "mock_bandwidth_fraction=0.4")],
+                              env=client_env(slow_service.url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    job = _wait_for(lambda: next((j for j in slow_service.jobs() if j["state"] == "running"
+                                  and j["spec"]["config"].get("mock_bandwidth_fraction") == "0.4"), None),
+                    "the job to start")
+    with slow_service.http() as h:
+        assert h.post(f"/v1/jobs/{job['id']}/cancel").json()["state"] == "cancelled"
+    _, stderr = client.communicate(timeout=30)
+    assert client.returncode == 3 and "Traceback" not in stderr
+    assert "was cancelled on the gaia service" in errors(stderr)[0] and not out.exists()
