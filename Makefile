@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make autoloop   -- install into .venv and run `ytk autoloop` on the worked example
 #   make test       -- install into .venv (plus the model zoo's extra and the TensorRT headers the shim tests
-#                      compile against) and run the test suite (what CI runs)
+#                      compile against), lint with ruff and run the test suite (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
 ARCH ?= auto
@@ -39,10 +39,14 @@ install: $(STAMP)
 
 install-zoo: $(ZOO_STAMP)
 
-test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP) $(TRT_HEADERS_STAMP)
+# The linter first (seconds): pyflakes and pycodestyle rules, pyproject.toml [tool.ruff].
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP) $(TRT_HEADERS_STAMP) lint
 	$(BIN)/python -m pytest -q
 
 autoloop: $(STAMP)
 	$(BIN)/ytk autoloop contrib/models/efficientvit_b1/model.py -a $(ARCH) -p fp16 --workdir $(WORKDIR)
 
-.PHONY: install install-zoo test autoloop
+.PHONY: install install-zoo lint test autoloop

@@ -55,11 +55,13 @@ def main() -> None:
         print(compile_shared(PRELUDE + v.body, so, gpu.arch(), extra_flags=("-lineinfo",), ptxas_verbose=True).log)
         if os.environ.get("YTK_SASS"):
             sass = subprocess.run(["cuobjdump", "-sass", str(so)], capture_output=True, text=True, check=True).stdout
-            ops = collections.Counter(m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", sass))
+            ops = collections.Counter(m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P[T0-9]+\s+)?"
+                                                                      r"([A-Z][A-Z0-9_.]*)", sass))
             sass_dir = Path(os.environ["YTK_SASS"])
             if sass_dir.is_dir():
                 (sass_dir / f"k{k}s{s}_{name}.sass").write_text(sass)
-            print(name, "SASS", sum(ops.values()), "instructions:", ", ".join(f"{k} {v}" for k, v in ops.most_common(40)))
+            print(name, "SASS", sum(ops.values()), "instructions:",
+                  ", ".join(f"{k} {v}" for k, v in ops.most_common(40)))
         fn = load_launcher(so)
         ins, outs, ext = pointers(x, wt, b), pointers(y), extents(n, c, h, w, ho, wo)
         stream = torch.cuda.current_stream().cuda_stream

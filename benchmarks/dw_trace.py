@@ -5,7 +5,8 @@
 A VARIANT is a name from the region's wide space or a JSON parameter dict (a point outside it).
 
 Each variant (stage ``tma`` or ``mma``) is emitted by the templates backend with its developer
-timeline (``emit(..., trace=True)``: cuda/dwconv_ring_trace.cuh): thread 0 of every block then records its SM, its start and end on the global
+timeline (``emit(..., trace=True)``: cuda/dwconv_ring_trace.cuh): thread 0 of every block then records its SM,
+its start and end on the global
 timer, and per item the SM clock when it starts waiting for the item's tile, when the tile has
 landed and when the slot is released. The kernel runs over rotating input sets larger than the L2
 (as the harness times it); the last launch's timeline is summarised: how long the first tile takes
@@ -69,7 +70,8 @@ def summarise(name: str, items: list, blocks: list) -> None:  # type: ignore[typ
           f"sum/block {sum(waits) / len(used):.2f} us")
     print(f"  compute      p10 {_q(comps, .1):.2f}  p50 {_q(comps, .5):.2f}  p90 {_q(comps, .9):.2f}  "
           f"sum/block {sum(comps) / len(used):.2f} us")
-    print(f"  block end    p10 {_q(ends, .1):.2f}  p50 {_q(ends, .5):.2f}  p90 {_q(ends, .9):.2f}  max {max(ends):.2f} us")
+    print(f"  block end    p10 {_q(ends, .1):.2f}  p50 {_q(ends, .5):.2f}  p90 {_q(ends, .9):.2f}  "
+          f"max {max(ends):.2f} us")
 
 
 def main() -> None:
@@ -106,7 +108,8 @@ def main() -> None:
         items = (ctypes.c_ulonglong * (BLOCKS * ITEMS * 3))()
         blocks = (ctypes.c_ulonglong * (BLOCKS * 4))()
         assert trace(items, blocks) == 0
-        it = [[list(items[(bb * ITEMS + kk) * 3:(bb * ITEMS + kk) * 3 + 3]) for kk in range(ITEMS)] for bb in range(BLOCKS)]
+        it = [[list(items[(bb * ITEMS + kk) * 3:(bb * ITEMS + kk) * 3 + 3]) for kk in range(ITEMS)]
+              for bb in range(BLOCKS)]
         bl = [list(blocks[bb * 4:bb * 4 + 4]) for bb in range(BLOCKS)]
         summarise(name, it, bl)
 

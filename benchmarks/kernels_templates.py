@@ -14,7 +14,8 @@ here; nothing is recorded or estimated.
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
     python benchmarks/kernels_templates.py --prebuild --arch SPEC --cache DIR  # CPU: fill the build cache
 
-``--prebuild`` compiles every variant of the benchmark's and the GPU tests' regions for ``--arch`` into a build cache, so a GPU machine with the same nvcc
+``--prebuild`` compiles every variant of the benchmark's and the GPU tests' regions for ``--arch`` into a build cache,
+so a GPU machine with the same nvcc
 spends its time scoring rather than compiling. It needs nvcc, not a GPU.
 """
 

@@ -6,7 +6,8 @@ prepare (trace + export) -> compile the baseline -> propose (``min_ms=0`` and ``
 so that small sizes still propose) -> carve every proposal on its own -> for each carved region, the
 selected kernel generator's support answer and the templates recogniser's -> carve every accepted
 proposal together. It calls the
-Python functions the CLI calls (``do_prepare``, ``run_compile``, ``propose``, the frontend's ``carve``). The backends and the input size come from the environment (``YTK_ENGINE``, ``YTK_EXAMPLE_SIZE``...),
+Python functions the CLI calls (``do_prepare``, ``run_compile``, ``propose``, the frontend's ``carve``). The backends
+and the input size come from the environment (``YTK_ENGINE``, ``YTK_EXAMPLE_SIZE``...),
 which the parent sets.
 
 Each carve starts from a copy of the baseline's prepare directory (ONNX, inputs, fx_nodes.json) and calls

@@ -350,7 +350,8 @@ def test_resume_with_changed_inputs_asks_and_the_user_chooses(tmp_path):
     """A new input size must not reprint the old result: the resume says what changed; --resume goes on with
     the recorded results, --fresh starts over."""
     src = MODEL.read_text().replace("torch.randn(1, 3, 256, 256,", "torch.randn(1, 3, SIZE, SIZE,")
-    src = src.replace("import torch\n", "import os\n\nimport torch\n\nSIZE = int(os.environ.get('TINY_SIZE', '64'))\n", 1)
+    src = src.replace("import torch\n",
+                      "import os\n\nimport torch\n\nSIZE = int(os.environ.get('TINY_SIZE', '64'))\n", 1)
     model = tmp_path / "model.py"
     model.write_text(src)
     w = tmp_path / "w"

@@ -227,7 +227,8 @@ def test_kernel_generation_job_raising_drops_only_it(ytk, tmp_path):
     _install(badgen=simulated_plugin("badgen", "kernelgen", submit=submit))
     w = tmp_path / "w"
     r = cli(ytk, w, kernelgen="badgen")
-    check_dropped(r, w, "kernelgen", "kernel generation: RuntimeError: the generator tripped over its own feet (planted)")
+    check_dropped(r, w, "kernelgen",
+                  "kernel generation: RuntimeError: the generator tripped over its own feet (planted)")
     # the round carved twice (with and without the dropped one); the finished round keeps the captures of
     # the best engine's carve only, and every carve's ONNX and JSON
     st = r.json()["state"]
@@ -300,7 +301,8 @@ def test_engine_compile_failing_with_one_plugin_drops_only_it(ytk, tmp_path, mon
 
     calls = _compile_plant(monkeypatch, fail)
     bad = check_dropped(cli(ytk, tmp_path / "w"), tmp_path / "w", "compile", "engine compile: ")
-    assert ("planted" in bad["reason"]) if isinstance(error, BackendError) else "KeyError: 'plugin_field'" in bad["reason"]
+    assert (("planted" in bad["reason"]) if isinstance(error, BackendError)
+            else "KeyError: 'plugin_field'" in bad["reason"])
     assert [] in calls[1:] and [BAD] in calls and [GOOD] in calls  # the best engine again, then each alone
 
 

@@ -89,7 +89,8 @@ BAD_MODELS = {
     "syntax": ("def broken(:\n", "syntax error"),
     "untraceable": ("class Inner(nn.Module):\n    def forward(self, x):\n        if x.sum() > 0:\n"
                     "            return x * 2\n        return x\n"
-                    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__(); self.inner = Inner()\n"
+                    "class Model(nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__(); self.inner = Inner()\n"
                     "    def forward(self, x):\n        return self.inner(x)\n"
                     "def get_fwd_args():\n    return (torch.randn(2, 3),)\n", "inner"),
 }

@@ -29,7 +29,8 @@ def _by_name(resolved):  # type: ignore[no-untyped-def]
 
 
 def test_trtexec_profile_and_names_only_layer_info(small, graph):
-    m = load_measurement(small / "trt86_profile.json", small / "trt86_layers.json", arch="arm64-sm87-dos6010-cu114-trt86")
+    m = load_measurement(small / "trt86_profile.json", small / "trt86_layers.json",
+                         arch="arm64-sm87-dos6010-cu114-trt86")
     assert len(m.layers) == 18 and m.engine == "tensorrt" and not m.simulated
     assert m.layers[2].name == "node_Conv_1208 + PWN(n0)" and m.layers[2].median_ms == pytest.approx(0.05)
     r = _by_name(resolve_layers(m.layers, graph, m.layer_info))

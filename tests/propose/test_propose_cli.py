@@ -13,7 +13,8 @@ from ytk_core.propose import ProposeReport
 
 
 def _args(d: Path, bundle: str = "base.tgz") -> list[str]:
-    return ["embedded", "propose", "--profile", d / bundle, "--onnx", d / "model.onnx", "--fx-nodes", d / "fx_nodes.json"]
+    return ["embedded", "propose", "--profile", d / bundle, "--onnx", d / "model.onnx",
+            "--fx-nodes", d / "fx_nodes.json"]
 
 
 def test_tables_as_in_the_spec(ytk, worked):
@@ -83,7 +84,8 @@ def test_missing_inputs_are_one_paragraph(ytk, worked, tmp_path):
 
 def _fake_ytk(tmp_path: Path) -> Path:
     fake = tmp_path / "fake-ytk"
-    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$FAKE_OUT"\necho "YTK_EXAMPLE_SIZE=${YTK_EXAMPLE_SIZE:-}" >> "$FAKE_OUT"\n')
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$FAKE_OUT"\n'
+                    'echo "YTK_EXAMPLE_SIZE=${YTK_EXAMPLE_SIZE:-}" >> "$FAKE_OUT"\n')
     fake.chmod(0o755)
     return fake
 

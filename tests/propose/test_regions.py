@@ -61,7 +61,8 @@ def _fx() -> FxNodesFile:
     ops = {"conv_a": ("conv2d", ["x", "p_w"]), "relu_a": ("relu", ["fx_conv_a"]), "reshape": ("view", ["fx_relu_a"]),
            "transpose": ("transpose", ["fx_reshape"]), "qk": ("matmul", ["fx_reshape", "fx_transpose"]),
            "softmax": ("softmax", ["fx_qk"]), "av": ("matmul", ["fx_softmax", "fx_reshape"]),
-           "back": ("view", ["fx_av"]), "residual": ("add", ["fx_back", "x"]), "conv_b": ("conv2d", ["fx_residual", "p_w"]),
+           "back": ("view", ["fx_av"]), "residual": ("add", ["fx_back", "x"]),
+           "conv_b": ("conv2d", ["fx_residual", "p_w"]),
            "argmax": ("argmax", ["fx_conv_b"]), "conv_c": ("conv2d", ["fx_residual", "p_w"])}
     nodes = [FxNode(name=n, op="placeholder", target=n, module_path="", module_class="") for n in ("x", "p_w")]
     nodes += [FxNode(name=f"fx_{o}", op="call_function", target=f"aten.{ops[o][0]}.default", args=ops[o][1],

@@ -7,7 +7,8 @@ import io
 import numpy as np
 import pytest
 
-from ytk_core.bundle import BENCHMARK, ENGINE, OUTPUTS, PROFILE, BenchmarkRecord, BundleManifest, LayerProfile, write_bundle
+from ytk_core.bundle import (BENCHMARK, ENGINE, OUTPUTS, PROFILE, BenchmarkRecord, BundleManifest, LayerProfile,
+                             write_bundle)
 from ytk_core.stages.numerics import compare, tolerance_for
 from ytk_hookspecs.models import LayerTime
 

@@ -113,7 +113,8 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(all
     st.binary(max_size=80),
     JSONISH.map(lambda v: json.dumps(v).encode()),
     st.fixed_dictionaries({"arch": JSONISH, "precision": JSONISH, "members": JSONISH, "simulated": JSONISH},
-                          optional={"schema_version": JSONISH, "plugins": JSONISH}).map(lambda v: json.dumps(v).encode()),
+                          optional={"schema_version": JSONISH, "plugins": JSONISH})
+        .map(lambda v: json.dumps(v).encode()),
 ))
 def test_fuzz_bundle_manifest(data):
     try:

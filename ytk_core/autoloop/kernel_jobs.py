@@ -155,7 +155,8 @@ class KernelJobs:
         """Why a built plugin may not go on to a real engine (it was not admitted), or None."""
         if self.ws.state.backends.engine == "mock" or (rec is not None and rec.status == "admitted"):
             return None
-        return f"admission: unverified ({rec.reason if rec else 'no verdict'}); a real engine loads only admitted plugins"
+        return (f"admission: unverified ({rec.reason if rec else 'no verdict'}); "
+                "a real engine loads only admitted plugins")
 
     def build_round(self, rnd: RoundRecord) -> None:
         from ..stages.build_plugin import run_build_plugin

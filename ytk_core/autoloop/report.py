@@ -214,7 +214,8 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         [["0", f"{base.ms:.3f}" if base else "-", "-", "-", "-", "baseline"]] + [
             [str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
              f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
-             ", ".join(c.name + (" (re-optimized)" if c.replaces else "") for c in r.candidates if c.status == "kept") or "-",
+             ", ".join(c.name + (" (re-optimized)" if c.replaces else "")
+                       for c in r.candidates if c.status == "kept") or "-",
              ", ".join(dropped_label(c) for c in r.candidates if c.status == "dropped") or "-", r.note or ""]
             for r in state.rounds]), ""]
     md += _time_table(state)

@@ -77,9 +77,11 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
             raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs. Resume "
                              "with the same model file, or start over with --fresh (or a new --workdir).")
         if arch != "auto" and arch != st.arch:
-            raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; start over with --fresh or use a new --workdir")
+            raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; "
+                             "start over with --fresh or use a new --workdir")
         if precision != st.precision:
-            raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; start over with --fresh or use a new --workdir")
+            raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; "
+                             "start over with --fresh or use a new --workdir")
         for role, name in flags.asked().items():
             if st.backends.roles()[role] != name:
                 raise UsageError(f"{workdir} was started with {role} backend {st.backends.roles()[role]!r}, not "

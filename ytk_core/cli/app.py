@@ -62,7 +62,8 @@ def _register_groups() -> None:
 
     embedded.register_commands()
 
-    app.add_typer(embedded.app, name="embedded", help="The flow's steps: prepare, propose, compile, build-plugin, verify.")
+    app.add_typer(embedded.app, name="embedded",
+                  help="The flow's steps: prepare, propose, compile, build-plugin, verify.")
     app.add_typer(kernelgen.app, name="kernelgen", help="Gaia kernel generation: export, compile, get.")
     app.add_typer(worker_app, name="worker")
 

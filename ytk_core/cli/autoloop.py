@@ -30,7 +30,8 @@ def autoloop(
                                              "than this: milliseconds (0.1, 0.1ms) or a share of the baseline "
                                              "engine's latency (1%)")] = "1%",
     max_jobs: Annotated[int, typer.Option("--max-jobs", help="kernel generation jobs in flight")] = 4,
-    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
+    time_budget: Annotated[Optional[str], typer.Option(
+        "--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="go on with the workdir's recorded results even though "
                                          "the model's inputs or a backend's version changed")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="discard the workdir's earlier autoloop (state, rounds, "
@@ -54,7 +55,8 @@ def autoloop(
 
     from ..autoloop.state import BackendChoice
 
-    rep = run_autoloop(model, arch, precision, workdir, BackendChoice(engine=engine, kernelgen=kernelgen, builder=builder),
+    rep = run_autoloop(model, arch, precision, workdir,
+                       BackendChoice(engine=engine, kernelgen=kernelgen, builder=builder),
                        max_rounds, min_gain_ms, max_jobs, time_budget,
                        on_change="fresh" if fresh else "resume" if resume else "ask", worker=resolve_worker(worker))
     exported: list[Path] = []
@@ -78,7 +80,8 @@ def autoloop(
     for r in st.rounds:
         t.add_row(str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
                   f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
-                  ", ".join(c.name + (" (re-optimized)" if c.replaces else "") for c in r.candidates if c.status == "kept") or "-",
+                  ", ".join(c.name + (" (re-optimized)" if c.replaces else "")
+                            for c in r.candidates if c.status == "kept") or "-",
                   ", ".join(dropped_label(c) for c in r.candidates if c.status == "dropped") or "-")
     stdout.print(t)
     if rep.baseline_ms and rep.final_ms:

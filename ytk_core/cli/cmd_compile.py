@@ -21,11 +21,13 @@ def compile_(
     npz: Annotated[Path, typer.Option("--npz", help="inputs from prepare")],
     output: Annotated[Path, typer.Option("-o", "--output", help="engine bundle to write (.tgz)")],
     precision: PrecisionOpt = "fp16",
-    custom_plugin: Annotated[Optional[list[Path]], typer.Option("--custom-plugin", help="plugin .so (repeatable)")] = None,
+    custom_plugin: Annotated[Optional[list[Path]], typer.Option(
+        "--custom-plugin", help="plugin .so (repeatable)")] = None,
     iterations: Annotated[int, typer.Option("--iterations", help="benchmark iterations")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="iterations run before measuring")] = 3,
     allow_unused_plugin: Annotated[bool, typer.Option(
-        "--allow-unused-plugin", help="a --custom-plugin that serves no custom-op node is a warning, not an error")] = False,
+        "--allow-unused-plugin", help="a --custom-plugin that serves no custom-op node is a warning, "
+                                      "not an error")] = False,
     allow_unverified: Annotated[bool, typer.Option(
         "--allow-unverified", help="a real engine may load a plugin the admission gate could not run (no GPU of "
         "its SM here, no region reference); a rejected plugin is never loaded")] = False,

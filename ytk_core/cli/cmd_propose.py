@@ -19,16 +19,20 @@ def propose(
     onnx: Annotated[Path, typer.Option("--onnx", help="the ONNX the bundle was compiled from")],
     fx_nodes: Annotated[Path, typer.Option("--fx-nodes", help="fx_nodes.json written by prepare")],
     model: Annotated[Optional[Path], typer.Option("--model", help="model.py (named in the emitted script)")] = None,
-    emit_prepare: Annotated[Optional[Path], typer.Option("--emit-prepare", help="write a runnable prepare script")] = None,
+    emit_prepare: Annotated[Optional[Path], typer.Option(
+        "--emit-prepare", help="write a runnable prepare script")] = None,
     prepare_out: Annotated[Optional[Path], typer.Option(
         "--prepare-out", help="prepare output directory the emitted script writes to (default: gaia/ beside the "
                               "base prepare directory; a carved directory is re-carved in place)")] = None,
-    plugin: Annotated[Optional[list[str]], typer.Option("--plugin", help="attribute onto this carve (repeatable)")] = None,
-    plugins: Annotated[Optional[Path], typer.Option("--plugins", help="plugins.json (default: beside the ONNX)")] = None,
+    plugin: Annotated[Optional[list[str]], typer.Option(
+        "--plugin", help="attribute onto this carve (repeatable)")] = None,
+    plugins: Annotated[Optional[Path], typer.Option(
+        "--plugins", help="plugins.json (default: beside the ONNX)")] = None,
     layer_info: Annotated[Optional[Path], typer.Option(
         "--layer-info", help="trtexec --exportLayerInfo JSON, for a raw --profile (bundles carry their own)")] = None,
     arch: Annotated[Optional[str], typer.Option(
-        "-a", "--arch", help="target arch spec for the roofline when the profile carries none (raw trtexec files)")] = None,
+        "-a", "--arch", help="target arch spec for the roofline when the profile carries none "
+                             "(raw trtexec files)")] = None,
     precision: Annotated[Optional[str], typer.Option(
         "-p", "--precision", help="engine precision for a raw profile: fp16 (default) or fp32")] = None,
     merge_shape_families: Annotated[bool, typer.Option("--merge-shape-families",
@@ -39,7 +43,8 @@ def propose(
         "--family-min-ms", help="a shape family under this folds into its op's dynamic remainder "
                                 "(default: 2 x --min-ms)")] = None,
     roofline: Annotated[float, typer.Option(
-        "--roofline", help="a family measured at this fraction of its roofline bound or better is 'at roofline'")] = 0.5,
+        "--roofline", help="a family measured at this fraction of its roofline bound or better is "
+                           "'at roofline'")] = 0.5,
     launch_ms: Annotated[float, typer.Option(
         "--launch-ms", help="kernel-launch cost per site counted in the roofline bound (ms)")] = 0.002,
     namespace: Annotated[str, typer.Option("--namespace", help="plugin namespace of the proposed selectors")] = "yasp",
@@ -78,8 +83,9 @@ def propose(
     if top < 1 or depth < 0:
         raise UsageError("--top must be at least 1 and --depth zero or more")
     opts = ProposeOptions(min_ms=min_t.value if not min_t.relative else 1.0,
-                          min_pct=min_t.value if min_t.relative else None, family_min_ms=family_min_ms, merge_shape_families=merge_shape_families,
-                          roofline_fraction=roofline, launch_ms=launch_ms, plugins=list(plugin or []), namespace=namespace, arch=arch,
+                          min_pct=min_t.value if min_t.relative else None, family_min_ms=family_min_ms,
+                          merge_shape_families=merge_shape_families, roofline_fraction=roofline, launch_ms=launch_ms,
+                          plugins=list(plugin or []), namespace=namespace, arch=arch,
                           precision=precision,  # type: ignore[arg-type]
                           kernelgen=None if no_kernelgen_check else (kernelgen or "auto"))
     report = run_propose(profile, onnx, fx_nodes, plugins, opts, layer_info=layer_info, depth=depth)

@@ -87,7 +87,8 @@ _NEEDS_CONTIGUOUS = {"view", "_unsafe_view", "as_strided"}
 def _drop_identities(graph: Any) -> int:
     n = 0
     for node in list(graph.nodes):
-        if any(_base(u) in _NEEDS_CONTIGUOUS for u in node.users) and _base(node) in ("clone", "contiguous", "_to_copy"):
+        if any(_base(u) in _NEEDS_CONTIGUOUS for u in node.users) \
+                and _base(node) in ("clone", "contiguous", "_to_copy"):
             continue
         if node.op == "call_function" and _is_identity(node) and node.args and hasattr(node.args[0], "op"):
             node.replace_all_uses_with(node.args[0])
@@ -227,7 +228,8 @@ def _fold_pads(graph: Any) -> int:
         pad = conv.args[0]
         if _base(pad) not in ("constant_pad_nd", "pad") or len(pad.users) != 1:
             continue
-        if _base(pad) == "pad" and (pad.args[2] if len(pad.args) > 2 else pad.kwargs.get("mode", "constant")) != "constant":
+        if _base(pad) == "pad" and (pad.args[2] if len(pad.args) > 2
+                                    else pad.kwargs.get("mode", "constant")) != "constant":
             continue
         pads = list(pad.args[1])
         value = pad.args[-1] if _base(pad) == "constant_pad_nd" and len(pad.args) > 2 else pad.kwargs.get("value", 0)

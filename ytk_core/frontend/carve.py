@@ -106,7 +106,8 @@ def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str,
         if n.name in onnx_names:
             out.append(n.name)
             continue
-        produced = [o for on in onnx_of.get(n.name, []) if on in og.nodes for o in og.nodes[on].output if o in onnx_names]
+        produced = [o for on in onnx_of.get(n.name, []) if on in og.nodes
+                    for o in og.nodes[on].output if o in onnx_names]
         if len(produced) > 1 and n.target is operator.getitem:
             # q, k, v = x.chunk(3): each getitem is one output of the one Split they all map to
             produced = [o for o in produced if any(list(og.nodes[on].output).index(o) == n.args[1]
@@ -178,7 +179,8 @@ def _plan_selector(sel: Selector, ctx: _PlanContext, claimed: dict[str, str]) ->
             # A block's region may hand several values on (attention output and its weights): one
             # custom-op node with several outputs. A hand-drawn span that leaks a value more likely
             # misses a consumer, so it is refused with the edges it would cut.
-            leaks = [f"{o} -> {', '.join(c for c in og.consumers.get(o, []) if c not in set(onnx_nodes)) or 'graph output'}"
+            leaks = [f"{o} -> "
+                     f"{', '.join(c for c in og.consumers.get(o, []) if c not in set(onnx_nodes)) or 'graph output'}"
                      for o in b.outputs]
             raise UsageError(f"selector {sel.text!r}: region {where} has {len(b.outputs)} values used outside it "
                              f"({'; '.join(leaks)}); carving it would cut those edges. Grow the region to include "
@@ -198,13 +200,15 @@ def _check_same_baked(sel: Selector, first: SitePlan, site: SitePlan, weights: d
 
     a, b = first.spec.baked, site.spec.baked
     differ = len(a) != len(b) or any(
-        tuple(weights[x.name].shape) != tuple(weights[y.name].shape) or not torch.equal(weights[x.name], weights[y.name])
+        tuple(weights[x.name].shape) != tuple(weights[y.name].shape)
+        or not torch.equal(weights[x.name], weights[y.name])
         for x, y in zip(a, b))
     if differ:
         names = ", ".join(y.name for y in b[:3])
-        raise UsageError(f"selector {sel.text!r}: {site.site.module_path or 'a site'} bakes different weights ({names}) "
-                         f"than {first.site.module_path or 'site 0'}; one plugin carries one set of baked constants. "
-                         "Lift them (convs lift by default: drop @lift=none) or give each site its own selector.")
+        raise UsageError(f"selector {sel.text!r}: {site.site.module_path or 'a site'} bakes different weights "
+                         f"({names}) than {first.site.module_path or 'site 0'}; one plugin carries one set of baked "
+                         "constants. Lift them (convs lift by default: drop @lift=none) or give each site its own "
+                         "selector.")
 
 
 def _inventory(gm: Any) -> dict[str, int]:
@@ -315,7 +319,8 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
         onnx.checker.check_model(proto)
         proto = onnx.shape_inference.infer_shapes(proto, check_type=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise UsageError(f"internal carve error: the carved ONNX fails the ONNX checker: {str(e).splitlines()[0]}") from None
+        raise UsageError("internal carve error: the carved ONNX fails the ONNX checker: "
+                         f"{str(e).splitlines()[0]}") from None
     write_bytes_atomic(Path(request.onnx), proto.SerializeToString())
     onnx_name = Path(request.onnx).name
     CandidatesFile(onnx=onnx_name, candidates=candidates).write(prep / CANDIDATES_JSON)
@@ -364,16 +369,18 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                 raise UsageError(f"internal carve error: region {where} rebuilt as a module does not reproduce the "
                                  f"model (max diff {err:.3g}); please report this")
         if k and _inventory(gm) != _inventory(modules[0]):
-            raise UsageError(f"selector {sel.text!r} matches regions of different structure: {plan.sites[0].site.module_path} "
-                             f"runs {_inventory(modules[0])} but {where} runs {_inventory(gm)}. One plugin needs one "
-                             "kind of region: split the selector with @where.")
+            raise UsageError(f"selector {sel.text!r} matches regions of different structure: "
+                             f"{plan.sites[0].site.module_path} runs {_inventory(modules[0])} but {where} runs "
+                             f"{_inventory(gm)}. One plugin needs one kind of region: split the selector with @where.")
         if k and [conv_signature(c) for c in sp.spec.convs] != [conv_signature(c) for c in plan.sites[0].spec.convs]:
             raise UsageError(f"selector {sel.text!r} matches convolutions of different kinds: "
-                             f"{plan.sites[0].site.module_path} has {[conv_signature(c) for c in plan.sites[0].spec.convs]} "
+                             f"{plan.sites[0].site.module_path} has "
+                             f"{[conv_signature(c) for c in plan.sites[0].spec.convs]} "
                              f"(kernel, stride, padding, dilation, depthwise) but {where} has "
                              f"{[conv_signature(c) for c in sp.spec.convs]}. Split it with @where.")
         if k and len(ins) != len(site_inputs[0]):
-            raise UsageError(f"selector {sel.text!r}: sites differ in input count ({len(site_inputs[0])} vs {len(ins)})")
+            raise UsageError(f"selector {sel.text!r}: sites differ in input count "
+                             f"({len(site_inputs[0])} vs {len(ins)})")
         if k:
             _check_same_baked(sel, plan.sites[0], sp, weights)
             _check_site_runs_site0_program(sel, modules[0], where, gm, ins, outs)

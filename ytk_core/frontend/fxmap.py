@@ -104,7 +104,8 @@ def tensor_infos(val: Any, base: str) -> list[TensorInfo]:
     for i, v in enumerate(vals):
         if isinstance(v, torch.Tensor):
             name = base if len(vals) == 1 else f"{base}.{i}"
-            out.append(TensorInfo(name=name, shape=[int(d) if not isinstance(d, torch.SymInt) else str(d) for d in v.shape],
+            out.append(TensorInfo(name=name,
+                                  shape=[int(d) if not isinstance(d, torch.SymInt) else str(d) for d in v.shape],
                                   dtype=_dtype_name(v.dtype)))
     return out
 

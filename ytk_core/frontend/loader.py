@@ -148,7 +148,8 @@ def load_model(path: Path) -> LoadedModel:
         raise UsageError(f"{path}: get_fwd_args() failed: {type(e).__name__}: {e}{_user_frame(e, rp)}") from None
     args = normalise_args(raw, path)
     model.eval()
-    return LoadedModel(path=rp, module=module, model=model, args=args, sha256=hashlib.sha256(rp.read_bytes()).hexdigest())
+    return LoadedModel(path=rp, module=module, model=model, args=args,
+                       sha256=hashlib.sha256(rp.read_bytes()).hexdigest())
 
 
 def input_shapes(path: Path) -> list[list[int]]:

@@ -66,10 +66,10 @@ class OnnxGraph:
         hit = convexity_witness(names, self.successors())
         if hit is not None:
             cur, c = hit
-            raise UsageError(f"region {where} is not convex: ONNX node {cur} (outside the region) depends on the region "
-                             f"and feeds {c} inside it; one plugin node cannot replace it. Narrow the selector (@where, "
-                             "or a span A...B) so the region is one connected block; an :around region takes one of "
-                             "its convex parts with @part=K (propose proposes them).")
+            raise UsageError(f"region {where} is not convex: ONNX node {cur} (outside the region) depends on the "
+                             f"region and feeds {c} inside it; one plugin node cannot replace it. Narrow the selector "
+                             "(@where, or a span A...B) so the region is one connected block; an :around region "
+                             "takes one of its convex parts with @part=K (propose proposes them).")
 
 
 def replace_with_plugin(og: OnnxGraph, b: OnnxBoundary, node_name: str, op_type: str, namespace: str, version: str,

@@ -79,8 +79,8 @@ def reference_source(sel: Selector, gm: Any, arg_names: list[str], shapes: list[
     return (f'"""Torch reference of plugin {sel.name} (selector {sel.text}).\n\n'
             "Inputs, in the custom-op node's order: " + ", ".join(arg_names) + ".\n" + outs +
             "Load the runnable program with torch.export.load('<Name>.pt2').module().\n"
-            '"""\n# Input shapes per site:\n' + site_lines + "\n\nimport torch\nfrom torch import device  # noqa: F401\n\n"
-            + code + "\n")
+            '"""\n# Input shapes per site:\n' + site_lines
+            + "\n\nimport torch\nfrom torch import device  # noqa: F401\n\n" + code + "\n")
 
 
 def write_region_files(sel: Selector, gm: Any, site_inputs: list[list[Any]], site_outputs: list[list[Any]],

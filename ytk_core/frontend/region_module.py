@@ -184,7 +184,8 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
             env[n] = ("folded", folded_bn[n])
         elif n.target is operator.getitem and isinstance(env.get(n.args[0]), tuple) and env[n.args[0]][0] == "folded":
             if n.args[1] != 0:
-                raise UsageError(f"region uses BatchNorm statistics output {n.name}; it cannot be folded (use @lift=none)")
+                raise UsageError(f"region uses BatchNorm statistics output {n.name}; "
+                                 "it cannot be folded (use @lift=none)")
             env[n] = env[env[n.args[0]][1]]
         else:
             env[n] = g.node_copy(n, lambda m: env[m])

@@ -36,7 +36,8 @@ PLUMBING_OPS = ("view", "reshape", "_unsafe_view", "transpose", "permute", "t.",
                 "unsqueeze", "squeeze", "expand", "clone", "contiguous", "alias", "constant_pad_nd", "pad",
                 "_to_copy", "to.", "type_as", "cat", "flatten", "unflatten", "relu", "add", "sub", "mul", "div",
                 "neg", "exp", "pow", "sqrt", "rsqrt", "reciprocal", "clamp", "hardtanh", "sigmoid", "tanh", "gelu",
-                "silu", "hardswish", "hardsigmoid", "where", "mean", "sum", "amax", "maximum", "minimum", "scalar_tensor",
+                "silu", "hardswish", "hardsigmoid", "where", "mean", "sum", "amax", "maximum", "minimum",
+                "scalar_tensor",
                 "full", "ones", "zeros", "getitem", "_native_batch_norm_legit_no_training", "batch_norm")
 
 
@@ -190,7 +191,8 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
             scoped = [p for p in paths if _glob_ok(p, sel)]
             if not scoped:
                 raise UsageError(f"selector {sel.text!r}: {len(paths)} {sel.ops_name} module(s) exist but none matches "
-                                 f"@where={','.join(sel.where)}. Closest paths: {_closest(sel.includes[0] if sel.includes else '', paths)}.")
+                                 f"@where={','.join(sel.where)}. Closest paths: "
+                                 f"{_closest(sel.includes[0] if sel.includes else '', paths)}.")
         else:
             suf = sel.mod_suffix
             scoped = [p for p in gi.instances if p == suf or p.endswith("." + suf)]

@@ -111,7 +111,8 @@ def fold(families: list[Family], *, own_kernel_ms: float, min_ms: float, merge: 
     """(kernels worth generating, families under the threshold).
 
     Per op: a family of at least ``own_kernel_ms`` keeps its own kernel (unless ``merge``); the rest
-    fold into one dynamic remainder. Attention families never fold (see below). A remainder (or a lone leftover family) under ``min_ms`` is not
+    fold into one dynamic remainder. Attention families never fold (see below). A remainder (or a lone leftover
+    family) under ``min_ms`` is not
     worth a kernelgen run.
     """
     by_op: dict[tuple[Any, ...], list[Family]] = defaultdict(list)

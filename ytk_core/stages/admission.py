@@ -8,7 +8,8 @@ region's own ``.pt2`` in fp32 on:
 
 - the inputs captured at every distinct site shape during the carve, and
 - inputs of three distributions at those shapes (the captured activations' scale, four times wider,
-  shifted off zero, and 64 times wider, where an fp16 accumulation overflows), drawn with fresh seeds on every run (recorded in the verdict) so no kernel
+  shifted off zero, and 64 times wider, where an fp16 accumulation overflows), drawn with fresh seeds on every run
+  (recorded in the verdict) so no kernel
   can have memorised them; lifted weights stay the captured ones so the region's arithmetic stays in
   its real range. A drawn case on which the region's own ops overflow at the engine precision is
   skipped (and says so); the captured case never is.
@@ -128,7 +129,8 @@ def _run_isolated(so: Path, digest: str, name: str, cand: Candidate, prep: Path,
         if rc == 0:
             why = "the gate finished but left no readable verdict"
         else:
-            why = f"the gate's process died while running the kernel (exit {rc})" + (f": {tail[0][:300]}" if tail else "")
+            why = (f"the gate's process died while running the kernel (exit {rc})"
+                   + (f": {tail[0][:300]}" if tail else ""))
         return _rejected(so, digest, name, [why])
 
 

@@ -214,7 +214,8 @@ def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, p
     try:
         src = KernelSource.read(src_path)
     except KernelSourceError as e:
-        raise BackendError(f"job {res.job_id} finished but its source is not a valid kernel source bundle: {e}") from None
+        raise BackendError(f"job {res.job_id} finished but its source is not a valid kernel source bundle: "
+                           f"{e}") from None
     rep = check_source(src, str(src_path))
     if cand is not None:
         rep.extend(check_meta_against_candidate(src.meta, cand, precision))

@@ -138,6 +138,7 @@ class CarvedRunner:
         return {o: env[o] for o in self.outputs}
 
 
-def run_carved_onnx(onnx_path: Path, feeds: dict[str, np.ndarray], prepare_dir: Path | None = None) -> dict[str, np.ndarray]:
+def run_carved_onnx(onnx_path: Path, feeds: dict[str, np.ndarray],
+                    prepare_dir: Path | None = None) -> dict[str, np.ndarray]:
     """Outputs of ``onnx_path`` for ``feeds``; custom-op nodes are computed by their ``.pt2`` references."""
     return CarvedRunner(onnx_path, prepare_dir).run(feeds)

@@ -39,7 +39,8 @@ def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", versi
         k, s, p = region.k, region.stride, region.pad
         n_in = 3 if region.has_bias else 2
         (x, w, *rest), y = _names(candidate, n_in, ["x", "weight", "bias"][:n_in], "y")
-        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"]),
+        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation",
+                                 shape=["N", "C", "H", "W"]),
                   TensorContract(name=w, dtype="float32", format="kLINEAR", role="weight",
                                  shape=["C", "1", str(k), str(k)])]
         if region.has_bias:
@@ -64,7 +65,8 @@ def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", versi
         constraints = [f"C % {3 * d} == 0"]
     else:
         (x,), y = _names(candidate, 1, ["qkv_agg"], "y")
-        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"])]
+        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation",
+                                 shape=["N", "C", "H", "W"])]
         out_c = "C//3"
         constraints = [f"C % {3 * d} == 0", "C % 8 == 0"]
     if region.channels:

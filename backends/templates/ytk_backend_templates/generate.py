@@ -244,7 +244,8 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
         check_final_build(winner.variant, meta, arch, jobdir, cache_dir(Path(ctx.workdir)))
     src.write(Path(request.output))
     report.notes.append(f"winner {winner.variant.name}: {sum(winner.score.time_ms_per_site):.4f} ms over "
-                        f"{len(site_index)} site(s), {frac:.0%} of the floor; job took {time.perf_counter() - t0:.0f} s")
+                        f"{len(site_index)} site(s), {frac:.0%} of the floor; job took "
+                        f"{time.perf_counter() - t0:.0f} s")
     report.write(rpath)
     res = KernelGenResult(job_id=job_id, status="done", source=Path(request.output), report=rpath,
                           message=f"{winner.variant.name}: {frac:.0%} of the memory floor, "

@@ -297,7 +297,8 @@ def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
     pad_value = pad.args[3] if pad.target == "aten.pad.default" and len(pad.args) > 3 else (
         pad.args[2] if pad.target == "aten.constant_pad_nd.default" and len(pad.args) > 2 else pad.kwargs.get("value"))
     if pad_amount != [0, 1] or pad_value is None or float(pad_value) != 1.0:
-        raise UnsupportedRegion(f"LiteMLA's v padding should be (0, 1) with value 1, got {pad_amount} value {pad_value}")
+        raise UnsupportedRegion(f"LiteMLA's v padding should be (0, 1) with value 1, got {pad_amount} "
+                                f"value {pad_value}")
     dims = {o.shape[-1] for o in g.ops if o.target in _MATMUL and o.shape and len(o.shape) >= 2
             and o.shape[-2] + 1 == o.shape[-1]}
     if len(dims) != 1:
@@ -307,7 +308,8 @@ def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
     for o in g.ops:
         if o.target in ("aten.add.Tensor", "aten.add.Scalar") and len(o.args) > 1 \
                 and isinstance(o.args[1], float) and 0 < o.args[1] < 1e-3:
-            if any(g.by_name()[u].target in ("aten.div.Tensor", "aten.div.Scalar") for u in o.users if u in g.by_name()):
+            if any(g.by_name()[u].target in ("aten.div.Tensor", "aten.div.Scalar")
+                   for u in o.users if u in g.by_name()):
                 eps = float(o.args[1])
     if eps is None:
         raise UnsupportedRegion("cannot find LiteMLA's eps (a small constant added to the denominator)")
@@ -380,7 +382,8 @@ def _check_candidate(region: Region, g: RegionGraph, cand: Candidate) -> None:
     n_in = len(g.inputs)
     for s in cand.sites:
         if len(s.inputs) != n_in:
-            raise UnsupportedRegion(f"site {s.index} of {cand.name} has {len(s.inputs)} inputs; the region graph takes {n_in}")
+            raise UnsupportedRegion(f"site {s.index} of {cand.name} has {len(s.inputs)} inputs; "
+                                    f"the region graph takes {n_in}")
     roles = list(cand.input_roles)
     if isinstance(region, (DwConvRegion, Conv1x1Region)):
         want = ["activation", "weight"] + (["bias"] if region.has_bias else [])

@@ -69,8 +69,8 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
             spreads.append(t.spread_ms)
             floors.append(t.floor_ms)
             if t.median_ms < t.floor_ms:
-                sc.rejected = (f"measured {t.median_ms * 1e3:.2f} us at {list(site.inputs[0])}, under the physical floor "
-                               f"{t.floor_ms * 1e3:.2f} us (bytes / measured copy bandwidth): a measurement bug, "
+                sc.rejected = (f"measured {t.median_ms * 1e3:.2f} us at {list(site.inputs[0])}, under the physical "
+                               f"floor {t.floor_ms * 1e3:.2f} us (bytes / measured copy bandwidth): a measurement bug, "
                                "not a win")
         item.shape_ms = times
         sc.time_ms_per_site = [times[i] for i in site_index]

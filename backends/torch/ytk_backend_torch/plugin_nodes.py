@@ -88,8 +88,8 @@ def bind_plugins(nodes: list[Node], plugins: list[PluginArtifact]) -> dict[str, 
         try:
             meta = PluginMeta.model_validate(yaml.safe_load(d.meta_yaml or ""))
         except (yaml.YAMLError, ValidationError, TypeError) as e:
-            raise StageError(f"plugin {d.name!r} ({art.path}) carries no readable plugin_meta in its "
-                             f"self-description ({type(e).__name__}); rebuild it with `ytk embedded build-plugin`.") from None
+            raise StageError(f"plugin {d.name!r} ({art.path}) carries no readable plugin_meta in its self-description "
+                             f"({type(e).__name__}); rebuild it with `ytk embedded build-plugin`.") from None
         n_in = len([x for x in node.inputs if x])
         n_out = len([x for x in node.outputs if x])
         if n_in != len(meta.inputs) or n_out != len(meta.outputs):

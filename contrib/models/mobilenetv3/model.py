@@ -34,7 +34,8 @@ def _act(name: str) -> nn.Module:
 
 
 class ConvBNAct(nn.Module):
-    def __init__(self, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: str | None = "hswish") -> None:
+    def __init__(self, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,
+                 act: str | None = "hswish") -> None:
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False)
         self.bn = nn.BatchNorm2d(cout)

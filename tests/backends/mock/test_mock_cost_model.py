@@ -22,7 +22,8 @@ def _conv_model(tmp_path: Path, c: int, hw: int, k: int, groups: int) -> Path:
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", group=groups, kernel_shape=[k, k],
                             pads=[k // 2] * 4)
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
     p = tmp_path / f"conv_{c}_{k}_{groups}.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), p)
     return p

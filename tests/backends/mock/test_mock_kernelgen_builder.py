@@ -12,8 +12,8 @@ from ytk_backend_mock import builder, kernelgen
 from ytk_hookspecs import StageContext, shape_expr
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.kernel_source import KernelSource
-from ytk_hookspecs.models import (BuildRequest, CandidatesFile, KernelGenRequest, KernelReport, Reoptimization, SiteInfo,
-                                  TensorInfo)
+from ytk_hookspecs.models import (BuildRequest, CandidatesFile, KernelGenRequest, KernelReport, Reoptimization,
+                                  SiteInfo, TensorInfo)
 from ytk_hookspecs.plugin_info import read_plugin_description
 
 

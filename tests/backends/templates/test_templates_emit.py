@@ -195,7 +195,9 @@ int main() {
   for (int d = 1; d <= 70000; d += (d < 4096 ? 1 : 97)) {
     ytk_tpl::FastDiv f(d);
     for (int x : xs) { if (f.div(x) != x / d) { printf("FAIL %d / %d = %d\n", x, d, f.div(x)); return 1; } ++checked; }
-    for (int x = 0; x < 3 * d + 5; ++x) { if (f.div(x) != x / d) { printf("FAIL %d / %d\n", x, d); return 1; } ++checked; }
+    for (int x = 0; x < 3 * d + 5; ++x) {
+      if (f.div(x) != x / d) { printf("FAIL %d / %d\n", x, d); return 1; } ++checked;
+    }
   }
   printf("ok %lld\n", checked);
   return 0;
@@ -226,7 +228,8 @@ def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: P
         cu = tmp_path / f"k{i}.cu"
         cu.write_text(PRELUDE + emit_dwconv.emit(region, p, f"v{i}", f"v{i}_launch").body)
         r = subprocess.run([find_nvcc(), "-cubin", "-O3", "-std=c++17", "-arch=sm_90a", "-Werror", "all-warnings",
-                            "-Xptxas", "-v", "-o", str(tmp_path / f"k{i}.cubin"), str(cu)], capture_output=True, text=True)
+                            "-Xptxas", "-v", "-o", str(tmp_path / f"k{i}.cubin"), str(cu)],
+                           capture_output=True, text=True)
         name = p.name
         assert r.returncode == 0, (name, r.stderr[-2000:])
         spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stdout + r.stderr)]

@@ -155,7 +155,8 @@ def test_litemla_is_recognised_with_head_dim_and_eps(tmp_path: Path, joined: boo
     assert meta.workspace  # pass-1 partial sums live in the workspace
     verify_against_pt2(r, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
     n, c, h, w = cand.sites[0].inputs[0].shape
-    assert bytes_moved(r, site_shapes(g, cand)[0]) == 2 * n * h * w * (c * len(cand.sites[0].inputs) + c * (2 if joined else 1) // 3)
+    assert bytes_moved(r, site_shapes(g, cand)[0]) == 2 * n * h * w * (c * len(cand.sites[0].inputs)
+                                                                       + c * (2 if joined else 1) // 3)
 
 
 class _Dense(torch.nn.Module):

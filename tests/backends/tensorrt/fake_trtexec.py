@@ -108,8 +108,8 @@ def attr(node: object, name: str, default: str) -> str:
 def plugin_not_found(i: int, node: object, ns: str, argv: list[str]) -> None:
     op, out0 = node.op_type, node.output[0]  # type: ignore[attr-defined]
     if MAJOR >= 10:
-        say("E", f"[TRT] IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: {op}, version: "
-                 f"{attr(node, 'plugin_version', '1')}, namespace:{ns}.)")
+        say("E", f"[TRT] IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: {op}, "
+                 f"version: {attr(node, 'plugin_version', '1')}, namespace:{ns}.)")
         say("E", f"[TRT] ModelImporter.cpp:949: While parsing node number {i} [{op} -> \"{out0}\"]:")
         say("E", "[TRT] ModelImporter.cpp:950: --- Begin node ---")
         say("E", "[TRT] ModelImporter.cpp:953: --- End node ---")
@@ -122,7 +122,8 @@ def plugin_not_found(i: int, node: object, ns: str, argv: list[str]) -> None:
         say("E", "[TRT] ModelImporter.cpp:774: --- End node ---")
         say("E", "[TRT] ModelImporter.cpp:777: ERROR: builtin_op_importers.cpp:5404 In function "
                  "importFallbackPluginImporter:")
-        print('[8] Assertion failed: creator && "Plugin not found, are the plugin name, version, and namespace correct?"')
+        print('[8] Assertion failed: creator && "Plugin not found, are the plugin name, version, and namespace '
+              'correct?"')
     say("E", "Failed to parse onnx file")
     say("E", "Parsing model failed")
     say("E", "Failed to create engine from model or file.")
@@ -182,7 +183,8 @@ def build(opts: dict[str, list[str]], argv: list[str]) -> None:
             pending["outs"] = list(n.output)
             pending = None
             continue
-        layer = {"Name": n.name, "LayerType": {"Conv": "CaskConvolution", "Transpose": "Shuffle"}.get(n.op_type, "PointWise"),
+        layer = {"Name": n.name,
+                 "LayerType": {"Conv": "CaskConvolution", "Transpose": "Shuffle"}.get(n.op_type, "PointWise"),
                  "nodes": [n.name], "outs": list(n.output)}
         layers.append(layer)
         pending = layer if n.op_type == "Conv" and consumers.get(n.output[0], 0) == 1 else None
@@ -241,8 +243,9 @@ def run(opts: dict[str, list[str]], argv: list[str]) -> None:
     engine = json.loads(Path(opts["--loadEngine"][0]).read_text())
     regs = registered(opts, argv)
     if any(tuple(p) not in regs for p in engine["plugins"]):
-        say("E", "[TRT] 1: [pluginV2Runner.cpp::load::300] Error Code 1: Serialization (Serialization assertion creator "
-                 "failed.Cannot deserialize plugin since corresponding IPluginCreator not found in Plugin Registry)")
+        say("E", "[TRT] 1: [pluginV2Runner.cpp::load::300] Error Code 1: Serialization (Serialization assertion "
+                 "creator failed.Cannot deserialize plugin since corresponding IPluginCreator not found in Plugin "
+                 "Registry)")
         say("E", "[TRT] 4: [runtime.cpp::deserializeCudaEngine::66] Error Code 4: Internal Error (Engine "
                  "deserialization failed.)")
         finish(False, argv)
@@ -254,7 +257,8 @@ def run(opts: dict[str, list[str]], argv: list[str]) -> None:
         want = int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize
         if size != want:
             say("E", f"Unexpected file size for input file: {given[t['name']]}. Note: Input binding size is: {want} "
-                     f"bytes but the file size is {size} bytes. Double check the size and datatype of the provided data.")
+                     f"bytes but the file size is {size} bytes. Double check the size and datatype of the provided "
+                     "data.")
             finish(False, argv)
     n = int(opts.get("--iterations", ["10"])[0])
     warm = float(opts.get("--warmUp", ["200"])[0])
@@ -266,13 +270,14 @@ def run(opts: dict[str, list[str]], argv: list[str]) -> None:
     timed = [r for r in recs if r[0] >= warm]
     if opts.get("--avgRuns", ["10"])[0] == "1":
         for _, c in timed:
-            say("I", f"Average on 1 runs - GPU latency: {fmt(c)} ms - Host latency: {fmt(c + 0.01)} ms (enqueue 0.05 ms)")
+            say("I", f"Average on 1 runs - GPU latency: {fmt(c)} ms - Host latency: {fmt(c + 0.01)} ms "
+                     "(enqueue 0.05 ms)")
     cs = sorted(c for _, c in timed)
     say("I", "=== Performance summary ===")
     say("I", f"Throughput: {fmt(1000 / cs[len(cs) // 2])} qps")
     say("I", f"GPU Compute Time: min = {fmt(cs[0])} ms, max = {fmt(cs[-1])} ms, mean = {fmt(sum(cs) / len(cs))} ms, "
-             f"median = {fmt(cs[len(cs) // 2])} ms, percentile(90%) = {fmt(cs[-1])} ms, percentile(95%) = {fmt(cs[-1])} "
-             f"ms, percentile(99%) = {fmt(cs[-1])} ms")
+             f"median = {fmt(cs[len(cs) // 2])} ms, percentile(90%) = {fmt(cs[-1])} ms, percentile(95%) = "
+             f"{fmt(cs[-1])} ms, percentile(99%) = {fmt(cs[-1])} ms")
     if "--exportTimes" in opts and not os.environ.get("FAKE_TRTEXEC_NO_TIMES"):
         rows = [f"{{ \"startEnqMs\" : {fmt(s - 0.3)}, \"endEnqMs\" : {fmt(s - 0.2)}, \"startH2dMs\" : {fmt(s - 0.1)}, "
                 f"\"endH2dMs\" : {fmt(s)}, \"startComputeMs\" : {fmt(s)}, \"endComputeMs\" : {fmt(s + c)}, "

@@ -72,7 +72,8 @@ def test_error9_format_bound_to_fp16(carved: Path) -> None:
 
 def test_error9_with_nothing_to_blame(carved: Path) -> None:
     msg = one(error9("DwConv3x3C16_0"), [artifact(input_formats=["kHWC8", "kLINEAR", "kLINEAR"])], carved)
-    assert "arity and dtypes match node DwConv3x3C16_0" in msg and "[float16/kHWC8, float32/kLINEAR, float32/kLINEAR]" in msg
+    assert ("arity and dtypes match node DwConv3x3C16_0" in msg
+            and "[float16/kHWC8, float32/kLINEAR, float32/kLINEAR]" in msg)
 
 
 def test_error9_of_an_unnamed_v3_layer_with_one_plugin_node(tmp_path: Path) -> None:
@@ -86,7 +87,8 @@ def test_error9_of_an_unnamed_v3_layer_with_one_plugin_node(tmp_path: Path) -> N
     onnx.save(helper.make_model(g), str(tmp_path / "m.onnx"))
     log = ("Error Code 9: Internal Error ((Unnamed Layer* 1) [PluginV3_V3ONE]: could not find any supported formats "
            "consistent with input/output data types)")
-    msg = one(log, [artifact(name="Scale", num_inputs=2, engine_api="trt10-IPluginV3")], tmp_path / "m.onnx", load=DYN10)
+    msg = one(log, [artifact(name="Scale", num_inputs=2, engine_api="trt10-IPluginV3")], tmp_path / "m.onnx",
+              load=DYN10)
     assert "node scale0 has 1 inputs" in msg and "declares 2 input(s)" in msg
 
 
@@ -108,7 +110,8 @@ NOT_FOUND_86 = """[I] [TRT] No importer registered for op: DwConv3x3C16. Attempt
 [E] [TRT] ModelImporter.cpp:777: ERROR: builtin_op_importers.cpp:5404 In function importFallbackPluginImporter:
 [8] Assertion failed: creator && "Plugin not found, are the plugin name, version, and namespace correct?"
 """
-NOT_FOUND_10 = """[E] [TRT] IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: DwConv3x3C16, version: 1, namespace:yasp.)
+NOT_FOUND_10 = """[E] [TRT] IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: \
+DwConv3x3C16, version: 1, namespace:yasp.)
 [E] [TRT] ModelImporter.cpp:949: While parsing node number 2 [DwConv3x3C16 -> "d"]:
 [E] [TRT] ModelImporter.cpp:954: ERROR: onnxOpCheckers.cpp:781 In function checkFallbackPluginImporter:
 [6] creator && "Plugin not found, are the plugin name, version, and namespace correct?"
@@ -118,7 +121,8 @@ NOT_FOUND_10 = """[E] [TRT] IPluginRegistry::getCreator: Error Code 4: API Usage
 def test_plugin_not_found_version_differs(carved: Path) -> None:
     msg = one(NOT_FOUND_86, [artifact(version="2")], carved)
     assert msg.startswith("TensorRT found no plugin yasp::DwConv3x3C16 v1 for node DwConv3x3C16_0: ")
-    assert "registers yasp::DwConv3x3C16 v2 and ::DwConv3x3C16 v2" in msg and "has version '2' where the node asks '1'" in msg
+    assert ("registers yasp::DwConv3x3C16 v2 and ::DwConv3x3C16 v2" in msg
+            and "has version '2' where the node asks '1'" in msg)
 
 
 def test_plugin_not_found_tensorrt_10(carved: Path) -> None:

@@ -110,7 +110,8 @@ def test_every_layer_maps_back_to_onnx_nodes(ytk, fx: Path, fake_trtexec, no_ten
 @pytest.mark.parametrize("banner,arch,api", [("8601", ARCH, "trt8-IPluginV2DynamicExt"),
                                              ("101401", ARCH10, "trt10-IPluginV3")])
 def test_compile_with_plugins_loads_them_as_dynamic_plugins(ytk, fx: Path, tmp_path: Path, fake_trtexec,
-                                                            no_tensorrt_python, banner: str, arch: str, api: str) -> None:
+                                                            no_tensorrt_python, banner: str, arch: str,
+                                                            api: str) -> None:
     fake_trtexec.version(banner)
     sm = ArchSpec.parse(arch).sm
     so = build_described_so(tmp_path / "DwConv3x3C16.so", describe(engine_api=api, sm=sm)).path
@@ -176,8 +177,8 @@ def test_error9_is_one_line(fx: Path, tmp_path: Path, fake_trtexec, no_tensorrt_
     p = build_described_so(tmp_path / "DwConv3x3C16.so", describe())
     with pytest.raises(StageError) as e:
         TensorRTEngine().compile(_request(fx, tmp_path, [p], precision="fp32"), StageContext())
-    assert str(e.value).startswith("trtexec could not build the engine: TensorRT Error 9 at plugin yasp::DwConv3x3C16 v1 "
-                                   "(DwConv3x3C16.so), node DwConv3x3C16_0: input 0 (h) is declared float16 but the "
+    assert str(e.value).startswith("trtexec could not build the engine: TensorRT Error 9 at plugin yasp::DwConv3x3C16 "
+                                   "v1 (DwConv3x3C16.so), node DwConv3x3C16_0: input 0 (h) is declared float16 but the "
                                    "engine is built fp32")
     p1 = build_described_so(tmp_path / "One.so", describe(num_inputs=1))
     with pytest.raises(StageError, match="has 3 inputs .* declares 1 input"):
@@ -189,8 +190,8 @@ def test_engine_loaded_without_its_plugins(fx: Path, tmp_path: Path, fake_trtexe
     req = _request(fx, tmp_path, [p])
     cres = TensorRTEngine().compile(req, StageContext())
     without = req.model_copy(update={"plugins": []})
-    with pytest.raises(StageError, match="could not run the engine: TensorRT could not deserialize the engine: it holds "
-                                         "plugin layers but no creator .*no plugin library was supplied"):
+    with pytest.raises(StageError, match="could not run the engine: TensorRT could not deserialize the engine: it "
+                                         "holds plugin layers but no creator .*no plugin library was supplied"):
         TensorRTEngine().profile(ProfileRequest(compile=cres, request=without, iterations=3, warmup=1), StageContext())
 
 
@@ -247,8 +248,8 @@ def test_build_plugin_for_the_tensorrt_engine(ytk, tmp_path: Path, no_tensorrt_p
 
     src = scale_bundle(tmp_path / "Scale.module_source.py")
     so = tmp_path / "Scale.so"
-    r = ytk("embedded", "build-plugin", "-a", ARCH10, "--plugin-name", "Scale", "-s", src, "-o", so, "--builder", "nvcc",
-            "--engine", "tensorrt", "--json")
+    r = ytk("embedded", "build-plugin", "-a", ARCH10, "--plugin-name", "Scale", "-s", src, "-o", so,
+            "--builder", "nvcc", "--engine", "tensorrt", "--json")
     assert r.code == 0, r.stderr
     assert read_plugin_description(so).engine_api == "trt10-IPluginV3"
     assert json.loads(r.stdout)["description"]["engine_api"] == "trt10-IPluginV3"

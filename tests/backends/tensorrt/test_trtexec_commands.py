@@ -48,7 +48,8 @@ def test_measure_command() -> None:
 
 
 def test_specs_quote_names_with_separators() -> None:
-    assert load_inputs_spec([("x", "inputs/0.bin"), ("input:0", "inputs/1.bin")]) == "x:inputs/0.bin,'input:0':inputs/1.bin"
+    assert (load_inputs_spec([("x", "inputs/0.bin"), ("input:0", "inputs/1.bin")])
+            == "x:inputs/0.bin,'input:0':inputs/1.bin")
     assert shapes_spec([("a,b", (1, 3, 8)), ("y", (2,))]) == "'a,b':1x3x8,y:2"
     with pytest.raises(ValueError, match="single quote"):
         load_inputs_spec([("it's", "f")])

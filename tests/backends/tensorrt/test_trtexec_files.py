@@ -49,7 +49,8 @@ def test_profile_read_by_lines_when_a_name_breaks_the_json() -> None:
 
 
 def test_profile_with_bare_nan_and_inf() -> None:
-    text = '[\n  { "count" : 2 }\n, { "name" : "a", "timeMs" : nan, "averageMs" : inf, "medianMs" : -nan, "percentage" : 0 }\n]\n'
+    text = ('[\n  { "count" : 2 }\n, { "name" : "a", "timeMs" : nan, "averageMs" : inf, "medianMs" : -nan, '
+            '"percentage" : 0 }\n]\n')
     r = parse_profile(text).layers[0]
     assert math.isnan(r.time_ms) and math.isinf(r.average_ms) and math.isnan(r.median_ms or 0.0)
 

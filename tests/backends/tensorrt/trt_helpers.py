@@ -16,7 +16,8 @@ SAMPLES = Path(__file__).parents[2] / "data" / "trtexec"
 
 def describe(name: str = "DwConv3x3C16", *, namespace: str = "yasp", version: str = "1", num_inputs: int = 3,
              input_dtypes: list[str] | None = None, input_formats: list[str] | None = None,
-             engine_api: str = "trt8-IPluginV2DynamicExt", sm: int = 87, cpu_arch: str = "aarch64") -> PluginDescription:
+             engine_api: str = "trt8-IPluginV2DynamicExt", sm: int = 87,
+             cpu_arch: str = "aarch64") -> PluginDescription:
     dts = input_dtypes or (["float16"] + ["float32"] * (num_inputs - 1))
     return PluginDescription(name=name, namespace=namespace, version=version, num_inputs=num_inputs, num_outputs=1,
                              input_dtypes=dts, output_dtypes=["float16"],

@@ -145,7 +145,8 @@ def test_custom_op_node_runs_through_its_plugin(tmp_path):
     # Through the hooks: the CUDA graph captures the plugin launch and the profile names its layer.
     np.savez(tmp_path / "model.npz", x=x)
     req = CompileRequest(onnx=pc, npz=tmp_path / "model.npz", arch="x86_64-sm90-linux-cu130-trt10",
-                         precision="fp16", workdir=tmp_path / "work", plugins=[art], options={"profile_iterations": "5"})
+                         precision="fp16", workdir=tmp_path / "work", plugins=[art],
+                         options={"profile_iterations": "5"})
     res = torch_plugin.compile_engine(req, StageContext())
     prof = torch_plugin.profile_engine(ProfileRequest(compile=res, request=req, iterations=10, warmup=2),
                                            StageContext())

@@ -58,7 +58,8 @@ def test_conv_padding_modes(tmp_path):
 def test_transformer_block_ops(tmp_path):
     d, t = 16, 6
     inits = {"ln_w": rand(d, seed=1), "ln_b": rand(d, seed=2), "wq": rand(d, d, seed=3, scale=0.3),
-             "wk": rand(d, d, seed=4, scale=0.3), "fc_w": rand(2 * d, d, seed=5, scale=0.3), "fc_b": rand(2 * d, seed=6),
+             "wk": rand(d, d, seed=4, scale=0.3), "fc_w": rand(2 * d, d, seed=5, scale=0.3),
+             "fc_b": rand(2 * d, seed=6),
              "scale": np.array(4.0, np.float32), "two": np.array(2.0, np.float32), "half": np.array(0.5, np.float32)}
     nodes = [
         h.make_node("LayerNormalization", ["x", "ln_w", "ln_b"], ["n"], name="ln", axis=-1, epsilon=1e-5),
