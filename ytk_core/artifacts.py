@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -16,7 +17,10 @@ class PrepareManifest(Versioned):
 
     ``verify`` reads it to time the torch model on this machine (the "torch host" row) with the
     same model.py and input size; paths other than ``model`` are relative to the directory.
+    Schema 2 added ``taps``.
     """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     model: str = Field(description="absolute path of model.py")
@@ -30,3 +34,5 @@ class PrepareManifest(Versioned):
     candidates: str | None = None
     selectors: list[str] = Field(default_factory=list)
     torch_version: str
+    taps: str | None = Field(None, description="taps.json when prepared with --debug-taps (every plugin boundary "
+                                               "is a graph output; ytk_core.stages.taps)")

@@ -45,7 +45,11 @@ BENCHMARK = "benchmark.json"
 OUTPUTS = "outputs.npz"
 BUILD_LOG = "build.log"
 RAW_PROFILE = "raw_profile.json"
-KNOWN_MEMBERS = (MANIFEST, ENGINE, PROFILE, LAYER_INFO, BENCHMARK, OUTPUTS, BUILD_LOG, RAW_PROFILE)
+#: A bundle compiled from an ONNX prepared with --debug-taps carries its taps and their fp32 reference.
+TAPS = "taps.json"
+TAPS_REFERENCE = "taps.reference.npz"
+KNOWN_MEMBERS = (MANIFEST, ENGINE, PROFILE, LAYER_INFO, BENCHMARK, OUTPUTS, BUILD_LOG, RAW_PROFILE, TAPS,
+                 TAPS_REFERENCE)
 
 #: Largest member ytk will read from a bundle (engines of big models run to a few hundred MB).
 MAX_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_MEMBER_BYTES", 8 << 30))
@@ -54,7 +58,7 @@ MAX_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_MEMBER_BYTES", 8 << 30))
 MAX_TEXT_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES", 256 << 20))
 #: Largest sum of a bundle's members.
 MAX_TOTAL_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TOTAL_BYTES", 16 << 30))
-_BINARY_MEMBERS = (ENGINE, OUTPUTS)
+_BINARY_MEMBERS = (ENGINE, OUTPUTS, TAPS_REFERENCE)
 #: gzip level of a bundle. Engines and outputs are weights and activations that barely compress at any
 #: level; level 9 (tarfile's default) spent a minute per full-size bundle for a few percent
 #: (benchmarks/bundle_write.py).
@@ -250,6 +254,21 @@ class EngineBundle:
             raise ArtifactError(f"{self.path}: its {OUTPUTS} holds non-numeric arrays {sorted(bad)[:5]} "
                                 f"(dtype {out[sorted(bad)[0]].dtype})")
         return out
+
+    def taps(self) -> tuple[Any, dict[str, np.ndarray]] | None:
+        """The bundle's debug taps (a ``TapsFile``) and their fp32 reference; None for an untapped bundle."""
+        if not self.has(TAPS):
+            return None
+        from .stages.taps import TapsFile
+
+        tf = _model(self, TAPS, TapsFile)
+        try:
+            with np.load(io.BytesIO(self.read_bytes(TAPS_REFERENCE)), allow_pickle=False) as z:
+                ref = {k: z[k] for k in z.files}
+        except Exception as e:  # noqa: BLE001  -- numpy/zipfile raise many types on a crafted npz
+            raise ArtifactError(f"{self.path}: its {TAPS_REFERENCE} is not a readable npz "
+                                f"({type(e).__name__})") from None
+        return tf, ref
 
     def extract(self, name: str, dest: Path) -> Path:
         dest = Path(dest)

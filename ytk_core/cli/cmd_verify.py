@@ -95,5 +95,17 @@ def render(rep, out) -> None:  # type: ignore[no-untyped-def]
     out.print(nt)
     out.print("max rel err = max|engine - reference| / max|reference| per output; p99.9 / p99 rel err: the same "
               "error's percentiles over the output's elements (the pass rule is on the max and the cosine)", **p)
+    for v in rep.taps:
+        tt = Table(title=f"debug taps: {v.implementation} (plugin boundaries in graph order)", title_justify="left")
+        for col in ("Boundary", "Tap", "max abs err", "max rel err", "p99 rel err", "cosine", "result"):
+            tt.add_column(col, justify="left" if col in ("Boundary", "Tap", "result") else "right")
+        for b, n in zip(v.boundaries or [""] * len(v.numerics), v.numerics):
+            tt.add_row(b, n.output, _f(n.max_abs_err, ".3e"), _f(n.max_rel_err, ".3e"), _f(n.p99_rel_err, ".3e"),
+                       _f(n.cosine, ".6f"), "PASS" if n.passed else f"FAIL: {n.detail}")
+        out.print(tt)
+        out.print(f"{'DRIFT' if v.plugin else 'taps'}: {v.reason}", **p)
+    if rep.taps:
+        out.print("note: a tapped engine materialises every plugin boundary, which can change what it fuses; its "
+                  "latency is not the untapped engine's (compile the same carve without --debug-taps for that)", **p)
     for line in rep.problems:
         out.print(f"FAIL: {line}", **p)

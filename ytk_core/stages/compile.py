@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ytk_hookspecs.models import (CompileRequest, CompileResult, PluginArtifact, ProfileRequest, ProfileResult,
-                                  sha256_file)
+from ytk_hookspecs.models import (ArtifactError, CompileRequest, CompileResult, PluginArtifact, ProfileRequest,
+                                  ProfileResult, sha256_file)
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
-from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE, RAW_PROFILE, BenchmarkRecord,
-                      BundleManifest, EngineBundle, BundlePlugin, LayerProfile, write_bundle)
+from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE, RAW_PROFILE, TAPS, TAPS_REFERENCE,
+                      BenchmarkRecord, BundleManifest, BundlePlugin, EngineBundle, LayerProfile, write_bundle)
 from ytk_hookspecs.nodes import CustomNode, PluginFile, custom_nodes, match_plugins, plugin_label
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
@@ -155,6 +155,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         for name, path in ((LAYER_INFO, cres.layer_info), (BUILD_LOG, cres.build_log), (RAW_PROFILE, pres.raw_profile)):
             if path is not None and Path(path).is_file():
                 members[name] = Path(path)
+        members.update(tap_members(onnx))
         with rt.context(None, "bundle").progress(f"writing {output}"):
             write_bundle(output, manifest, members)
         manifest = EngineBundle.open(output).manifest  # as written: with every member's sha256
@@ -162,6 +163,26 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         shutil.rmtree(workdir, ignore_errors=True)
     return CompileOutcome(bundle=output, manifest=manifest, profile=profile, benchmark=bench,
                           engine_selection=sel.describe(), warnings=warnings, plugin_nodes=plugin_nodes)
+
+
+def tap_members(onnx: Path) -> dict[str, Path | bytes]:
+    """The taps of an ONNX prepared with --debug-taps (``taps.json`` naming this ONNX, beside it), as
+    bundle members; none otherwise."""
+    from .taps import TAPS_FILE, TapsFile
+
+    tf_path = Path(onnx).parent / TAPS_FILE
+    if not tf_path.is_file():
+        return {}
+    try:
+        tf = TapsFile.read(tf_path)
+    except ArtifactError as e:
+        raise UsageError(f"{e}; prepare again with --debug-taps, or remove it to compile without taps") from None
+    if tf.onnx != Path(onnx).name:
+        return {}
+    ref = Path(onnx).parent / tf.reference
+    if not ref.is_file():
+        raise UsageError(f"{tf_path} names its reference {ref}, which is missing; prepare again with --debug-taps")
+    return {TAPS: tf_path.read_bytes(), TAPS_REFERENCE: ref}
 
 
 def _unused_message(unused: list[PluginFile], nodes: list[CustomNode], onnx: Path) -> str:

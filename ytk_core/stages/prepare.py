@@ -14,6 +14,7 @@ from ytk_hookspecs.models.base import sha256_file
 from ..artifacts import PREPARE_MANIFEST, PrepareManifest
 from ..frontend.export import torch_env
 from ..runtime import emit_json, runtime, stdout
+from .taps import TAPS_FILE, TAPS_REFERENCE
 
 
 def _rel(p: Path, base: Path) -> str:
@@ -32,8 +33,10 @@ class PrepareOutcome:
     wall_s: float
 
 
-def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, selectors: list[str]) -> PrepareOutcome:
-    """Trace (and carve) without printing; the CLI and autoloop both call this."""
+def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, selectors: list[str],
+               debug_taps: bool = False) -> PrepareOutcome:
+    """Trace (and carve) without printing; the CLI and autoloop both call this. ``debug_taps``: every
+    plugin boundary becomes a graph output with its fp32 reference kept (:mod:`.taps`)."""
     rt = runtime()
     t0 = time.perf_counter()
     prep_dir = onnx_out.parent if str(onnx_out.parent) else Path(".")
@@ -43,6 +46,10 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
 
         for s in selectors:
             parse_selector(s)
+    elif debug_taps:
+        from ..errors import UsageError
+
+        raise UsageError("--debug-taps taps the boundaries of carved regions: pass --plugin selectors too")
     front = rt.frontend()
     from ..frontend.carve import carve_artifact_paths
     from ..frontend.trace import check_writable
@@ -61,6 +68,11 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
             carve = front.backend.impl.carve(
                 CarveRequest(prepare_dir=st.dir, onnx=trace.onnx, fx_nodes=trace.fx_nodes, selectors=selectors),
                 rt.context(front, "carve", st.dir))
+            if debug_taps:
+                from .taps import add_taps
+
+                with rt.context(front, "carve", st.dir).progress("adding debug taps at every plugin boundary"):
+                    add_taps(carve.onnx, st.dir, carve.candidates)
             carve = carve.model_copy(update={k: st.final(getattr(carve, k)) for k in ("plugins", "candidates", "onnx")})
         trace = trace.model_copy(update={k: st.final(getattr(trace, k)) for k in ("onnx", "npz", "reference",
                                                                                   "fx_nodes")})
@@ -69,16 +81,16 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
             onnx=_rel(onnx_out, prep_dir), npz=_rel(npz_out, prep_dir), reference=_rel(reference_out, prep_dir),
             fx_nodes=_rel(trace.fx_nodes, prep_dir), plugins=_rel(carve.plugins, prep_dir) if carve else None,
             candidates=_rel(carve.candidates, prep_dir) if carve else None, selectors=list(selectors),
-            torch_version=_torch_version())
+            torch_version=_torch_version(), taps=TAPS_FILE if debug_taps else None)
         manifest.write(st.path(prep_dir / PREPARE_MANIFEST))
-        st.commit(replaced=carve_artifact_paths(prep_dir))
+        st.commit(replaced=carve_artifact_paths(prep_dir) + [prep_dir / TAPS_FILE, prep_dir / TAPS_REFERENCE])
     return PrepareOutcome(trace=trace, carve=carve, manifest=manifest, prep_dir=prep_dir,
                           wall_s=time.perf_counter() - t0)
 
 
 def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, selectors: list[str],
-                json_out: bool) -> None:
-    out = do_prepare(model, onnx_out, npz_out, reference_out, selectors)
+                json_out: bool, debug_taps: bool = False) -> None:
+    out = do_prepare(model, onnx_out, npz_out, reference_out, selectors, debug_taps)
     trace, carve, manifest, prep_dir, wall = out.trace, out.carve, out.manifest, out.prep_dir, out.wall_s
     if json_out:
         emit_json({"trace": trace.model_dump(mode="json"), "carve": carve.model_dump(mode="json") if carve else None,
@@ -95,6 +107,9 @@ def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path,
     for label, p in (("onnx", onnx_out), ("inputs npz", npz_out), ("reference npz", reference_out),
                      ("fx nodes", trace.fx_nodes), ("manifest", prep_dir / PREPARE_MANIFEST)):
         t.add_row(label, str(p))
+    if manifest.taps:
+        t.add_row("debug taps", f"{prep_dir / manifest.taps}: every plugin boundary is a graph output (compile "
+                                "ships them in the bundle; verify names the region that drifts)")
     t.add_row("wall time", f"{wall:.1f} s")
     stdout.print(t)
     if carve is not None:

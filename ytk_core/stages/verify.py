@@ -21,6 +21,7 @@ from ..runtime import runtime
 from .host_timing import HostTiming, find_prepare_manifest, time_torch_host
 from .inputs import existing_file
 from .numerics import OutputNumerics, compare, tolerance_for, unexpected
+from .taps import TapVerdict, judge
 
 
 class LatencyRow(BaseModel):
@@ -78,6 +79,8 @@ class VerifyReport(Versioned):
     #: one line per reason the outputs could not all be compared (empty reference, an output only
     #: one side has, a shape or dtype that differs); any of them fails verify
     problems: list[str] = Field(default_factory=list)
+    #: per bundle compiled with debug taps: every tap scored, and the region that drifted first
+    taps: list[TapVerdict] = Field(default_factory=list)
 
     def failures(self) -> list[OutputNumerics]:
         return [n for n in self.numerics if not n.passed]
@@ -92,6 +95,8 @@ class VerifyReport(Versioned):
                 f"{n.implementation} {n.output} ({n.detail}; tolerance {n.tolerance.describe()})" for n in scored))
         if not lines and not self.passed:
             lines.append("verify failed")
+        if lines:
+            lines += [f"debug taps: {v.implementation}: {v.reason}" for v in self.taps]
         return lines
 
 
@@ -123,7 +128,8 @@ def load_reference(reference: Path) -> dict[str, np.ndarray]:
 
 
 def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_rel_err: float | None,
-                  min_cosine: float | None, layers_top: int) -> tuple[LatencyRow, BundleLayers, list[OutputNumerics]]:
+                  min_cosine: float | None, layers_top: int
+                  ) -> tuple[LatencyRow, BundleLayers, list[OutputNumerics], TapVerdict | None]:
     m = b.manifest
     impl = f"{label} (simulated)" if m.simulated else label
     bench = b.benchmark
@@ -136,9 +142,16 @@ def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_r
                        layers=sorted(prof.layers, key=lambda x: -x.median_ms)[:max(0, layers_top)])
     outs = b.outputs()
     tol = tolerance_for(m.precision, max_rel_err, min_cosine)
+    tapped = b.taps()
+    verdict = None
+    if tapped is not None:  # the taps are the bundle's own extra outputs, scored apart from the model's
+        taps, tap_ref = tapped
+        verdict = judge(impl, taps, tap_ref, outs, tol)
+        tap_names = {t.tensor for t in taps.taps} - set(ref)
+        outs = {k: v for k, v in outs.items() if k not in tap_names}
     scored = [compare(impl, name, outs.get(name), r, tol) for name, r in ref.items()]
     scored += [unexpected(impl, name, got, tol) for name, got in outs.items() if name not in ref]
-    return row, top, scored
+    return row, top, scored, verdict
 
 
 def _problems(reference: Path, ref: dict[str, np.ndarray], numerics: list[OutputNumerics],
@@ -213,10 +226,13 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     layer_tops: list[BundleLayers] = []
     bundle_rows: list[LatencyRow] = []
     impls: list[str] = []
+    verdicts: list[TapVerdict] = []
     progress = runtime().context(None, "verify").progress("scoring bundles", total=len(bundles))
     with progress as task:
         for b, label in zip(bundles, _labels(bundles)):
-            row, top, scored = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top)
+            row, top, scored, verdict = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top)
+            if verdict is not None:
+                verdicts.append(verdict)
             impls.append(row.implementation)
             bundle_rows.append(row)
             layer_tops.append(top)
@@ -233,4 +249,4 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     problems = _problems(Path(reference), ref, numerics, impls)
     return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
                         layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics),
-                        host_note=host_note, problems=problems)
+                        host_note=host_note, problems=problems, taps=verdicts)

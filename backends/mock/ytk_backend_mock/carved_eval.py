@@ -50,7 +50,8 @@ def _reference_paths(onnx_path: Path, prepare_dir: Path) -> dict[str, Path]:
 class CarvedRunner:
     """Reusable evaluator (sessions and references are built once)."""
 
-    def __init__(self, onnx_path: Path, prepare_dir: Path | None = None) -> None:
+    def __init__(self, onnx_path: Path, prepare_dir: Path | None = None,
+                 defects: dict[str, str] | None = None) -> None:
         import onnx
 
         self.path = Path(onnx_path)
@@ -63,6 +64,7 @@ class CarvedRunner:
         self._sessions: dict[int, Any] = {}
         self._programs: dict[str, Any] = {}
         self.outputs = [o.name for o in self.graph.output]
+        self.defects = dict(defects or {})  # op type -> a planted defect its kernel computes with
         # Last segment that reads each value, so big intermediates can be dropped early.
         self.last_use: dict[str, int] = {}
         for i, s in enumerate(self.segments):
@@ -129,6 +131,10 @@ class CarvedRunner:
                 res = list(res) if isinstance(res, (tuple, list)) else [res]
                 for name, t in zip(n.output, res):
                     env[name] = t.detach().cpu().numpy()
+                    if n.op_type in self.defects:
+                        from .kernelgen import apply_defect
+
+                        env[name] = apply_defect(self.defects[n.op_type], env[name])
             else:
                 sess, ins, outs = self._session(idx, seg, set(env))
                 vals = sess.run(outs, {x: env[x] for x in ins})
@@ -138,7 +144,8 @@ class CarvedRunner:
         return {o: env[o] for o in self.outputs}
 
 
-def run_carved_onnx(onnx_path: Path, feeds: dict[str, np.ndarray],
-                    prepare_dir: Path | None = None) -> dict[str, np.ndarray]:
-    """Outputs of ``onnx_path`` for ``feeds``; custom-op nodes are computed by their ``.pt2`` references."""
-    return CarvedRunner(onnx_path, prepare_dir).run(feeds)
+def run_carved_onnx(onnx_path: Path, feeds: dict[str, np.ndarray], prepare_dir: Path | None = None,
+                    defects: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Outputs of ``onnx_path`` for ``feeds``; custom-op nodes are computed by their ``.pt2`` references
+    (with ``defects``, by op type, applied: planted wrong kernels)."""
+    return CarvedRunner(onnx_path, prepare_dir, defects).run(feeds)

@@ -25,6 +25,7 @@ from ytk_hookspecs.models.base import write_text_atomic
 
 from .cost_model import target_gpu
 from .fusion import build_layers, plugin_meta
+from .kernelgen import defect_of
 from .graph import load_graph
 from .layer_info import export_layer_info, export_profile, metadata
 
@@ -67,6 +68,8 @@ def compile_engine(request: CompileRequest, ctx: StageContext) -> CompileResult:
         "note": "ytk mock engine: a priced layer list from a cost model, not a TensorRT engine; nothing ran on a GPU",
         "target": {"arch": arch.spec, "device": device_name(arch.sm), "gpu": gpu.model_dump()},
         "precision": request.precision,
+        # planted wrong kernels (--config mock_defect=...), by plugin name: the outputs are computed with them
+        "defects": {key[1]: d for key, m in metas.items() if (d := defect_of(m))},
         "layers": [{"name": lay.name, "type": lay.trt_type, "kind": lay.kind, "onnx_nodes": lay.onnx_nodes,
                     "ms": lay.ms, "bytes": lay.cost.bytes if lay.cost else 0.0,
                     "flops": lay.cost.flops if lay.cost else 0.0, "bound": lay.cost.bound if lay.cost else "",
@@ -128,7 +131,7 @@ def profile_engine(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
     workdir = Path(request.request.workdir)
     out_npz = workdir / "outputs.npz"
     with ctx.progress("computing outputs (onnxruntime + region references)"):
-        outputs = compute_outputs(Path(request.request.onnx), Path(request.request.npz))
+        outputs = compute_outputs(Path(request.request.onnx), Path(request.request.npz), plan.get("defects") or {})
     _save_npz(out_npz, outputs)
     raw_profile = workdir / "profile.trtexec.json"
     names = [lay["name"] for lay in layers]
@@ -142,8 +145,9 @@ def profile_engine(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
                          raw_profile=raw_profile, device=plan["target"]["device"], simulated=True)
 
 
-def compute_outputs(onnx_path: Path, npz: Path) -> dict[str, np.ndarray]:
-    """The engine's outputs, computed for real on this machine's CPU."""
+def compute_outputs(onnx_path: Path, npz: Path, defects: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """The engine's outputs, computed for real on this machine's CPU (plugged regions whose kernel has a
+    planted defect, by plugin name, computed with it)."""
     import onnx
 
     with np.load(npz, allow_pickle=False) as z:
@@ -153,7 +157,7 @@ def compute_outputs(onnx_path: Path, npz: Path) -> dict[str, np.ndarray]:
         from .carved_eval import run_carved_onnx
 
         try:
-            return dict(run_carved_onnx(onnx_path, feeds, prepare_dir=onnx_path.parent))
+            return dict(run_carved_onnx(onnx_path, feeds, prepare_dir=onnx_path.parent, defects=defects))
         except StageError:
             raise
         except Exception as e:

@@ -87,6 +87,34 @@ def _expr_for_output(cand: Candidate, o: int, ax: int, act_idx: list[int]) -> st
     return None
 
 
+#: ``--config mock_defect=KIND``: a planted wrong kernel, for testing what finds one (debug taps, numerics
+#: gates). The mock engine computes the plugged region with the defect (SIMULATED, like all it does).
+DEFECTS = {"shift": "an off-by-one: every output row shifted by one element",
+           "overflow": "fp16 overflow: an intermediate held in fp16 at a scale where the upper half of the "
+                       "output's range becomes inf"}
+DEFECT_PREFIX = "SIMULATED defect: "
+
+
+def defect_of(meta: PluginMeta) -> str | None:
+    """The planted defect a mock kernel's contract states, if any."""
+    for c in meta.constraints:
+        if c.startswith(DEFECT_PREFIX):
+            return c[len(DEFECT_PREFIX):].split(" ")[0]
+    return None
+
+
+def apply_defect(kind: str, out: Any) -> Any:
+    """What a kernel with the planted defect ``kind`` computes instead of ``out`` (a numpy array)."""
+    import numpy as np
+
+    if kind == "shift":
+        return np.roll(out, 1, axis=-1)
+    peak = float(np.abs(out).max()) if out.size else 0.0
+    scale = np.float32(65504.0 / (0.5 * peak)) if peak > 0 else np.float32(1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (out * scale).astype(np.float16).astype(out.dtype) / scale
+
+
 def make_meta(cand: Candidate, precision: str, sm: int, fraction: float) -> PluginMeta:
     """The plugin contract for ``cand``; raises ValueError when an output extent is not expressible."""
     act_dtype = "float16" if precision == "fp16" else "float32"
@@ -176,12 +204,17 @@ def submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
         fraction = float(request.config.get("mock_bandwidth_fraction", SIMULATED_FRACTION[region_kind(cand)]))
         if not 0 < fraction <= 1:
             raise ValueError("mock_bandwidth_fraction must be in (0, 1]")
+        defect = request.config.get("mock_defect", "")
+        if defect and defect not in DEFECTS:
+            raise ValueError(f"mock_defect={defect}: one of {', '.join(DEFECTS)}")
     except ValueError as e:
         return KernelGenResult(job_id=job_id, status="failed", message=f"bad --config: {e}")
     sm = _sm(request)
     with ctx.progress(f"mock kernelgen {cand.name} (simulated)"):
         try:
             meta = make_meta(cand, request.precision, sm, fraction)
+            if defect:  # stated in the contract, where the mock engine reads it back
+                meta.constraints.append(f"{DEFECT_PREFIX}{defect} ({DEFECTS[defect]})")
         except ValueError as e:
             return KernelGenResult(job_id=job_id, status="failed",
                                    message=f"region {cand.name}: the kernel contract cannot express it: {e}")

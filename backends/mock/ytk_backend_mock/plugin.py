@@ -26,7 +26,9 @@ class MockBackend:
                                    "labelled simulated",
                        auto_priority={"engine": 0, "kernelgen": 0, "builder": 0},
                        config_keys={"mock_bandwidth_fraction": "the fraction of the memory floor the simulated "
-                                                               "kernel declares (default per region kind)"})
+                                                               "kernel declares (default per region kind)",
+                                    "mock_defect": "plant a wrong kernel the mock engine then computes with: shift "
+                                                   "(off-by-one) or overflow (fp16); for testing what catches one"})
 
     def availability(self, arch: ArchSpec | None = None) -> Availability:
         from .builder import compiler

@@ -1,0 +1,101 @@
+"""Debug taps (issue: name the plugged region where numerics drift): a wrong kernel planted in one
+region of a three-region model is named by verify, with its figures and the input that was still good;
+an untapped prepare, and a tapped engine with correct kernels, say nothing is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+MODEL = REPO / "tests" / "data" / "tiny_mixed_model.py"
+ORIN = "arm64-sm87-dos6010-cu114-trt86"
+REGIONS = {"Dw3": "blocks.0.depth_conv", "Dw5": "blocks.1.depth_conv", "Dw7": "blocks.2.depth_conv"}
+
+
+def _prepare(ytk, prep: Path, *extra: str):  # type: ignore[no-untyped-def]
+    sels = [a for name, where in REGIONS.items() for a in ("--plugin", f"yasp::{name}=ConvNormAct@where={where}")]
+    r = ytk("embedded", "prepare", MODEL, "--onnx-out", prep / "model.onnx", "--npz-out", prep / "model.npz",
+            "--reference-out", prep / "model.reference.npz", *sels, *extra)
+    assert r.code == 0, r.stderr[-2000:]
+
+
+def _engine(ytk, prep: Path, out: Path, defects: dict[str, str]):  # type: ignore[no-untyped-def]
+    sos = []
+    for name in REGIONS:
+        src = prep / f"{name}.module_source.py"
+        cfg = ["--config", f"mock_defect={defects[name]}"] if name in defects else []
+        r = ytk("kernelgen", "compile", "-r", prep / "plugin_candidates" / f"{name}.pt2", "-g", "Orin", "--config",
+                "deployment_target=tensorrt", *cfg, "-o", src, "--kernelgen", "mock")
+        assert r.code == 0, r.stderr[-2000:]
+        so = prep / f"{name}.so"
+        r = ytk("embedded", "build-plugin", "-a", ORIN, "--plugin-name", name, "-s", src, "-o", so, "--builder", "mock")
+        assert r.code == 0, r.stderr[-2000:]
+        sos += ["--custom-plugin", so]
+    r = ytk("embedded", "compile", "-a", ORIN, "-p", "fp16", "--onnx", prep / "model.onnx", "--npz",
+            prep / "model.npz", "-o", out, *sos, "--engine", "mock")
+    assert r.code == 0, r.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def tapped(tmp_path_factory):  # type: ignore[no-untyped-def]
+    from tests.helpers import ytk_inproc
+
+    prep = tmp_path_factory.mktemp("taps") / "prep"
+    _prepare(lambda *a: ytk_inproc(*a), prep, "--debug-taps")
+    return prep
+
+
+def test_prepare_exposes_every_plugin_boundary_with_its_fp32_reference(tapped):
+    import onnx
+
+    from ytk_core.artifacts import PrepareManifest
+    from ytk_core.stages.taps import TAPS_REFERENCE, TapsFile
+
+    taps = TapsFile.read(tapped / "taps.json")
+    assert PrepareManifest.read(tapped / "prepare.json").taps == "taps.json"
+    assert [t.plugin for t in taps.taps if t.io == "output"] == list(REGIONS)  # graph order
+    outs = {o.name for o in onnx.load(str(tapped / "model.onnx")).graph.output}
+    assert {t.tensor for t in taps.taps} <= outs
+    with np.load(tapped / TAPS_REFERENCE) as z:
+        assert set(z.files) == {t.tensor for t in taps.taps}
+        assert all(z[k].dtype == np.float32 and np.isfinite(z[k]).all() for k in z.files)
+
+
+@pytest.mark.parametrize("bad, defect", [("Dw5", "shift"), ("Dw7", "overflow")])
+def test_verify_names_the_region_with_the_planted_wrong_kernel(ytk, tapped, tmp_path, bad, defect):
+    bundle = _engine(ytk, tapped, tmp_path / "tapped.tgz", {bad: defect})
+    r = ytk("embedded", "verify", tapped / "model.reference.npz", bundle, "--no-host", "--json")
+    assert r.code == 5, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    (v,) = rep["taps"]
+    assert v["plugin"] == bad, v["reason"]
+    assert v["failing"]["output"] in {t["tensor"] for t in json.loads((tapped / "taps.json").read_text())["taps"]
+                                      if t["plugin"] == bad and t["io"] == "output"}
+    assert v["good_input"] and not any(n["output"] == v["good_input"] and not n["passed"] for n in v["numerics"])
+    upstream = [n for n in v["numerics"] if n["output"] != v["failing"]["output"]][:1]
+    assert upstream and upstream[0]["passed"], "what comes before the planted region is within tolerance"
+    assert "debug taps: " in r.stderr and bad in r.stderr and "Traceback" not in r.stderr
+    r = ytk("embedded", "verify", tapped / "model.reference.npz", bundle, "--no-host")  # the table a user reads
+    assert f"DRIFT: {bad}" in r.stdout and "debug taps:" in r.stdout
+
+
+def test_correct_kernels_pass_and_an_untapped_prepare_has_no_taps(ytk, tapped, tmp_path):
+    bundle = _engine(ytk, tapped, tmp_path / "good.tgz", {})
+    r = ytk("embedded", "verify", tapped / "model.reference.npz", bundle, "--no-host", "--json")
+    assert r.code == 0, r.stderr[-2000:]
+    (v,) = json.loads(r.stdout)["taps"]
+    assert v["plugin"] is None and "within tolerance" in v["reason"] and all(n["passed"] for n in v["numerics"])
+    plain = tmp_path / "plain"
+    _prepare(ytk, plain)
+    assert not (plain / "taps.json").exists()
+    r = ytk("embedded", "prepare", MODEL, "--onnx-out", tmp_path / "x" / "m.onnx", "--npz-out",
+            tmp_path / "x" / "m.npz", "--reference-out", tmp_path / "x" / "r.npz", "--debug-taps")
+    assert r.code == 2 and "pass --plugin selectors too" in r.stderr

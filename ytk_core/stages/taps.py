@@ -1,0 +1,160 @@
+"""Debug taps: name the plugged region where an engine's numerics drift from torch.
+
+``ytk embedded prepare ... --plugin ... --debug-taps`` exposes every plugin boundary (each custom-op
+node's activation inputs and its outputs) as extra ONNX graph outputs and keeps the fp32 reference
+at those tensors (the carve captured them from the traced model). ``compile`` ships both inside the
+engine bundle, so ``verify`` scores every tap of a tapped bundle whatever reference it is given, and
+walks the plugins in graph order: the first one whose output is out of tolerance while every input
+it reads is still within it is the region that drifted.
+
+Extra outputs can change what an engine fuses (a tapped tensor must be materialised), so a tapped
+engine's latency is not the plugged engine's: compile the same carve without ``--debug-taps`` for
+the latency, and read the two rows side by side in verify.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ytk_hookspecs.models import PLUGIN_DOMAIN, CandidatesFile, Versioned
+from ytk_hookspecs.models.base import write_bytes_atomic
+
+from ..errors import UsageError
+from .numerics import OutputNumerics, Tolerance, compare
+
+TAPS_FILE = "taps.json"
+TAPS_REFERENCE = "model.taps.npz"
+
+_ONNX_DTYPES = {"float32": 1, "float16": 10, "int64": 7, "int32": 6, "bool": 9, "float64": 11, "int8": 3}
+
+
+class Tap(BaseModel):
+    """One tensor at a plugin boundary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tensor: str = Field(description="the ONNX tensor, now also a graph output")
+    plugin: str = Field(description="the custom-op node's op type (the plugin's name)")
+    onnx_node: str
+    node_order: int = Field(description="the node's position among the custom-op nodes, in graph order")
+    io: Literal["input", "output"]
+    index: int = Field(description="which input or output of the node")
+    graph_input: bool = Field(False, description="the tensor is a model input: it cannot have drifted")
+
+
+class TapsFile(Versioned):
+    """``taps.json`` beside a tapped ONNX: the taps in graph order and where their fp32 reference is."""
+
+    onnx: str
+    reference: str = TAPS_REFERENCE
+    taps: list[Tap]
+
+
+class TapVerdict(BaseModel):
+    """What the taps of one bundle say."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    implementation: str
+    plugin: str | None = Field(None, description="the first region in graph order that drifted, if one did")
+    onnx_node: str | None = None
+    reason: str
+    failing: OutputNumerics | None = Field(None, description="the drifted output tap's figures")
+    good_input: str | None = Field(None, description="the tensor at the region's input that was still good")
+    numerics: list[OutputNumerics] = Field(default_factory=list, description="every tap, in graph order")
+    boundaries: list[str] = Field(default_factory=list, description="per tap: which plugin's input or output")
+
+
+def _figures(n: OutputNumerics) -> str:
+    if n.max_rel_err is None:
+        return n.detail or "no value"
+    return f"max rel err {n.max_rel_err:.3g}, cosine {n.cosine:.6f}" if n.cosine is not None else n.detail
+
+
+def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path) -> TapsFile:
+    """Make every plugin boundary of the carved ``onnx_path`` a graph output (rewritten atomically) and
+    write ``taps.json`` and ``model.taps.npz`` (the fp32 reference at each tap) into ``prepare_dir``."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(onnx_path))
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    graph_inputs = {i.name for i in graph.input}
+    outputs = {o.name for o in graph.output}
+    cands = CandidatesFile.read(candidates)
+    site_of = {s.onnx_node: (c, s) for c in cands.candidates for s in c.sites}
+    taps: list[Tap] = []
+    values: dict[str, np.ndarray] = {}
+    infos: dict[str, tuple[int, list[int]]] = {}
+    customs = [n for n in graph.node if n.domain == PLUGIN_DOMAIN]
+    if not customs:
+        raise UsageError("--debug-taps: the carved ONNX has no custom-op node (pass --plugin selectors to carve)")
+    for order, node in enumerate(customs):
+        if node.name not in site_of:
+            raise UsageError(f"--debug-taps: custom-op node {node.name} has no site in {candidates}")
+        cand, site = site_of[node.name]
+        with np.load(prepare_dir / cand.files.io_npz, allow_pickle=False) as z:  # type: ignore[operator]
+            for io, names, infos_of, key in (("input", node.input, site.inputs, "in"),
+                                             ("output", node.output, site.outputs, "out")):
+                for i, (name, info) in enumerate(zip(names, infos_of)):
+                    if io == "input" and (name in inits or cand.input_roles[i] != "activation"):
+                        continue
+                    if any(t.tensor == name for t in taps):
+                        continue  # one plugin's output is the next one's input: tapped once
+                    values[name] = np.asarray(z[f"site{site.index}.{key}{i}"])
+                    taps.append(Tap(tensor=name, plugin=node.op_type, onnx_node=node.name, node_order=order, io=io,
+                                    index=i, graph_input=name in graph_inputs))
+                    infos[name] = (_ONNX_DTYPES.get(info.dtype, 1), list(info.shape))
+    for t in taps:
+        if t.tensor not in outputs and not t.graph_input:
+            elem, shape = infos[t.tensor]
+            graph.output.append(helper.make_tensor_value_info(t.tensor, elem, shape))
+    write_bytes_atomic(Path(onnx_path), model.SerializeToString())
+    buf = Path(prepare_dir) / TAPS_REFERENCE
+    tmp = buf.with_name(f".{buf.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **values)
+    tmp.replace(buf)
+    tf = TapsFile(onnx=Path(onnx_path).name, taps=taps)
+    tf.write(Path(prepare_dir) / TAPS_FILE)
+    return tf
+
+
+def judge(implementation: str, taps: TapsFile, ref: dict[str, np.ndarray], got: dict[str, np.ndarray],
+          tol: Tolerance) -> TapVerdict:
+    """Score every tap and name the first region in graph order whose outputs drift while its inputs hold."""
+    scored = {t.tensor: compare(implementation, t.tensor, got.get(t.tensor), ref[t.tensor], tol)
+              for t in taps.taps if t.tensor in ref}
+    ordered = [scored[t.tensor] for t in taps.taps if t.tensor in scored]
+    labels = [f"{t.plugin} {t.io} {t.index}" for t in taps.taps if t.tensor in scored]
+    by_node: dict[str, list[Tap]] = {}
+    for t in taps.taps:
+        by_node.setdefault(t.onnx_node, []).append(t)
+    first_bad_input: tuple[Tap, OutputNumerics] | None = None
+    for node, node_taps in sorted(by_node.items(), key=lambda kv: kv[1][0].node_order):
+        ins = [t for t in node_taps if t.io == "input"]
+        outs = [t for t in node_taps if t.io == "output"]
+        bad_in = [t for t in ins if not t.graph_input and t.tensor in scored and not scored[t.tensor].passed]
+        bad_out = [t for t in outs if t.tensor in scored and not scored[t.tensor].passed]
+        if bad_in and first_bad_input is None:
+            first_bad_input = (bad_in[0], scored[bad_in[0].tensor])
+        if bad_out and not bad_in:
+            fig = scored[bad_out[0].tensor]
+            good = next((t.tensor for t in ins), None)
+            return TapVerdict(implementation=implementation, plugin=node_taps[0].plugin, onnx_node=node,
+                              failing=fig, good_input=good, numerics=ordered, boundaries=labels,
+                              reason=(f"{node_taps[0].plugin} (node {node}) drifts: its output {fig.output} has "
+                                      f"{_figures(fig)} (tolerance {tol.describe()}) while its input "
+                                      f"{good or '(none tapped)'} is within it"))
+    if first_bad_input is not None:
+        tap, fig = first_bad_input
+        return TapVerdict(implementation=implementation, numerics=ordered, failing=fig, boundaries=labels,
+                          reason=(f"no plugin is to blame: the drift is already in {tap.tensor}, the input of "
+                                  f"{tap.plugin} ({_figures(fig)}), which the engine's own layers compute"))
+    return TapVerdict(implementation=implementation, numerics=ordered, boundaries=labels,
+                      reason=f"every tap of {len(ordered)} is within tolerance")
