@@ -438,3 +438,42 @@ def test_limits_and_backends_of_an_older_state_file_read_as_models():
     st = AutoloopState.model_validate(old)
     assert st.limits == AutoloopLimits(max_rounds=4, min_gain_pct=1.0)
     assert st.backends.roles() == old["backends"] and st.min_gain_label() == "1%"
+
+
+@pytest.mark.parametrize("defect", ["shift", "overflow"])
+def test_a_round_failing_numerics_drops_only_the_region_the_debug_taps_name(tmp_path, defect):
+    """Four candidates, one kernel with a planted defect: the round's engine fails numerics, one tapped
+    engine names that region, it alone is dropped with the tap figures, the rest are kept -- without
+    compiling each new plugin on its own."""
+    from tests.helpers import simulated_plugin
+    from ytk_backend_mock.plugin import MockBackend
+    from ytk_core.autoloop.run import run_autoloop
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+
+    bad = "DwConv5x5s1C64"
+
+    def submit(request, ctx):  # type: ignore[no-untyped-def]
+        cfg = dict(request.config)
+        if request.plugin_name == bad or (request.candidate and request.candidate.name == bad):
+            cfg["mock_defect"] = defect
+        return MockBackend().submit(request.model_copy(update={"config": cfg}), ctx)
+
+    reset_runtime()
+    runtime()._mgr = BackendManager(extra_plugins={"plantgen": simulated_plugin("plantgen", "kernelgen",
+                                                                                submit=submit)})
+    try:
+        rep = run_autoloop(MIXED, ORIN, "fp16", tmp_path / "w",
+                           BackendChoice(engine="mock", kernelgen="plantgen", builder="mock"), 1, 0.001, 2, None)
+    finally:
+        reset_runtime()
+    cands = {c.name: c for c in rep.state.rounds[0].candidates}
+    assert bad in cands, sorted(cands)
+    assert cands[bad].status == "dropped" and cands[bad].dropped_at == "numerics", cands[bad]
+    assert cands[bad].reason.startswith(f"numerics (debug taps): {bad} (node ")
+    assert "while its input" in cands[bad].reason
+    kept = [c.name for c in cands.values() if c.status == "kept"]
+    assert kept and bad not in kept, [(c.name, c.status, c.reason) for c in cands.values()]
+    rdir = tmp_path / "w" / "round1"
+    assert not list(rdir.glob("check-*.tgz")), "no plugin was compiled on its own"
+    assert not list(rdir.glob("taps-*")), "the tapped carve is removed once read"

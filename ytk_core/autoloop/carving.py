@@ -22,13 +22,14 @@ class Carver:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
 
-    def prepare(self, out_dir: Path, selectors: list[str]) -> Path:
-        """``ytk embedded prepare`` of the loop's model into ``out_dir``, with a node for each selector."""
+    def prepare(self, out_dir: Path, selectors: list[str], debug_taps: bool = False) -> Path:
+        """``ytk embedded prepare`` of the loop's model into ``out_dir``, with a node for each selector
+        (and, with ``debug_taps``, every plugin boundary a graph output)."""
         from ..stages.prepare import do_prepare
 
         out_dir.mkdir(parents=True, exist_ok=True)
         do_prepare(Path(self.ws.state.model), out_dir / "model.onnx", out_dir / "model.npz",
-                   out_dir / "model.reference.npz", selectors)
+                   out_dir / "model.reference.npz", selectors, debug_taps=debug_taps)
         base = self.ws.state.round0_prepare
         if base and self.ws.path(base).resolve() != out_dir.resolve():
             same_model_each_time(self.ws.path(base), out_dir)

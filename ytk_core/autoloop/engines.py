@@ -7,6 +7,7 @@ so a resumed run compiles nothing twice.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 from pathlib import Path
 
@@ -149,11 +150,56 @@ class EngineCompiler:
             rnd.result_bundle, rnd.result_ms = checked.bundle, checked.p50_ms
         self.ws.advance(rnd, "decide")
 
+    def _blame_by_taps(self, rnd: RoundRecord) -> bool:
+        """Carve the round's plugins again with debug taps, compile and verify that engine, and drop the new
+        plugin whose region drifts first in graph order, the tap figures as the reason. False when the taps
+        name no new plugin (none drifts, the drift is in the engine's own layers or in a kept plugin) or the
+        tapped engine cannot be built: the loop then checks the plugins one at a time."""
+        from ..stages.compile import run_compile
+        from ..stages.verify import run_verify
+
+        ws, state = self.ws, self.ws.state
+        plugins = ws.round_plugins(rnd)
+        new = {c.name: c for c in ws.active(rnd)}
+        n = sum(1 for p in ws.round_dir(rnd.index).glob("taps-*") if p.is_dir())
+        prep = ws.round_dir(rnd.index) / f"taps-{n}"
+        try:
+            self.carver.prepare(prep, [p.selector for p in plugins], debug_taps=True)
+            bundle = run_compile(state.arch, state.precision, prep / "model.onnx", prep / "model.npz",
+                                 prep / "tapped.tgz", [ws.path(p.so or "") for p in plugins],
+                                 engine=state.backends.engine, worker=self.worker)
+            rep = run_verify(prep / "model.reference.npz", [bundle.bundle], no_host=True)
+        except Exception as e:
+            if must_stop(e):
+                raise
+            ws.debug_traceback(f"round {rnd.index}: the debug-tap engine failed", e)
+            ws.event(f"round {rnd.index}: no debug taps ({describe(e)}); checking the new plugins one at a time")
+            return False
+        finally:
+            shutil.rmtree(prep, ignore_errors=True)  # a second carve of the model: large, and read once
+        verdict = rep.taps[0] if rep.taps else None
+        if verdict is None or verdict.plugin not in new:
+            ws.event(f"round {rnd.index}: debug taps name no new plugin ({verdict.reason if verdict else 'no taps'})"
+                     "; checking the new plugins one at a time")
+            return False
+        ws.drop(new[verdict.plugin], "numerics", f"numerics (debug taps): {verdict.reason}")
+        ws.save()
+        return True
+
     def _isolate_numerics(self, rnd: RoundRecord) -> CompileRecord | None:
-        """The round's engine fails numerics: check each new plugin alone (on top of the kept plugins), drop
-        those whose engine fails, and check the rest together. None, with the round's note, when no plugin
+        """The round's engine fails numerics: debug taps name the region that drifts first (one tapped
+        engine per culprit) and the rest are checked together; when the taps name none, or the rest still
+        fail, check each new plugin alone (on top of the kept plugins), drop those whose engine fails, and
+        check the rest together. None, with the round's note, when no plugin
         is left or the rest fail together."""
         ws = self.ws
+        tapped = 0
+        while len(ws.active(rnd)) > 1 and self._blame_by_taps(rnd):
+            tapped += 1  # one region named and dropped per tapped engine
+        if tapped and ws.active(rnd):
+            rest = self.try_compile(rnd, f"round{rnd.index}-after-taps.tgz", ws.round_plugins(rnd))
+            if not isinstance(rest, str) and rest.numerics_passed:
+                return rest
         for c in list(ws.active(rnd)):
             one = self._try_each_alone(rnd, c)
             if isinstance(one, str):

@@ -79,7 +79,9 @@ class VerifyReport(Versioned):
     #: one line per reason the outputs could not all be compared (empty reference, an output only
     #: one side has, a shape or dtype that differs); any of them fails verify
     problems: list[str] = Field(default_factory=list)
-    #: per bundle compiled with debug taps: every tap scored, and the region that drifted first
+    #: per bundle compiled with debug taps: every tap scored, and the region that drifted first; a region
+    #: named there (its output out of tolerance while its input holds) fails verify even when the model's
+    #: outputs hold (a later layer, e.g. a pooling, can mask a wrong kernel)
     taps: list[TapVerdict] = Field(default_factory=list)
 
     def failures(self) -> list[OutputNumerics]:
@@ -93,6 +95,9 @@ class VerifyReport(Versioned):
         if scored:
             lines.append(f"numerics failed for {len(scored)} output(s): " + "; ".join(
                 f"{n.implementation} {n.output} ({n.detail}; tolerance {n.tolerance.describe()})" for n in scored))
+        drifted = [v for v in self.taps if v.plugin]
+        if not lines and drifted:  # the model's outputs hold, but a plugged region's own output does not
+            lines.append("a plugged region is out of tolerance at its own boundary (masked further on)")
         if not lines and not self.passed:
             lines.append("verify failed")
         if lines:
@@ -248,5 +253,6 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
                                     simulated=base.simulated or r.simulated))
     problems = _problems(Path(reference), ref, numerics, impls)
     return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
-                        layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics),
+                        layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics)
+                        and not any(v.plugin for v in verdicts),
                         host_note=host_note, problems=problems, taps=verdicts)

@@ -68,13 +68,14 @@ def compile_engine(request: CompileRequest, ctx: StageContext) -> CompileResult:
         "note": "ytk mock engine: a priced layer list from a cost model, not a TensorRT engine; nothing ran on a GPU",
         "target": {"arch": arch.spec, "device": device_name(arch.sm), "gpu": gpu.model_dump()},
         "precision": request.precision,
-        # planted wrong kernels (--config mock_defect=...), by plugin name: the outputs are computed with them
-        "defects": {key[1]: d for key, m in metas.items() if (d := defect_of(m))},
         "layers": [{"name": lay.name, "type": lay.trt_type, "kind": lay.kind, "onnx_nodes": lay.onnx_nodes,
                     "ms": lay.ms, "bytes": lay.cost.bytes if lay.cost else 0.0,
                     "flops": lay.cost.flops if lay.cost else 0.0, "bound": lay.cost.bound if lay.cost else "",
                     "plugin": lay.plugin, "metadata": metadata(lay)} for lay in layers],
     }
+    defects = {key[1]: d for key, m in metas.items() if (d := defect_of(m))}
+    if defects:  # planted wrong kernels (--config mock_defect=...): the outputs are computed with them
+        plan["defects"] = defects  # (only then: the plan seeds the simulated timings)
     engine = workdir / "engine.plan"
     write_text_atomic(engine, json.dumps(plan, indent=1))
     info = workdir / "layer_info.json"
