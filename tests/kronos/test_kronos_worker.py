@@ -275,6 +275,8 @@ def test_autoloop_compiles_on_the_worker(worker, client_env, tmp_path):
     assert r.code == 0, r.stderr[-3000:]
     rep = r.json()
     assert rep["state"]["backends"]["engine"] == "mock" and rep["state"]["arch"] == ARCH  # -a auto: the worker's
+    assert rep["state"]["worker"] == worker.url
+    assert f"--worker {worker.url}" in rep["ship"]["reproduce"]  # the rebuild goes where the engine was built
     new = [j for j in jobs(worker) if j["id"] not in before]
     assert [j["spec"]["output_name"] for j in new] == ["base.tgz"] and new[0]["state"] == "succeeded"
     r = run_cli("autoloop", MODEL, "-a", "auto", "--workdir", tmp_path / "al2", "--engine", "torch",

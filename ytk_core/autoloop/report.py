@@ -37,6 +37,7 @@ class ShipList(Versioned):
     arch: str
     precision: str
     engine: str = Field(description="the engine backend that built it")
+    worker: str | None = Field(None, description="the Kronos worker it was built on (the rebuild goes there too)")
     plugins: list[ShipPlugin] = Field(default_factory=list)
     reproduce: str = Field(description="a shell command that rebuilds the final engine bundle from these files")
 
@@ -44,6 +45,8 @@ class ShipList(Versioned):
 def rebuild_command(ship: ShipList) -> str:
     cmd = ["ytk", "embedded", "compile", "-a", ship.arch, "-p", ship.precision, "--engine", ship.engine,
            "--onnx", ship.onnx, "--npz", ship.npz, "-o", "final.tgz"]
+    if ship.worker:  # built on a Kronos worker: rebuilt there too
+        cmd += ["--worker", ship.worker]
     for p in ship.plugins:
         cmd += ["--custom-plugin", p.so]
     return shlex.join(cmd)
@@ -59,7 +62,7 @@ def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
                for p in best.plugins if p.so]
     ship = ShipList(engine_bundle=str(w / best.bundle), onnx=str(prep / "model.onnx"), npz=str(prep / "model.npz"),
                     arch=state.arch, precision=state.precision, engine=state.backends.engine,
-                    plugins=plugins, reproduce="")
+                    worker=state.worker, plugins=plugins, reproduce="")
     return ship.model_copy(update={"reproduce": rebuild_command(ship)})
 
 

@@ -56,7 +56,7 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
         clean_stale(workdir)
         if on_change == "fresh":
             discard_run(workdir)
-        state = _load_or_start(model, arch, precision, workdir, flags, limits, min_gain_t, remote=worker is not None)
+        state = _load_or_start(model, arch, precision, workdir, flags, limits, min_gain_t, worker)
         if on_change != "fresh":
             _check_unchanged(state, model, workdir, resume=on_change == "resume")
         loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs, worker)
@@ -69,7 +69,7 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
 
 
 def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice,
-                   limits: AutoloopLimits, min_gain: Threshold, remote: bool) -> AutoloopState:
+                   limits: AutoloopLimits, min_gain: Threshold, worker: str | None) -> AutoloopState:
     sf = workdir / STATE_FILE
     if sf.is_file():
         st = _read_state(workdir)
@@ -92,15 +92,16 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
                              and new_gain < st.limits.min_gain_ms)):
             st.finished, st.stop_reason = False, ""  # looser limits: keep going from the best engine
         st.limits = limits
+        st.worker = worker
         st.resolve_min_gain()
         runtime().log.info(f"resuming autoloop in {workdir}", rounds_done=len(st.rounds),
                            best_ms=round(st.best.ms, 3) if st.best else None)
         return st
     spec = _resolve_arch(arch)
-    backends = resolve_backends(spec, flags, remote_engine=flags.engine if remote else None)
+    backends = resolve_backends(spec, flags, remote_engine=flags.engine if worker else None)
     versions = {role: b.info.version for role, name in backends.roles().items() if (b := runtime().manager.get(name))}
     st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), arch=spec, precision=precision,
-                       backends=backends, backend_versions=versions, limits=limits)
+                       backends=backends, backend_versions=versions, limits=limits, worker=worker)
     st.save(workdir)
     return st
 

@@ -162,6 +162,7 @@ class AutoloopState(Versioned):
     precision: str
     backends: AutoloopBackends
     limits: AutoloopLimits
+    worker: str | None = Field(None, description="the Kronos worker every engine was compiled on, if any")
     started: str = Field(default_factory=now)
     updated: str = Field(default_factory=now)
     elapsed_s: float = 0.0
