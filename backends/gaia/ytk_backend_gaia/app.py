@@ -75,7 +75,7 @@ class Backends:
 def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
     """The app for one service; its dispatcher starts with the app (and runs again the jobs on disk that
     were queued, or running when the service stopped)."""
-    store: JobStore[JobRecord] = JobStore(settings.jobs_dir, JobRecord)
+    store: JobStore[JobRecord] = JobStore(settings.jobs_dir, JobRecord, settings.keep_days * 86400.0)
     backends = Backends(settings)
     dispatcher: Dispatcher = (RayDispatcher if settings.ray_address else LocalDispatcher)(settings, store, log)
     submitting = asyncio.Lock()

@@ -56,6 +56,9 @@ def add_commands(cli: Any) -> None:
         ray_num_cpus: Annotated[float, typer.Option("--ray-num-cpus", help="CPUs each job's Ray task asks for")] = 1.0,
         ray_max_retries: Annotated[int, typer.Option(
             "--ray-max-retries", help="how often Ray runs a job again whose worker process died")] = 3,
+        keep_days: Annotated[float, typer.Option(
+            "--keep-days", help="delete a finished job's folder (upload, log, results) this many days after it "
+            "finished")] = 7.0,
     ) -> None:
         """Serve Gaia: kernel generation and plugin builds over HTTP. Clients select it with --kernelgen gaia /
         --builder gaia (YTK_GAIA_URL, YTK_GAIA_API_KEY). The OpenAPI document is at /openapi.json, interactive
@@ -64,7 +67,7 @@ def add_commands(cli: Any) -> None:
             state_dir=state_dir, keys_file=keys_file, generators=generator, builder=builder,
             max_upload_mb=max_upload_mb, max_extract_mb=max_extract_mb, max_members=max_members,
             max_active_per_key=max_active_per_key, slots=slots, gpus=gpus, ray=ray, ray_num_gpus=ray_num_gpus,
-            ray_num_cpus=ray_num_cpus, ray_max_retries=ray_max_retries)
+            ray_num_cpus=ray_num_cpus, ray_max_retries=ray_max_retries, keep_days=keep_days)
         serve(settings, host, port)
 
 
@@ -90,10 +93,12 @@ def default_state_dir() -> Path:
 def build_settings(*, state_dir: Path | None, keys_file: Path | None, generators: list[str] | None, builder: str,
                    max_upload_mb: float, max_extract_mb: float, max_members: int, max_active_per_key: int,
                    slots: int, gpus: str | None, ray: str | None, ray_num_gpus: float, ray_num_cpus: float,
-                   ray_max_retries: int) -> ServiceSettings:
+                   ray_max_retries: int, keep_days: float = 7.0) -> ServiceSettings:
     if min(max_upload_mb, max_extract_mb) <= 0 or max_members < 1 or max_active_per_key < 1 or slots < 1:
         raise ServiceUsageError("--max-upload-mb and --max-extract-mb must be positive; --max-members, "
                                 "--max-active-per-key and --slots at least 1")
+    if keep_days <= 0:
+        raise ServiceUsageError("--keep-days must be positive")
     if min(ray_num_gpus, ray_num_cpus) < 0 or ray_max_retries < 0:
         raise ServiceUsageError("--ray-num-gpus, --ray-num-cpus and --ray-max-retries cannot be negative")
     gpu_ids = tuple(g.strip() for g in (gpus or "").split(",") if g.strip())
@@ -108,7 +113,8 @@ def build_settings(*, state_dir: Path | None, keys_file: Path | None, generators
                            generators=gens, builder=build, max_upload_bytes=int(max_upload_mb * MB),
                            max_extract_bytes=int(max_extract_mb * MB), max_members=max_members,
                            max_active_per_key=max_active_per_key, slots=slots, gpus=gpu_ids, ray_address=ray_address,
-                           ray_num_gpus=ray_num_gpus, ray_num_cpus=ray_num_cpus, ray_max_retries=ray_max_retries)
+                           ray_num_gpus=ray_num_gpus, ray_num_cpus=ray_num_cpus, ray_max_retries=ray_max_retries,
+                           keep_days=keep_days)
 
 
 def _check_ray() -> None:

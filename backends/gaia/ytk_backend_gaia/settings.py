@@ -30,6 +30,9 @@ class ServiceSettings:
     ray_num_cpus: float = 1.0
     ray_max_retries: int = 3
 
+    #: finished jobs (records, uploads, logs, results) are deleted this many days after they finished
+    keep_days: float = 7.0
+
     @property
     def jobs_dir(self) -> Path:
         return self.state_dir / "jobs"

@@ -45,7 +45,7 @@ _json = json_response
 
 def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
     """The app for one worker; its queue starts with the app (and resumes the queued jobs on disk)."""
-    store = JobStore(settings.jobs_dir)
+    store = JobStore(settings.jobs_dir, settings.keep_days * 86400.0)
     sched = Scheduler(settings, store, log)
     submitting = asyncio.Lock()
 

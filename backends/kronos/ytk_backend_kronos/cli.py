@@ -36,30 +36,35 @@ def add_commands(cli: Any) -> None:
         gpus: Annotated[Optional[str], typer.Option(
             "--gpus", help="GPU indices to run jobs on, one engine build at a time on each, e.g. 0,1 (default: every "
             "CUDA GPU for a real engine, one slot for a simulated one)", show_default=False)] = None,
+        keep_days: Annotated[float, typer.Option(
+            "--keep-days", help="delete a finished job's folder (upload, log, bundle) this many days after it "
+            "finished")] = 7.0,
     ) -> None:
         """Serve the Kronos worker: clients run `ytk embedded compile --worker http://HOST:PORT` (or `ytk autoloop
         --worker ...`) and their engines are built and profiled here. Jobs bring their plugins along; nothing
         else is installed. The OpenAPI document is at /openapi.json, interactive docs at /docs."""
-        settings = build_settings(engine, state_dir, token_file, max_upload_mb, max_extract_mb, max_members, gpus)
+        settings = build_settings(engine, state_dir, token_file, max_upload_mb, max_extract_mb, max_members, gpus,
+                                  keep_days)
         serve(settings, host, port)
 
 
 def build_settings(engine: str | None, state_dir: Path | None, token_file: Path | None, max_upload_mb: float,
-                   max_extract_mb: float, max_members: int, gpus: str | None) -> WorkerSettings:
+                   max_extract_mb: float, max_members: int, gpus: str | None, keep_days: float = 7.0) -> WorkerSettings:
     from ytk_core.errors import UsageError
     from ytk_core.runtime import runtime
     from ytk_core.stages.kernelgen import cache_dir
     from ytk_core.target import detect_arch
     from ytk_hookspecs.models import ArchSpec
 
-    if min(max_upload_mb, max_extract_mb) <= 0 or max_members < 1:
-        raise UsageError("--max-upload-mb and --max-extract-mb must be positive, --max-members at least 1")
+    if min(max_upload_mb, max_extract_mb, keep_days) <= 0 or max_members < 1:
+        raise UsageError("--max-upload-mb, --max-extract-mb and --keep-days must be positive, --max-members at "
+                         "least 1")
     rt = runtime()
     sel = rt.select("engine", engine, ArchSpec.parse(detect_arch()[0]))
     return WorkerSettings(state_dir=(state_dir or cache_dir() / "kronos-worker").resolve(), engine=sel.name,
                           token=_token(token_file), max_upload_bytes=int(max_upload_mb * MB),
                           max_extract_bytes=int(max_extract_mb * MB), max_members=max_members,
-                          gpus=_gpus(gpus, sel.backend.info.simulated))
+                          gpus=_gpus(gpus, sel.backend.info.simulated), keep_days=keep_days)
 
 
 def _token(token_file: Path | None) -> str:

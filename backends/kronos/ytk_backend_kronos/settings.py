@@ -29,6 +29,9 @@ class WorkerSettings:
     def limits(self) -> ExtractLimits:
         return ExtractLimits(max_members=self.max_members, max_bytes=self.max_extract_bytes)
 
+    #: finished jobs (records, uploads, logs, results) are deleted this many days after they finished
+    keep_days: float = 7.0
+
     @property
     def jobs_dir(self) -> Path:
         return self.state_dir / "jobs"

@@ -18,5 +18,5 @@ __all__ = ["RECORD", "JobStore"]
 
 
 class JobStore(_JobStore[JobRecord]):
-    def __init__(self, jobs_dir: Path) -> None:
-        super().__init__(jobs_dir, JobRecord)
+    def __init__(self, jobs_dir: Path, keep_s: float | None = None) -> None:
+        super().__init__(jobs_dir, JobRecord, keep_s)

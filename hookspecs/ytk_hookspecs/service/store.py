@@ -3,13 +3,17 @@
 ``<jobs dir>/<id>/record.json`` holds one record (any :class:`~ytk_hookspecs.models.Versioned` model
 with ``id``, ``idempotency_key``, ``state``, ``created``, ``finished`` and ``message``). On start, a
 job recorded as running was cut short by the worker's own end: it is marked ``interrupted`` (a
-re-submit with its idempotency key restarts it); queued jobs stay queued.
+re-submit with its idempotency key restarts it); queued jobs stay queued. A store given ``keep_s``
+deletes finished jobs (their folders: uploads, logs, results) once they finished longer ago than that,
+when it starts and whenever a job is added; a client asking for one then hears it is unknown.
 """
 
 from __future__ import annotations
 
+import shutil
 import threading
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -23,8 +27,9 @@ R = TypeVar("R", bound=Versioned)
 class JobStore(Generic[R]):
     """Every job's record, in memory and on disk; all methods are thread-safe."""
 
-    def __init__(self, jobs_dir: Path, record: type[R]) -> None:
+    def __init__(self, jobs_dir: Path, record: type[R], keep_s: float | None = None) -> None:
         self.root = jobs_dir
+        self.keep_s = keep_s  # finished jobs older than this are deleted (None: kept for ever)
         self.root.mkdir(parents=True, exist_ok=True)
         self.record = record
         self._lock = threading.RLock()
@@ -61,6 +66,7 @@ class JobStore(Generic[R]):
             for rec in sorted(loaded, key=lambda r: getattr(r, "created")):  # a key's latest job wins
                 self._jobs[getattr(rec, "id")] = rec
                 self._by_key[getattr(rec, "idempotency_key")] = getattr(rec, "id")
+            self.prune()
             return [r for r in sorted(self._jobs.values(), key=lambda r: getattr(r, "created"))
                     if getattr(r, "state") == "queued"]
 
@@ -82,7 +88,35 @@ class JobStore(Generic[R]):
         with self._lock:
             self._save(rec)
             self._by_key[getattr(rec, "idempotency_key")] = getattr(rec, "id")
+            self.prune()
             return rec
+
+    def prune(self, now: datetime | None = None) -> list[str]:
+        """Delete the jobs that finished more than ``keep_s`` ago (records, folders, their idempotency keys);
+        queued and running jobs are never touched. Returns the ids deleted."""
+        if self.keep_s is None:
+            return []
+        cutoff = (now or datetime.now(timezone.utc)) - timedelta(seconds=self.keep_s)
+        gone = []
+        with self._lock:
+            for job_id, rec in list(self._jobs.items()):
+                finished = getattr(rec, "finished", None)
+                if getattr(rec, "state") in ("queued", "running") or not finished:
+                    continue
+                try:
+                    when = datetime.fromisoformat(str(finished))
+                except ValueError:
+                    continue
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=timezone.utc)
+                if when < cutoff:
+                    shutil.rmtree(self.root / job_id, ignore_errors=True)
+                    del self._jobs[job_id]
+                    key = getattr(rec, "idempotency_key")
+                    if self._by_key.get(key) == job_id:
+                        del self._by_key[key]
+                    gone.append(job_id)
+        return gone
 
     def update(self, job_id: str, persist: bool = True, **fields: object) -> R:
         """Change fields of a job's record; ``persist=False`` only in memory (a progress message)."""
