@@ -114,6 +114,21 @@ class Runtime:
             self.log.debug(f"{role} backend", backend=sel.name, why=sel.reason)
         return sel
 
+    def select_chain(self, role: str, flag: str | None, arch: ArchSpec | None = None,
+                     need_available: bool = True) -> list[Selection]:
+        """The backends to try in order for ``role`` (:func:`~ytk_core.plugins.selection.select_chain`)."""
+        from .plugins.selection import select_chain
+
+        chain = select_chain(self.manager, role, flag, self.config, arch, need_available=need_available)
+        for sel in chain:
+            if sel.source == "auto":
+                self.log.info(f"{role} backend chosen automatically", backend=sel.name, why=sel.reason)
+            else:
+                self.log.debug(f"{role} backend", backend=sel.name, why=sel.reason)
+        if len(chain) > 1:
+            self.log.info(f"{role} backends, tried in order", backends=",".join(s.name for s in chain))
+        return chain
+
     def context(self, sel: Selection | None, stage: str, workdir: Path | None = None) -> CoreStageContext:
         backend = sel.name if sel else "core"
         cfg = {}

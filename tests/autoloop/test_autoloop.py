@@ -439,3 +439,30 @@ def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path):
     f.write_text("x")
     r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", f, *MOCK)
     assert r.code == 2 and "is a file, not a directory" in r.stderr
+
+
+def test_a_kernelgen_chain_tries_the_next_generator_and_says_who_made_each(tmp_path):
+    """--kernelgen failgen,mock: every region's job fails on the first generator and the mock makes the
+    kernel; each plugin records that, with why the first gave none."""
+    from ytk_core.autoloop.run import run_autoloop
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+    from ytk_hookspecs.models import KernelGenResult
+
+    def submit(request, ctx):  # type: ignore[no-untyped-def]
+        return KernelGenResult(job_id="failgen-1", status="failed", message="no variant beat the region's ops")
+
+    reset_runtime()
+    runtime()._mgr = BackendManager(extra_plugins={"failgen": simulated_plugin("failgen", "kernelgen",
+                                                                               submit=submit)})
+    try:
+        rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w",
+                           BackendChoice(engine="mock", kernelgen="failgen,mock", builder="mock"), 1, 0.001, 2, None)
+    finally:
+        reset_runtime()
+    assert rep.state.backends.kernelgen == "failgen,mock"
+    assert {"kernelgen:failgen", "kernelgen:mock"} <= set(rep.state.backend_versions)
+    kept = [c for c in rep.state.rounds[0].candidates if c.status == "kept"]
+    assert kept, [(c.name, c.status, c.reason) for c in rep.state.rounds[0].candidates]
+    assert all(c.generator == "mock" and c.generator_notes and "no variant beat" in c.generator_notes[0]
+               for c in kept)

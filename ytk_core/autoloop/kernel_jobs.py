@@ -143,6 +143,7 @@ class KernelJobs:
             win = next((x for x in out.report.candidates if x.variant == out.report.winner), None)
             kernel_ms = list(win.time_ms_per_site) if win else []
         cand.status, cand.job_id = "generated", out.result.job_id
+        cand.generator, cand.generator_notes = out.generator or None, list(out.tried)
         cand.source, cand.source_sha256 = source, source_sha256
         cand.report = ws.rel(Path(out.result.report)) if out.result.report else None
         cand.kernel_ms_per_site = kernel_ms

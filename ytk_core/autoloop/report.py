@@ -42,6 +42,14 @@ class ShipList(Versioned):
     reproduce: str = Field(description="a shell command that rebuilds the final engine bundle from these files")
 
 
+def _generator_cell(p: PluginRecord) -> str:
+    """Which generator made a plugin's kernel, and why the ones before it in the chain did not."""
+    if not p.generator:
+        return "-"
+    notes = "; ".join(n.replace("|", "\\|") for n in p.generator_notes)
+    return f"{p.generator} (after {notes})" if notes else p.generator
+
+
 def rebuild_command(ship: ShipList) -> str:
     cmd = ["ytk", "embedded", "compile", "-a", ship.arch, "-p", ship.precision, "--engine", ship.engine,
            "--onnx", ship.onnx, "--npz", ship.npz, "-o", "final.tgz"]
@@ -231,9 +239,10 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
              for i, c in dropped]), ""]
     if kept:
         md += ["## Plugins in the final engine", "", _md_table(
-            ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "selector"],
+            ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "generator", "selector"],
             [[p.name, str(p.sites), f"{p.region_ms:.3f}", f"{p.plugin_ms:.3f}" if p.plugin_ms is not None else "-",
-              ", ".join(f"{t:.4f}" for t in p.kernel_ms_per_site[:4]) or "-", f"`{p.selector}`"] for p in kept]), ""]
+              ", ".join(f"{t:.4f}" for t in p.kernel_ms_per_site[:4]) or "-", _generator_cell(p), f"`{p.selector}`"]
+             for p in kept]), ""]
     ship = ship_list(state, w)
     if ship is not None:
         md += ["## What to ship", "", f"- engine bundle: `{ship.engine_bundle}`", f"- carved ONNX: `{ship.onnx}`"]

@@ -99,7 +99,8 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
         return st
     spec = _resolve_arch(arch)
     backends = resolve_backends(spec, flags, remote_engine=flags.engine if worker else None)
-    versions = {role: b.info.version for role, name in backends.roles().items() if (b := runtime().manager.get(name))}
+    versions = {f"{role}:{name}" if role == "kernelgen" else role: b.info.version for role, name in backends.named()
+                if (b := runtime().manager.get(name))}
     st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), arch=spec, precision=precision,
                        backends=backends, backend_versions=versions, limits=limits, worker=worker)
     st.save(workdir)
@@ -139,9 +140,10 @@ def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool
 
     changes = []
     rt = runtime()
-    for role, name in st.backends.roles().items():
+    for role, name in st.backends.named():
         b = rt.manager.get(name)
-        was = st.backend_versions.get(role)
+        was = st.backend_versions.get(f"{role}:{name}" if role == "kernelgen" else role) or \
+            (st.backend_versions.get(role) if role == "kernelgen" else None)
         if b is not None and was and b.info.version != was:
             changes.append(f"{role} backend {name} is version {b.info.version}, was {was}")
     if st.input_shapes is not None:
@@ -177,6 +179,11 @@ def resolve_backends(arch: str, flags: BackendChoice, remote_engine: str | None 
     for role in ("engine", "kernelgen", "builder"):
         if role == "engine" and remote_engine:
             out[role] = remote_engine
+            continue
+        if role == "kernelgen":
+            chain = rt.select_chain(role, getattr(flags, role), spec)
+            out[role] = ",".join(s.name for s in chain)
+            rt.log.info(f"autoloop {role}: {out[role]}", why="; ".join(f"{s.name}: {s.reason}" for s in chain))
             continue
         sel = rt.select(role, getattr(flags, role), spec)
         out[role] = sel.name

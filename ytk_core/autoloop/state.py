@@ -46,6 +46,9 @@ class PluginRecord(_M):
     region_ms: float = Field(0.0, description="what the region cost in the engine it was proposed from")
     sites: int = 0
     job_id: str | None = None
+    generator: str | None = Field(None, description="the kernel generator (of the kernelgen chain) that made it")
+    generator_notes: list[str] = Field(default_factory=list, description="generators tried before it, and why "
+                                                                          "they gave no kernel")
     source: str | None = None
     source_sha256: str | None = None
     report: str | None = None
@@ -117,15 +120,20 @@ class BackendChoice(_M):
 
 
 class AutoloopBackends(_M):
-    """The backend serving each role in this run, chosen once when it starts (a resume keeps them)."""
+    """The backend serving each role in this run, chosen once when it starts (a resume keeps them).
+    ``kernelgen`` may name several generators, comma-separated, tried in order per region."""
 
     engine: str
     kernelgen: str
     builder: str
 
     def roles(self) -> dict[str, str]:
-        """role -> backend name."""
+        """role -> backend name (the kernelgen chain as written)."""
         return self.model_dump()
+
+    def named(self) -> list[tuple[str, str]]:
+        """(role, backend) for every backend in use, each generator of the chain on its own."""
+        return [(role, n) for role, v in self.roles().items() for n in v.split(",")]
 
 
 class AutoloopLimits(_M):

@@ -1,7 +1,10 @@
-"""Pick ONE backend per role: flag > environment > ytk.toml > automatic default.
+"""Pick the backend per role: flag > environment > ytk.toml > automatic default.
 
 The automatic default takes the highest ``auto_priority`` backend that is available here and
-says what it picked and why (and why the ones ranked above it were skipped).
+says what it picked and why (and why the ones ranked above it were skipped). The kernel generator
+role may name several, in order (:func:`select_chain`): ``--kernelgen templates,naive-dw``,
+``YTK_KERNELGEN=...``, ``[backends] kernelgen = ["templates", "naive-dw"]``; each region goes to the
+first that takes it, and to the next when a job fails.
 """
 
 from __future__ import annotations
@@ -35,6 +38,66 @@ class Selection:
         return f"{self.role}={self.name} ({self.source}: {self.reason})"
 
 
+#: The roles that may name several backends, tried in order.
+CHAIN_ROLES = ("kernelgen",)
+
+
+def _chain_names(value: Any, where: str, role: str) -> list[str]:
+    names = value if isinstance(value, list) else str(value).split(",")
+    names = [str(n).strip() for n in names]
+    if not names or any(not n for n in names):
+        raise UsageError(f"{where} {value!r}: expected backend names separated by commas")
+    if len(names) > 1 and role not in CHAIN_ROLES:
+        raise UsageError(f"{where} {value!r}: one {role} backend only (only {', '.join(CHAIN_ROLES)} takes a list)")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise UsageError(f"{where} {value!r}: {', '.join(dup)} named twice")
+    return names
+
+
+def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config: dict[str, Any] | None = None,
+                 arch: ArchSpec | None = None, need_available: bool = True) -> list[Selection]:
+    """The backends for ``role`` in the order to try them: those named (comma-separated, or a TOML list),
+    each checked like a single choice; automatically, every available real (not simulated) backend
+    ranked for the role, best first -- or the single automatic choice when there is none."""
+    cfg_backends = (config or {}).get("backends", {}) if config else {}
+    value: Any = None
+    where = ""
+    if flag:
+        value, where = flag, f"--{role}"
+    elif os.environ.get(ENV_VARS.get(role, "")):
+        value, where = os.environ[ENV_VARS[role]], f"${ENV_VARS[role]}"
+    elif isinstance(cfg_backends, dict) and cfg_backends.get(role):
+        value, where = cfg_backends[role], "ytk.toml [backends]"
+    if value is not None:
+        names = _chain_names(value, where, role)
+        if len(names) == 1:
+            return [select_backend(mgr, role, names[0], None, arch, need_available)]
+        out = []
+        for name in names:
+            sel = select_backend(mgr, role, name, None, arch, need_available)
+            src = {"--": "flag", "$Y": "env"}.get(where[:2], "config")
+            out.append(Selection(role=role, backend=sel.backend, source=src,
+                                 reason=f"{sel.reason.replace(f'--{role}', where)} (#{len(out) + 1} of {len(names)})"))
+        return out
+    first = select_backend(mgr, role, None, config, arch, need_available)
+    if role not in CHAIN_ROLES or first.backend.info.simulated:
+        return [first]
+    chain = [first]
+    ranked = sorted((c for c in mgr.for_role(role) if role in c.info.auto_priority and c.name != first.name
+                     and not c.info.simulated), key=lambda c: (-c.info.auto_priority[role], c.name))
+    top = first.backend.info.auto_priority.get(role, 0)
+    for c in ranked:
+        if c.info.auto_priority[role] <= top and c.availability(arch).available:
+            chain.append(Selection(role=role, backend=c, source="auto", reason=f"next after {chain[-1].name}"))
+    return chain
+
+
+def chain_label(chain: list[Selection]) -> str:
+    """``templates,naive-dw``: how a chain is named in flags, state and reports."""
+    return ",".join(s.name for s in chain)
+
+
 def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
                    config: dict[str, Any] | None = None, arch: ArchSpec | None = None,
                    need_available: bool = True) -> Selection:
@@ -43,15 +106,21 @@ def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
     what it lacks here (a generator's ``supports`` needs no GPU)."""
     candidates = mgr.for_role(role)
     cfg_backends = (config or {}).get("backends", {}) if config else {}
-    explicit: tuple[str, str, str] | None = None
+    explicit: tuple[Any, str, str] | None = None
     if flag:
         explicit = (flag, f"--{role}", "flag")
     elif os.environ.get(ENV_VARS.get(role, "")):
         explicit = (os.environ[ENV_VARS[role]], f"${ENV_VARS[role]}", "env")
     elif isinstance(cfg_backends, dict) and cfg_backends.get(role):
-        explicit = (str(cfg_backends[role]), "ytk.toml [backends]", "config")
+        explicit = (cfg_backends[role], "ytk.toml [backends]", "config")
     if explicit:
         name, where, src = explicit
+        if isinstance(name, list) or "," in str(name):
+            names = _chain_names(name, where, role)
+            if len(names) > 1:
+                raise UsageError(f"{where} names {len(names)} {role} backends ({', '.join(names)}); this step takes "
+                                 "one")
+            name = names[0]
         b = mgr.get(name)
         if b is None or role not in b.info.roles:
             installed = ", ".join(c.name for c in candidates) or "none"

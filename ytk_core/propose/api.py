@@ -113,14 +113,15 @@ def _ask_kernelgen(props: list[Proposal], kernelgen: str, arch: str | None, prec
 
     try:
         spec = ArchSpec.parse(arch) if arch else None
-        sel = runtime().select("kernelgen", None if kernelgen == "auto" else kernelgen, spec, need_available=False)
+        sel = runtime().select_chain("kernelgen", None if kernelgen == "auto" else kernelgen, spec,
+                                     need_available=False)
     except (YtkError, ValueError) as e:
         warnings.append(f"kernel generator not asked: {str(e).splitlines()[0]}")
         return
     for p in props:
         if p.already_plugged or p.sketch is None:
             continue
-        ans = check_sketch(p.sketch, sel.name, spec, precision, selection=sel)
+        ans = check_sketch(p.sketch, None, spec, precision, selection=sel)
         p.supported, p.support_why, p.support_certain, p.support_backend = (ans.supported, ans.why, ans.certain,
                                                                              ans.backend)
 

@@ -49,6 +49,8 @@ class KernelgenOutcome:
     contract: ContractReport | None = None
     report: KernelReport | None = None
     warnings: list[str] = field(default_factory=list)
+    generator: str = ""  # the generator of the chain that produced the kernel
+    tried: list[str] = field(default_factory=list)  # the generators before it, and why they gave none
 
     def as_dict(self) -> dict[str, object]:
         return {"job_id": self.result.job_id, "status": self.result.status,
@@ -57,7 +59,7 @@ class KernelgenOutcome:
                 "message": self.result.message, "kernelgen_selection": self.selection, "candidate": self.candidate,
                 "contract": self.contract.as_dict() if self.contract else None,
                 "kernel_report": self.report.model_dump(mode="json") if self.report else None,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "generator": self.generator, "tried": self.tried}
 
 
 def find_candidate(reference: Path, candidates: Path | None) -> tuple[Candidate | None, Path | None]:
@@ -119,17 +121,22 @@ def core_settings(cfg: dict[str, str]) -> tuple[dict[str, str], Reoptimization |
 
 
 def check_config_keys(cfg: dict[str, str], sel: Any) -> None:
-    """Every ``--config`` key is one the core or the selected generator reads (a typo would otherwise be
-    silently ignored, and the job run without the setting the user asked for)."""
+    """Every ``--config`` key is one the core or a selected generator reads (a typo would otherwise be
+    silently ignored, and the job run without the setting the user asked for). ``sel``: one selection or
+    a chain (a key any of them reads is known; each gets only its own)."""
     from ytk_hookspecs.models import CORE_CONFIG_KEYS, FORWARDED_CONFIG_KEYS
 
-    if FORWARDED_CONFIG_KEYS in sel.backend.info.config_keys:
+    chain = sel if isinstance(sel, list) else [sel]
+    if any(FORWARDED_CONFIG_KEYS in s.backend.info.config_keys for s in chain):
         return  # a generator that forwards jobs (gaia) checks them against the one that runs them, before sending
-    known = {**CORE_CONFIG_KEYS, **sel.backend.info.config_keys}
+    known = dict(CORE_CONFIG_KEYS)
+    for s in chain:
+        known.update(s.backend.info.config_keys)
     unknown = sorted(k for k in cfg if k not in known)
     if unknown:
         listing = "; ".join(f"{k} ({v})" for k, v in sorted(known.items()))
-        raise UsageError(f"--config {', '.join(unknown)}: not a key kernel generator {sel.name!r} or ytk reads. "
+        names = ", ".join(repr(s.name) for s in chain)
+        raise UsageError(f"--config {', '.join(unknown)}: not a key kernel generator {names} or ytk reads. "
                          f"Known keys: {listing}")
 
 
@@ -155,31 +162,72 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
         warnings.append(f"no candidates.json entry for {reference} (looked in {reference.resolve().parent.parent}); "
                         "the result cannot be checked against an ONNX node (arity, shapes)")
         rt.log.warning(warnings[-1])
-    sel = rt.select("kernelgen", kernelgen, target)
-    check_config_keys(check_keys, sel)
+    chain = rt.select_chain("kernelgen", kernelgen, target)
+    check_config_keys(check_keys, chain)
     req = KernelGenRequest(reference=reference.resolve(), gpu=gpu, config=cfg, reoptimize=reoptimize,
                            output=Path(output).resolve(),
                            candidate=cand, prepare_dir=prep, arch=target.spec if target else None,
                            precision=prec, plugin_name=cand.name if cand else None)  # type: ignore[arg-type]
+    tried: list[str] = []
+    last_job = ""
+    for n, sel in enumerate(chain):
+        if len(chain) > 1 and cand is not None:  # a certain "no" costs no job; the next generator is asked
+            from .supports import check_support
+
+            ans = check_support(cand, prep or reference.resolve().parent.parent, None, target, prec, selection=sel)
+            if not ans.supported and ans.certain:
+                tried.append(f"{sel.name}: refuses the region: {' '.join(ans.why.split())}")
+                continue
+        own = _config_for(cfg, sel)
+        try:
+            out = _run_one(sel, req.model_copy(update={"config": own}), cand, reference, output, own, prec, warnings)
+        except (KernelJobFailed, YtkError) as e:
+            if len(chain) == 1:
+                raise
+            last_job = getattr(e, "job_id", last_job)
+            tried.append(f"{sel.name}: {' '.join(str(e).split())}")
+            if n + 1 < len(chain):
+                rt.log.warning(f"{sel.name} gave no kernel; trying {chain[n + 1].name}", why=tried[-1][:300])
+            continue
+        out.tried = tried
+        return out
+    raise KernelJobFailed(last_job or "none", ",".join(s.name for s in chain),
+                          "no generator of the chain gave a kernel: " + "; ".join(tried))
+
+
+def _config_for(cfg: dict[str, str], sel: Any) -> dict[str, str]:
+    """The ``--config`` keys one generator of a chain reads (all of them for a forwarding one)."""
+    from ytk_hookspecs.models import FORWARDED_CONFIG_KEYS
+
+    keys = sel.backend.info.config_keys
+    return dict(cfg) if FORWARDED_CONFIG_KEYS in keys else {k: v for k, v in cfg.items() if k in keys}
+
+
+def _run_one(sel: Any, req: KernelGenRequest, cand: Candidate | None, reference: Path, output: Path,
+             cfg: dict[str, str], prec: str, warnings: list[str]) -> KernelgenOutcome:
+    """One generator's job (or its cached result), checked against the region's contract."""
     from . import kernel_cache
 
+    rt = runtime()
     key = None
     if cand is not None and kernel_cache.enabled():
-        key = kernel_cache.cache_key(cand, sel.name, kernel_cache.code_fingerprint(sel.backend.impl), gpu, req.arch,
-                                     prec, cfg, baked=kernel_cache.baked_digest(reference), reoptimize=reoptimize)
+        key = kernel_cache.cache_key(cand, sel.name, kernel_cache.code_fingerprint(sel.backend.impl), req.gpu,
+                                     req.arch, prec, cfg, baked=kernel_cache.baked_digest(reference),
+                                     reoptimize=req.reoptimize)
         report = kernel_cache.lookup(cache_dir(), key, cand.name, Path(output).resolve())
         if report is not None:
             rt.log.info(f"{cand.name}: reusing a finished kernel generation job for the same region", cache_key=key)
             res = KernelGenResult(job_id=f"cache-{key}", status="done", source=Path(output).resolve(), report=report,
                                   message="reused from the kernel cache (same ops, shapes, target and generator)")
-            out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name, warnings=warnings)
+            out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name, warnings=warnings,
+                                   generator=sel.name)
             _check_result(out, Path(output), cand, prec)
             return out
     res = sel.backend.impl.submit(req, rt.context(sel, "kernelgen", cache_dir() / "kernelgen"))
     if not isinstance(res, KernelGenResult):
         raise BackendError(f"kernelgen backend {sel.name!r} returned {type(res).__name__}, not a KernelGenResult")
     out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=cand.name if cand else None,
-                           warnings=warnings)
+                           warnings=warnings, generator=sel.name)
     if res.status == "failed":
         raise KernelJobFailed(res.job_id, sel.name, res.message)
     if res.status == "done":
@@ -202,10 +250,10 @@ def run_kernelgen_dry_run(reference: Path, config: list[str] | dict[str, str] | 
     reference = existing_file(reference, "-r/--reference",
                               "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
     cand, _prep = find_candidate(reference, candidates)
-    sel = runtime().select("kernelgen", kernelgen, target, need_available=False)
-    check_config_keys(given, sel)
+    chain = runtime().select_chain("kernelgen", kernelgen, target, need_available=False)
+    check_config_keys(given, chain)
     return ask(SupportRequest(candidate=cand, reference=reference.resolve(), precision=prec, config=cfg,  # type: ignore[arg-type]
-                              arch=target.spec if target else None), sel.name, target, selection=sel)
+                              arch=target.spec if target else None), None, target, selection=chain)
 
 
 def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, precision: str) -> None:
@@ -238,12 +286,17 @@ def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, p
 def run_kernelgen_get(job_id: str, output: Path, kernelgen: str | None = None) -> KernelgenOutcome:
     """Fetch a job's source bundle; checks it on its own (the region is not known here)."""
     rt = runtime()
-    sel = rt.select("kernelgen", kernelgen)
-    ctx = rt.context(sel, "kernelgen", cache_dir() / "kernelgen")
-    res = sel.backend.impl.fetch(job_id, Path(output).resolve(), ctx)
+    chain = rt.select_chain("kernelgen", kernelgen)
+    res, sel = None, chain[0]
+    for sel in chain:  # a job belongs to the generator that knows it
+        res = sel.backend.impl.fetch(job_id, Path(output).resolve(), rt.context(sel, "kernelgen",
+                                                                                 cache_dir() / "kernelgen"))
+        if res is not None:
+            break
     if res is None:
-        raise UsageError(f"kernelgen backend {sel.name!r} does not know job {job_id!r}")
-    out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=None)
+        names = ", ".join(repr(s.name) for s in chain)
+        raise UsageError(f"kernelgen backend {names} does not know job {job_id!r}")
+    out = KernelgenOutcome(result=res, selection=sel.describe(), candidate=None, generator=sel.name)
     if res.status == "failed":
         raise BackendError(f"job {job_id} failed: {res.message}")
     if res.status == "done":

@@ -17,10 +17,28 @@ from ..runtime import runtime
 
 def ask(request: SupportRequest, kernelgen: str | None, arch: ArchSpec | None = None,
         selection: Any = None) -> SupportAnswer:
-    """The selected generator's answer; an error inside a backend becomes a 'not supported' answer
+    """The selected generators' answer (``selection``: one selection or a chain; else the chain that
+    ``kernelgen`` names): the first that takes the region, else a refusal giving each one's reason,
+    certain only when every refusal is. An error inside a backend becomes a 'not supported' answer
     naming it (a broken answer must not stop propose or the loop)."""
     rt = runtime()
-    sel = selection or rt.select("kernelgen", kernelgen, arch)
+    chain = selection if isinstance(selection, list) else [selection] if selection is not None else \
+        rt.select_chain("kernelgen", kernelgen, arch)
+    answers = []
+    for sel in chain:
+        ans = _ask_one(request, sel)
+        if ans.supported:
+            return ans
+        answers.append(ans)
+    if len(answers) == 1:
+        return answers[0]
+    return SupportAnswer(supported=False, certain=all(a.certain for a in answers),
+                         backend=",".join(s.name for s in chain),
+                         why="; ".join(f"{a.backend}: {' '.join(a.why.split())}" for a in answers))
+
+
+def _ask_one(request: SupportRequest, sel: Any) -> SupportAnswer:
+    rt = runtime()
     try:
         ans = sel.backend.impl.supports(request, rt.context(sel, "kernelgen"))
     except Exception as e:  # a third-party backend's bug is its answer, not the caller's crash

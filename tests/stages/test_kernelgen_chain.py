@@ -1,0 +1,107 @@
+"""Several kernel generators, in order (issue: kernels for every region, point 2): per region the first
+that takes it runs; when its job fails or breaks the contract the next is tried; the outcome says which
+generator made the kernel and why the others did not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import backend_plugin
+from tests.stages.carved_fixture import PLUGIN
+from tests.stages.test_kernelgen_build_stages import _BadKernelgen, _pt2
+from ytk_hookspecs.models import BackendInfo, KernelGenResult, SupportAnswer
+
+
+class _Refuser:
+    info = BackendInfo(name="refuser", roles=["kernelgen"], description="test: takes nothing")
+
+    def supports(self, request, ctx):  # type: ignore[no-untyped-def]
+        return SupportAnswer(supported=False, certain=True, why="no template for this region")
+
+    def submit(self, request, ctx):  # type: ignore[no-untyped-def]
+        raise AssertionError("a certain refusal costs no job")
+
+    def fetch(self, job_id, output, ctx):  # type: ignore[no-untyped-def]
+        return None
+
+
+class _Failer:
+    info = BackendInfo(name="failer", roles=["kernelgen"], description="test: every job fails",
+                       config_keys={"effort": "how hard to try"})
+    seen: list[dict[str, str]] = []
+
+    def supports(self, request, ctx):  # type: ignore[no-untyped-def]
+        return SupportAnswer(supported=True, certain=False, why="the job decides")
+
+    def submit(self, request, ctx):  # type: ignore[no-untyped-def]
+        _Failer.seen.append(dict(request.config))
+        return KernelGenResult(job_id="failer-1", status="failed", message="no variant beat the region's torch ops")
+
+    def fetch(self, job_id, output, ctx):  # type: ignore[no-untyped-def]
+        return None
+
+
+@pytest.fixture
+def chain_backends(monkeypatch):  # type: ignore[no-untyped-def]
+    from ytk_core import runtime as rt_mod
+    from ytk_core.plugins import BackendManager
+
+    def manager(self):  # type: ignore[no-untyped-def]
+        if self._mgr is None:
+            self._mgr = BackendManager(extra_plugins={n: backend_plugin(o) for n, o in (
+                ("refuser", _Refuser()), ("failer", _Failer()), ("forgetful", _BadKernelgen()))})
+        return self._mgr
+
+    monkeypatch.setattr(rt_mod.Runtime, "manager", property(manager))
+
+
+def _compile(ytk, d, kernelgen, *extra):  # type: ignore[no-untyped-def]
+    out = d / "carved" / "sources" / f"{PLUGIN}.module_source.py"
+    return ytk("kernelgen", "compile", "-r", _pt2(d), "-g", "Orin", "-o", out, "--kernelgen", kernelgen,
+               "--config", "deployment_target=tensorrt", *extra, "--json")
+
+
+def test_the_first_generator_that_gives_a_kernel_makes_it(ytk, fixture_dir, chain_backends):
+    _Failer.seen.clear()
+    r = _compile(ytk, fixture_dir, "refuser,failer,forgetful,mock", "--config", "effort=9")
+    assert r.code == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["generator"] == "mock" and out["status"] == "done"
+    tried = out["tried"]
+    assert [t.split(":")[0] for t in tried] == ["refuser", "failer", "forgetful"]
+    assert "no template for this region" in tried[0] and "no variant beat" in tried[1]
+    assert "breaks its region's contract" in tried[2]
+    assert _Failer.seen == [{"effort": "9"}]  # each generator gets only the keys it reads
+
+
+def test_every_generator_failing_is_one_error_naming_each(ytk, fixture_dir, chain_backends):
+    r = _compile(ytk, fixture_dir, "refuser,failer")
+    assert r.code != 0 and "Traceback" not in r.stderr
+    assert "refuser: refuses the region" in r.stderr and "failer: " in r.stderr
+
+
+def test_chains_are_for_kernel_generators_only_and_named_once(ytk, fixture_dir, chain_backends, tmp_path):
+    r = _compile(ytk, fixture_dir, "mock,mock")
+    assert r.code == 2 and "mock named twice" in r.stderr
+    r = _compile(ytk, fixture_dir, "mock,")
+    assert r.code == 2 and "separated by commas" in r.stderr
+    assert _compile(ytk, fixture_dir, "mock").code == 0
+    src = fixture_dir / "carved" / "sources" / f"{PLUGIN}.module_source.py"
+    r = ytk("embedded", "build-plugin", "-a", "arm64-sm87-dos6010-cu114-trt86", "--plugin-name", PLUGIN, "-s",
+            src, "-o", tmp_path / "x.so", "--builder", "mock,nvcc")
+    assert r.code == 2 and "one builder backend only" in r.stderr
+
+
+def test_the_dry_run_and_the_toml_list_use_the_chain(ytk, fixture_dir, chain_backends, monkeypatch, tmp_path):
+    (tmp_path / "ytk.toml").write_text('[backends]\nkernelgen = ["refuser", "mock"]\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("YTK_CONFIG", raising=False)
+    out = fixture_dir / "carved" / "sources" / f"{PLUGIN}.module_source.py"
+    r = ytk("kernelgen", "compile", "-r", _pt2(fixture_dir), "-g", "Orin", "-o", out, "--config",
+            "deployment_target=tensorrt", "--dry-run")
+    assert r.code == 0, r.stderr[-2000:]
+    r = ytk("kernelgen", "compile", "-r", _pt2(fixture_dir), "-g", "Orin", "-o", out, "--config",
+            "deployment_target=tensorrt", "--dry-run", "--kernelgen", "refuser")
+    assert r.code == 3 and "no template for this region" in r.stdout + r.stderr
