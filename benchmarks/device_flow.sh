@@ -3,7 +3,7 @@
 #   bash benchmarks/device_flow.sh flow      the spec's seven steps at full size (runs/flow)
 #   bash benchmarks/device_flow.sh table     the one-run table of runs/flow's engines vs torch and torch.compile
 #   bash benchmarks/device_flow.sh autoloop  ytk autoloop on the worked example (runs/autoloop)
-#   bash benchmarks/device_flow.sh gputests  every GPU test: backends (torch, nvcc, templates) and conformance
+#   bash benchmarks/device_flow.sh gputests  every GPU test: backends (torch, nvcc, templates), conformance, the rest
 #   bash benchmarks/device_flow.sh zoo       per corpus model in ZOO_MODELS (contrib/zoo/<name>.py): ytk autoloop
 #                                            at ZOO_SIZE (default 4x1088x1920) and its one-run table (MAX_AUTOTUNE=1
 #                                            adds torch.compile max-autotune; ZOO_NO_TABLE=1 skips the table;
@@ -55,6 +55,10 @@ do_gputests() {
   echo "gpu tests rc=$?"
   timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -rs -p no:cacheprovider tests/conformance >> "$OUT/gputests.log" 2>&1
   echo "conformance rc=$?"
+  # every other GPU-marked test: the admission gate, debug taps on the torch engine, gaia, hookspecs
+  timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests --ignore=tests/backends \
+    --ignore=tests/conformance >> "$OUT/gputests.log" 2>&1
+  echo "other gpu tests rc=$?"
   tail -25 "$OUT/gputests.log"
 }
 do_autoloop() {

@@ -99,3 +99,56 @@ def test_correct_kernels_pass_and_an_untapped_prepare_has_no_taps(ytk, tapped, t
     r = ytk("embedded", "prepare", MODEL, "--onnx-out", tmp_path / "x" / "m.onnx", "--npz-out",
             tmp_path / "x" / "m.npz", "--reference-out", tmp_path / "x" / "r.npz", "--debug-taps")
     assert r.code == 2 and "pass --plugin selectors too" in r.stderr
+
+
+@pytest.mark.gpu
+def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path):
+    """On a GPU with the torch engine and real kernels (the example naive-dw generator, built with nvcc):
+    one kernel is edited to add a constant, built without the admission gate and loaded unverified; the
+    tapped engine's extra outputs come back from the torch engine and verify names that region."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import admission_suite
+
+    site = tmp_path / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--target", str(site), str(REPO / "contrib" / "backend-naive-dw")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    ytk = str(Path(sys.executable).with_name("ytk"))
+
+    def run(*args: object, code: int = 0) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([ytk, *map(str, args)], capture_output=True, text=True, env=env)
+        assert r.returncode == code, r.stderr[-3000:]
+        return r
+
+    prep = tmp_path / "prep"
+    sels = [a for name, where in REGIONS.items() for a in ("--plugin", f"yasp::{name}=ConvNormAct@where={where}")]
+    run("embedded", "prepare", MODEL, "--onnx-out", prep / "model.onnx", "--npz-out", prep / "model.npz",
+        "--reference-out", prep / "model.reference.npz", *sels, "--debug-taps")
+    arch, gpu = admission_suite.local_arch(), torch.cuda.get_device_name(0)
+    sos = []
+    for name in REGIONS:
+        src = prep / f"{name}.module_source.py"
+        run("kernelgen", "compile", "-r", prep / "plugin_candidates" / f"{name}.pt2", "-g", gpu, "-a", arch,
+            "--config", "deployment_target=tensorrt", "-o", src, "--kernelgen", "naive-dw")
+        if name == "Dw5":
+            text = src.read_text()
+            assert "float v = b[c];" in text
+            src.write_text(text.replace("float v = b[c];", "float v = b[c] + 0.25f;"))
+        so = prep / f"{name}.so"
+        run("embedded", "build-plugin", "-a", arch, "--plugin-name", name, "-s", src, "-o", so, "--builder", "nvcc")
+        sos += ["--custom-plugin", so]
+    run("embedded", "compile", "-a", arch, "-p", "fp16", "--onnx", prep / "model.onnx", "--npz", prep / "model.npz",
+        "-o", tmp_path / "tapped.tgz", *sos, "--engine", "torch", "--allow-unverified")
+    r = run("embedded", "verify", prep / "model.reference.npz", tmp_path / "tapped.tgz", "--no-host", "--json",
+            code=5)
+    (v,) = json.loads(r.stdout)["taps"]
+    assert v["plugin"] == "Dw5", v["reason"]
+    assert all(n["passed"] for n, b in zip(v["numerics"], v["boundaries"]) if b.startswith("Dw3"))
