@@ -105,3 +105,17 @@ def test_the_dry_run_and_the_toml_list_use_the_chain(ytk, fixture_dir, chain_bac
     r = ytk("kernelgen", "compile", "-r", _pt2(fixture_dir), "-g", "Orin", "-o", out, "--config",
             "deployment_target=tensorrt", "--dry-run", "--kernelgen", "refuser")
     assert r.code == 3 and "no template for this region" in r.stdout + r.stderr
+
+
+def test_backends_shows_the_chain_and_the_gaia_hint_unmangled(ytk, chain_backends, monkeypatch):
+    monkeypatch.setenv("YTK_KERNELGEN", "refuser,mock")
+    r = ytk("backends", "--json")
+    assert r.code == 0, r.stderr
+    assert json.loads(r.stdout)["selected"]["kernelgen"] == "refuser,mock"
+    monkeypatch.setenv("YTK_KERNELGEN", "refuser,nosuch")
+    r = ytk("backends")
+    assert "unknown kernelgen backend 'nosuch' (from $YTK_KERNELGEN)" in r.stdout.replace("\n", " ")
+    monkeypatch.delenv("YTK_KERNELGEN")
+    r = ytk("backends")
+    if "gaia" in r.stdout:  # rich markup must not eat "[backends.gaia]" out of a reason
+        assert "[backends.gaia]" in r.stdout.replace("\n", " ") or "gaia" not in r.stdout

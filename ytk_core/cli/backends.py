@@ -9,7 +9,8 @@ from rich.table import Table
 
 from ytk_hookspecs.models import SELECTABLE_ROLES
 
-from ..plugins import select_backend
+from ..plugins.selection import select_chain
+from rich.markup import escape
 from ..errors import YtkError
 from ..runtime import emit_json, runtime, stdout
 from .app import app
@@ -43,9 +44,10 @@ def backends_cmd(
     reasons: dict[str, str] = {}
     for role in SELECTABLE_ROLES:
         try:
-            sel = select_backend(mgr, role, None, rt.config, spec)
-            chosen[role] = sel.name
-            reasons[role] = f"{sel.source}: {sel.reason}"
+            chain = select_chain(mgr, role, None, rt.config, spec)  # one backend, or the kernelgen chain
+            chosen[role] = ",".join(s.name for s in chain)
+            reasons[role] = "; ".join(f"{s.name}: {s.source}: {s.reason}" if len(chain) > 1 else
+                                      f"{s.source}: {s.reason}" for s in chain)
         except YtkError as e:
             chosen[role] = None
             reasons[role] = str(e)
@@ -59,7 +61,7 @@ def backends_cmd(
     for r in rows:
         note = r["reason"] + (" [simulated target]" if r["simulated"] else "")
         t.add_row(r["name"], ", ".join(r["roles"]), ", ".join(r["stages"]),
-                  "yes" if r["available"] else "no", note, r["distribution"])
+                  "yes" if r["available"] else "no", escape(note), escape(r["distribution"] or ""))
     stdout.print(t)
     for role in SELECTABLE_ROLES:
         stdout.print(f"{role:>9}: {chosen[role] or '-'}  ({reasons[role]})", highlight=False, markup=False)

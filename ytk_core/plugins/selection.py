@@ -71,14 +71,11 @@ def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config
         value, where = cfg_backends[role], "ytk.toml [backends]"
     if value is not None:
         names = _chain_names(value, where, role)
-        if len(names) == 1:
-            return [select_backend(mgr, role, names[0], None, arch, need_available)]
-        out = []
-        for name in names:
-            sel = select_backend(mgr, role, name, None, arch, need_available)
-            src = {"--": "flag", "$Y": "env"}.get(where[:2], "config")
-            out.append(Selection(role=role, backend=sel.backend, source=src,
-                                 reason=f"{sel.reason.replace(f'--{role}', where)} (#{len(out) + 1} of {len(names)})"))
+        src = {"--": "flag", "$Y": "env"}.get(where[:2], "config")
+        out = [select_backend(mgr, role, name, None, arch, need_available, named_by=(where, src)) for name in names]
+        if len(out) > 1:
+            out = [Selection(role=role, backend=s.backend, source=s.source, reason=f"{s.reason} (#{k + 1} of "
+                             f"{len(out)})") for k, s in enumerate(out)]
         return out
     first = select_backend(mgr, role, None, config, arch, need_available)
     if role not in CHAIN_ROLES or first.backend.info.simulated:
@@ -100,7 +97,7 @@ def chain_label(chain: list[Selection]) -> str:
 
 def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
                    config: dict[str, Any] | None = None, arch: ArchSpec | None = None,
-                   need_available: bool = True) -> Selection:
+                   need_available: bool = True, named_by: tuple[str, str] | None = None) -> Selection:
     """Select the backend for ``role``; with ``arch``, availability is judged for that target.
     ``need_available=False`` lets an explicitly named backend answer questions that need none of
     what it lacks here (a generator's ``supports`` needs no GPU)."""
@@ -108,7 +105,7 @@ def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
     cfg_backends = (config or {}).get("backends", {}) if config else {}
     explicit: tuple[Any, str, str] | None = None
     if flag:
-        explicit = (flag, f"--{role}", "flag")
+        explicit = (flag, *(named_by or (f"--{role}", "flag")))
     elif os.environ.get(ENV_VARS.get(role, "")):
         explicit = (os.environ[ENV_VARS[role]], f"${ENV_VARS[role]}", "env")
     elif isinstance(cfg_backends, dict) and cfg_backends.get(role):
