@@ -466,3 +466,26 @@ def test_a_kernelgen_chain_tries_the_next_generator_and_says_who_made_each(tmp_p
     assert kept, [(c.name, c.status, c.reason) for c in rep.state.rounds[0].candidates]
     assert all(c.generator == "mock" and c.generator_notes and "no variant beat" in c.generator_notes[0]
                for c in kept)
+
+
+def test_a_round_under_the_minimum_gain_is_not_shipped(tmp_path):
+    """A round that made the engine faster, but by less than --min-gain-ms, keeps nothing: the engine to
+    ship stays the baseline, and the drop reasons say why. The bar is set between the round's gain and its
+    largest region (so that region is still proposed, and the round gains at most what it gained before)."""
+    first = tmp_path / "first"
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", first, "--max-rounds", "1", "--min-gain-ms", "0.001",
+                *MOCK)
+    assert r.code == 0, r.stderr[-2000:]
+    st = state(first)
+    gain, largest = st.rounds[0].gain_ms, max(c.region_ms for c in st.rounds[0].candidates)
+    assert gain is not None and 0 < gain < largest, (gain, largest)
+    w = tmp_path / "high"
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "1", "--min-gain-ms",
+                f"{(gain + largest) / 2:.6f}ms", *MOCK)
+    assert r.code == 0, r.stderr[-2000:]
+    st = state(w)
+    rnd = st.rounds[0]
+    assert rnd.gain_ms is not None and 0 < rnd.gain_ms < st.limits.gain_ms(), (rnd.gain_ms, st.limits)
+    assert not [c for c in rnd.candidates if c.status == "kept"]
+    assert any("not worth shipping" in c.reason for c in rnd.candidates if c.dropped_at == "decide")
+    assert st.best.round == 0 and not st.best.plugins

@@ -11,8 +11,8 @@ from .workspace import Workspace
 
 
 def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> None:
-    """Drop the plugins that lose, keep the rest when the engine got faster, and stop the loop when the
-    round gained less than --min-gain-ms."""
+    """Drop the plugins that lose, keep the rest when the engine got faster by at least --min-gain-ms
+    (a smaller gain is not shipped), and stop the loop when the round gained less than that."""
     best = ws.state.best
     assert best is not None and rnd.result_bundle is not None
     if _drop_losers(ws, rnd) and ws.active(rnd):
@@ -20,15 +20,19 @@ def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> No
     winners = ws.active(rnd)
     gain = best.ms - (rnd.result_ms or best.ms) if winners else 0.0
     rnd.gain_ms = gain
-    if winners and gain > 0:
+    min_gain = ws.limits.gain_ms()
+    if winners and gain > 0 and gain >= min_gain:
         _keep(ws, rnd, winners, gain)
     else:
         for c in winners:
-            ws.drop(c, "decide", f"the engine did not get faster ({best.ms:.3f} -> {rnd.result_ms:.3f} ms)")
-        ws.event(f"round {rnd.index}: no gain; best stays {best.ms:.3f} ms")
+            ws.drop(c, "decide", f"the engine did not get faster ({best.ms:.3f} -> {rnd.result_ms:.3f} ms)"
+                    if gain <= 0 else f"the round's engine gained {gain:.3f} ms ({best.ms:.3f} -> "
+                    f"{rnd.result_ms:.3f} ms), under --min-gain-ms {ws.state.min_gain_label()}: not worth shipping")
+        ws.event(f"round {rnd.index}: " + ("no gain" if gain <= 0 else f"{gain:.3f} ms is under --min-gain-ms")
+                 + f"; best stays {best.ms:.3f} ms")
     rnd.stage = "done"
     ws.save()
-    if gain < ws.limits.gain_ms():
+    if gain < min_gain:
         ws.stop(f"round {rnd.index} gained {max(gain, 0.0):.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}")
 
 

@@ -177,7 +177,8 @@ class EngineCompiler:
             return False
         finally:
             shutil.rmtree(prep, ignore_errors=True)  # a second carve of the model: large, and read once
-        verdict = rep.taps[0] if rep.taps else None
+        taps = getattr(rep, "taps", None) or []
+        verdict = taps[0] if taps else None
         if verdict is None or verdict.plugin not in new:
             ws.event(f"round {rnd.index}: debug taps name no new plugin ({verdict.reason if verdict else 'no taps'})"
                      "; checking the new plugins one at a time")
