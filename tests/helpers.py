@@ -86,3 +86,15 @@ def simulated_plugin(name: str, role: str, **methods: Any) -> types.ModuleType:
         methods.setdefault("fetch", lambda job_id, output, ctx: None)
     return backend_plugin(backend_object(name, [role], description=f"test {role} around the mock", simulated=True,
                                          **methods))
+
+
+def as_real_source(path: Path) -> Path:
+    """The mock generator's source at ``path`` rewritten without its SIMULATED marks, for tests of the build
+    path that need a source a real builder compiles (its CUDA body still computes nothing; nothing runs it)."""
+    from ytk_hookspecs.kernel_source import KernelSource
+
+    src = KernelSource.read(path)
+    real = [c for c in src.meta.constraints if not c.startswith("SIMULATED")]
+    meta = src.meta.model_copy(update={"constraints": real, "perf": None})
+    KernelSource(header=src.header, source=src.source, meta=meta, generator="test: a build-path fixture").write(path)
+    return path

@@ -24,8 +24,8 @@ from . import shape_expr
 from .kernel_source import KernelSource
 from .models import Candidate, PluginMeta
 
-__all__ = ["ENGINE_DTYPE", "ERROR_9", "FORMAT_DTYPES", "ContractReport", "Finding", "check_dtypes", "check_meta",
-           "check_meta_against_candidate", "check_source", "layout_error"]
+__all__ = ["ENGINE_DTYPE", "ERROR_9", "FORMAT_DTYPES", "SIMULATED_MARK", "ContractReport", "Finding", "check_dtypes",
+           "check_meta", "check_meta_against_candidate", "check_source", "layout_error", "simulated_kernel"]
 
 #: The activation dtype an engine of each precision feeds a plugin.
 ENGINE_DTYPE = {"fp16": "float16", "fp32": "float32"}
@@ -82,6 +82,21 @@ class ContractReport:
 
 
 # -- a kernel source on its own ------------------------------------------------------------------
+
+#: How a simulated generator marks its kernels: a contract constraint, or where the time was measured.
+SIMULATED_MARK = "SIMULATED"
+
+
+def simulated_kernel(meta: PluginMeta) -> str | None:
+    """Why a kernel is a simulator's placeholder (no real kernel inside), from its own contract; None for a
+    real one. Only a simulated builder and engine may take such a kernel."""
+    for c in meta.constraints:
+        if c.startswith(SIMULATED_MARK):
+            return c
+    if meta.perf is not None and meta.perf.measured_on.startswith(SIMULATED_MARK):
+        return f"its figures were {meta.perf.measured_on}"
+    return None
+
 
 def check_meta(meta: PluginMeta, subject: str = "") -> ContractReport:
     """Intrinsic checks of a plugin_meta: expressions parse, extents resolve, formats fit dtypes."""

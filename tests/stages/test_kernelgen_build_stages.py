@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from tests.helpers import backend_plugin
+from tests.helpers import as_real_source, backend_plugin
 from tests.stages.carved_fixture import ARCH, PLUGIN
 from ytk_hookspecs.kernel_source import KernelSource, report_path
 from ytk_hookspecs.models import BackendInfo, BuildResult, KernelGenResult, KernelReport, SupportAnswer
@@ -165,6 +165,7 @@ class _LyingBuilder:
 
 def test_built_so_is_checked_against_the_source(ytk, fixture_dir, monkeypatch):
     r, src = _kg(ytk, fixture_dir, "--config", "deployment_target=tensorrt")
+    as_real_source(src)  # a real builder takes no simulated placeholder
     _with_backend(monkeypatch, "liar", _LyingBuilder())
     so = fixture_dir / "p.so"
     r = ytk("embedded", "build-plugin", "-a", ARCH, "--plugin-name", PLUGIN, "-s", src, "-o", so, "--builder", "liar")

@@ -119,3 +119,28 @@ def test_backends_shows_the_chain_and_the_gaia_hint_unmangled(ytk, chain_backend
     r = ytk("backends")
     if "gaia" in r.stdout:  # rich markup must not eat "[backends.gaia]" out of a reason
         assert "[backends.gaia]" in r.stdout.replace("\n", " ") or "gaia" not in r.stdout
+
+
+def test_a_simulated_placeholder_is_never_built_into_a_real_plugin(ytk, fixture_dir, tmp_path, monkeypatch):
+    """The mock generator's source has no kernel: a real builder refuses it (exit 2); and an autoloop whose
+    generator is simulated builds with the simulated builder unless told otherwise."""
+    import shutil as _sh
+
+    from ytk_core.autoloop.run import resolve_backends
+    from ytk_core.autoloop.state import BackendChoice
+    from ytk_core.runtime import reset_runtime
+
+    assert _compile(ytk, fixture_dir, "mock").code == 0
+    src = fixture_dir / "carved" / "sources" / f"{PLUGIN}.module_source.py"
+    if _sh.which("nvcc"):
+        r = ytk("embedded", "build-plugin", "-a", "x86_64-sm90-linux-cu130-trt10", "--plugin-name", PLUGIN, "-s",
+                src, "-o", tmp_path / "x.so", "--builder", "nvcc")
+        assert r.code == 2 and "simulator's placeholder" in r.stderr and not (tmp_path / "x.so").exists()
+    for var in ("YTK_ENGINE", "YTK_KERNELGEN", "YTK_BUILDER"):
+        monkeypatch.delenv(var, raising=False)
+    reset_runtime()
+    chosen = resolve_backends("x86_64-sm90-linux-cu130-trt10", BackendChoice(kernelgen="mock"))
+    assert chosen.builder == "mock"
+    if _sh.which("nvcc"):  # asked for explicitly, the real builder stays (and refuses the placeholder itself)
+        assert resolve_backends("x86_64-sm90-linux-cu130-trt10",
+                                BackendChoice(kernelgen="mock", builder="nvcc")).builder == "nvcc"

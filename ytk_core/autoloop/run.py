@@ -185,10 +185,23 @@ def resolve_backends(arch: str, flags: BackendChoice, remote_engine: str | None 
             out[role] = ",".join(s.name for s in chain)
             rt.log.info(f"autoloop {role}: {out[role]}", why="; ".join(f"{s.name}: {s.reason}" for s in chain))
             continue
+        if role == "builder" and not getattr(flags, role) and _simulated_only(out["kernelgen"]):
+            # a simulated generator's placeholders are built by a simulated builder, never into real .so files
+            gen = rt.manager.get(out["kernelgen"].split(",")[0])
+            if gen is not None and role in gen.info.roles:
+                out[role] = rt.select(role, gen.name, spec).name
+                rt.log.info(f"autoloop {role}: {gen.name}", why="the kernel generator is simulated")
+                continue
         sel = rt.select(role, getattr(flags, role), spec)
         out[role] = sel.name
         rt.log.info(f"autoloop {role}: {sel.name}", why=sel.reason)
     return AutoloopBackends(**out)
+
+
+def _simulated_only(kernelgens: str) -> bool:
+    mgr = runtime().manager
+    found = [mgr.get(n) for n in kernelgens.split(",")]
+    return all(b is not None and b.info.simulated for b in found)
 
 
 def clean_stale(workdir: Path) -> None:

@@ -19,7 +19,7 @@ from ytk_hookspecs.models import (AdmissionRecord, ArchSpec, BuildRequest, Build
                                   PluginDescription, sha256_file)
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
-from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source
+from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source, simulated_kernel
 from ..errors import BackendError, UsageError, YtkError
 from ..plugins.selection import select_backend
 from ..runtime import runtime
@@ -121,6 +121,12 @@ def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, bu
     for w in rep.warnings:
         rt.log.warning(w)
     sel = rt.select("builder", builder, target)
+    placeholder = simulated_kernel(copy.meta)
+    if placeholder and not sel.backend.info.simulated:
+        raise UsageError(f"{source} is a simulator's placeholder, not a kernel ({placeholder}): the {sel.name} "
+                         "builder would make a .so that computes nothing. Build it with a simulated builder "
+                         "(--builder mock) for the simulated engine, or generate a real kernel (e.g. --kernelgen "
+                         "templates on a CUDA machine)")
     output = output_file(output, "-o/--output")
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ytk-build-plugin-") as td:
