@@ -48,6 +48,8 @@ def chain_backends(monkeypatch):  # type: ignore[no-untyped-def]
     from ytk_core import runtime as rt_mod
     from ytk_core.plugins import BackendManager
 
+    rt_mod.reset_runtime()
+
     def manager(self):  # type: ignore[no-untyped-def]
         if self._mgr is None:
             self._mgr = BackendManager(extra_plugins={n: backend_plugin(o) for n, o in (
@@ -55,6 +57,8 @@ def chain_backends(monkeypatch):  # type: ignore[no-untyped-def]
         return self._mgr
 
     monkeypatch.setattr(rt_mod.Runtime, "manager", property(manager))
+    yield
+    rt_mod.reset_runtime()  # no later test meets these backends
 
 
 def _compile(ytk, d, kernelgen, *extra):  # type: ignore[no-untyped-def]
@@ -144,3 +148,46 @@ def test_a_simulated_placeholder_is_never_built_into_a_real_plugin(ytk, fixture_
     if _sh.which("nvcc"):  # asked for explicitly, the real builder stays (and refuses the placeholder itself)
         assert resolve_backends("x86_64-sm90-linux-cu130-trt10",
                                 BackendChoice(kernelgen="mock", builder="nvcc")).builder == "nvcc"
+
+
+class _Exploder:
+    info = BackendInfo(name="exploder", roles=["kernelgen"], description="test: raises in its own code")
+
+    def supports(self, request, ctx):  # type: ignore[no-untyped-def]
+        return SupportAnswer(supported=True, certain=False, why="the job decides")
+
+    def submit(self, request, ctx):  # type: ignore[no-untyped-def]
+        if request.config.get("how") == "invalid":
+            return KernelGenResult(job_id="x-1", status="done", source=request.output)  # no report: invalid
+        raise RuntimeError("generator exploded")
+
+    def fetch(self, job_id, output, ctx):  # type: ignore[no-untyped-def]
+        return None
+
+
+_Exploder.info = BackendInfo(name="exploder", roles=["kernelgen"], description="test: raises in its own code",
+                             config_keys={"how": "raise or invalid"})
+
+
+@pytest.mark.parametrize("how, says", [("raise", "RuntimeError: generator exploded"),
+                                       ("invalid", "a done kernel job must name its report")])
+def test_an_error_inside_a_backend_is_that_backends_failure_not_a_ytk_bug(ytk, fixture_dir, monkeypatch, how,
+                                                                         says):
+    from ytk_core import runtime as rt_mod
+    from ytk_core.plugins import BackendManager
+
+    rt_mod.reset_runtime()
+
+    def manager(self):  # type: ignore[no-untyped-def]
+        if self._mgr is None:
+            self._mgr = BackendManager(extra_plugins={"exploder": backend_plugin(_Exploder())})
+        return self._mgr
+
+    monkeypatch.setattr(rt_mod.Runtime, "manager", property(manager))
+    try:
+        r = _compile(ytk, fixture_dir, "exploder", "--config", f"how={how}")
+    finally:
+        rt_mod.reset_runtime()
+    assert r.code == 3, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert "exploder backend" in line and says in line and "not in ytk" in line and "ytk bug" not in line

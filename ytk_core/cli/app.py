@@ -8,7 +8,7 @@ import re
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -247,11 +247,51 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     return (ArtifactError, ArchSpecError, ShapeExprError, KernelSourceError)
 
 
+def _blamed_backend(e: BaseException) -> Any:
+    """The backend whose own code raised ``e`` (the innermost frame in a backend's package), if any: an
+    error in a backend is that backend's failure, not a ytk bug."""
+    try:
+        from ..runtime import runtime
+
+        loaded = list(runtime().manager.backends.values())
+    except Exception:  # noqa: BLE001  -- attribution must never hide the error itself
+        return None
+    tops = {type(b.impl).__module__.split(".")[0]: b for b in loaded}
+    tops.pop("ytk_core", None)
+    tops.pop("ytk_hookspecs", None)
+    for frame, _ in reversed(list(traceback.walk_tb(e.__traceback__))):
+        top = str(frame.f_globals.get("__name__", "")).split(".")[0]
+        if top in tops:
+            return tops[top]
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    """What an exception says, on one line; a pydantic ValidationError's first problem, not its header."""
+    errors = getattr(e, "errors", None)
+    if callable(errors) and type(e).__name__ == "ValidationError":
+        try:
+            first = e.errors()[0]  # type: ignore[attr-defined]
+            loc = ".".join(str(x) for x in first.get("loc", ())) or type(e).__name__
+            return f"{getattr(e, 'title', '')} {loc}: {first.get('msg')}".strip()[:300]
+        except Exception:  # noqa: BLE001
+            pass
+    return (str(e).strip().splitlines() or [""])[0][:300]
+
+
 def _internal(e: BaseException, args: list[str]) -> int:
-    """An error no stage turned into a message is a ytk bug: one line (exit 1), the traceback on -vv."""
+    """An error no stage turned into a message: a backend's failure when its own code raised it (one line
+    naming it, exit 3), else a ytk bug (exit 1); the traceback on -vv."""
     if _wants_traceback(args):
         sys.stderr.write("".join(traceback.format_exception(e)))
-    first = (str(e).strip().splitlines() or [""])[0][:300]
+    first = _first_line(e)
+    backend = _blamed_backend(e)
+    if backend is not None:
+        msg = (f"{backend.info.name} backend (from {backend.distribution}) failed: {type(e).__name__}"
+               f"{': ' + first if first else ''}. This is a bug in that backend, not in ytk: report it to its "
+               "authors (-vv or YTK_TRACEBACK=1 shows the traceback)")
+        _print_error(msg)
+        return _json_error(args, msg, 3)
     msg = (f"internal error: {type(e).__name__}{': ' + first if first else ''} (this is a ytk bug; run with -vv, "
            "or YTK_TRACEBACK=1, to see the traceback, and please report it)")
     _print_error(msg)
