@@ -152,3 +152,14 @@ def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path):
     (v,) = json.loads(r.stdout)["taps"]
     assert v["plugin"] == "Dw5", v["reason"]
     assert all(n["passed"] for n, b in zip(v["numerics"], v["boundaries"]) if b.startswith("Dw3"))
+
+
+def test_the_taps_reference_is_not_the_model_reference_and_must_match_it(ytk, tapped, tmp_path):
+    bundle = _engine(ytk, tapped, tmp_path / "good.tgz", {})
+    r = ytk("embedded", "verify", tapped / "model.taps.npz", bundle, "--no-host")
+    assert r.code == 2 and "pass the model.reference.npz beside it" in r.stderr
+    other = tmp_path / "other.reference.npz"
+    with np.load(tapped / "model.reference.npz") as z:
+        np.savez(other, **{k: z[k] for k in z.files}, extra_marker=np.zeros(1, np.float32))
+    r = ytk("embedded", "verify", other, bundle, "--no-host")
+    assert r.code == 5 and "captured by another prepare" in r.stderr

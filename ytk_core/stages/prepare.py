@@ -72,7 +72,7 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
                 from .taps import add_taps
 
                 with rt.context(front, "carve", st.dir).progress("adding debug taps at every plugin boundary"):
-                    add_taps(carve.onnx, st.dir, carve.candidates)
+                    add_taps(carve.onnx, st.dir, carve.candidates, trace.reference)
             carve = carve.model_copy(update={k: st.final(getattr(carve, k)) for k in ("plugins", "candidates", "onnx")})
         trace = trace.model_copy(update={k: st.final(getattr(trace, k)) for k in ("onnx", "npz", "reference",
                                                                                   "fx_nodes")})

@@ -52,6 +52,8 @@ class TapsFile(Versioned):
     onnx: str
     reference: str = TAPS_REFERENCE
     taps: list[Tap]
+    model_reference_sha256: str = Field("", description="sha256 of the model.reference.npz of the same prepare: "
+                                                        "verify checks the REF it is given is that one")
 
 
 class TapVerdict(BaseModel):
@@ -67,6 +69,7 @@ class TapVerdict(BaseModel):
     good_input: str | None = Field(None, description="the tensor at the region's input that was still good")
     numerics: list[OutputNumerics] = Field(default_factory=list, description="every tap, in graph order")
     boundaries: list[str] = Field(default_factory=list, description="per tap: which plugin's input or output")
+    problem: str = Field("", description="why these taps cannot be trusted against the reference given")
 
 
 def _figures(n: OutputNumerics) -> str:
@@ -75,7 +78,7 @@ def _figures(n: OutputNumerics) -> str:
     return f"max rel err {n.max_rel_err:.3g}, cosine {n.cosine:.6f}" if n.cosine is not None else n.detail
 
 
-def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path) -> TapsFile:
+def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path, model_reference: Path | None = None) -> TapsFile:
     """Make every plugin boundary of the carved ``onnx_path`` a graph output (rewritten atomically) and
     write ``taps.json`` and ``model.taps.npz`` (the fp32 reference at each tap) into ``prepare_dir``."""
     import onnx
@@ -120,7 +123,10 @@ def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path) -> TapsFile:
     with open(tmp, "wb") as f:
         np.savez(f, **values)
     tmp.replace(buf)
-    tf = TapsFile(onnx=Path(onnx_path).name, taps=taps)
+    from ytk_hookspecs.models import sha256_file
+
+    tf = TapsFile(onnx=Path(onnx_path).name, taps=taps,
+                  model_reference_sha256=sha256_file(model_reference) if model_reference else "")
     tf.write(Path(prepare_dir) / TAPS_FILE)
     return tf
 
@@ -128,8 +134,9 @@ def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path) -> TapsFile:
 def judge(implementation: str, taps: TapsFile, ref: dict[str, np.ndarray], got: dict[str, np.ndarray],
           tol: Tolerance) -> TapVerdict:
     """Score every tap and name the first region in graph order whose outputs drift while its inputs hold."""
+    # a model input is what the engine was given: not an output, and it cannot have drifted
     scored = {t.tensor: compare(implementation, t.tensor, got.get(t.tensor), ref[t.tensor], tol)
-              for t in taps.taps if t.tensor in ref}
+              for t in taps.taps if t.tensor in ref and not t.graph_input}
     ordered = [scored[t.tensor] for t in taps.taps if t.tensor in scored]
     labels = [f"{t.plugin} {t.io} {t.index}" for t in taps.taps if t.tensor in scored]
     by_node: dict[str, list[Tap]] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned
+from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned, sha256_file
 
 from ..bundle import EngineBundle
 from ..errors import UsageError
@@ -122,6 +122,11 @@ def _labels(bundles: list[EngineBundle]) -> list[str]:
 
 def load_reference(reference: Path) -> dict[str, np.ndarray]:
     existing_file(reference, "reference", "Pass the model.reference.npz written by `ytk embedded prepare`.")
+    from .taps import TAPS_REFERENCE
+
+    if Path(reference).name == TAPS_REFERENCE:
+        raise UsageError(f"reference {reference} is the debug taps' reference (the values at plugin boundaries, "
+                         "which compile ships inside a tapped bundle); pass the model.reference.npz beside it")
     if tarfile.is_tarfile(reference):
         raise UsageError(f"reference {reference} is an engine bundle: verify takes the model.reference.npz first, "
                          "then the bundles (ytk embedded verify model.reference.npz base.tgz plugged.tgz)")
@@ -133,7 +138,7 @@ def load_reference(reference: Path) -> dict[str, np.ndarray]:
 
 
 def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_rel_err: float | None,
-                  min_cosine: float | None, layers_top: int
+                  min_cosine: float | None, layers_top: int, ref_sha: str = ""
                   ) -> tuple[LatencyRow, BundleLayers, list[OutputNumerics], TapVerdict | None]:
     m = b.manifest
     impl = f"{label} (simulated)" if m.simulated else label
@@ -152,6 +157,10 @@ def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_r
     if tapped is not None:  # the taps are the bundle's own extra outputs, scored apart from the model's
         taps, tap_ref = tapped
         verdict = judge(impl, taps, tap_ref, outs, tol)
+        if taps.model_reference_sha256 and ref_sha and ref_sha != taps.model_reference_sha256:
+            verdict.problem = (f"{impl}: its debug taps were captured by another prepare than the reference given "
+                               "(a different model.reference.npz); prepare again with --debug-taps, or pass that "
+                               "prepare's model.reference.npz")
         tap_names = {t.tensor for t in taps.taps} - set(ref)
         outs = {k: v for k, v in outs.items() if k not in tap_names}
     scored = [compare(impl, name, outs.get(name), r, tol) for name, r in ref.items()]
@@ -203,6 +212,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     if not bundle_paths:
         raise UsageError("verify needs at least one engine bundle (.tgz from `ytk embedded compile`)")
     ref = load_reference(Path(reference))
+    ref_sha = sha256_file(Path(reference))
     bundles = []
     for p in bundle_paths:
         try:
@@ -235,7 +245,8 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     progress = runtime().context(None, "verify").progress("scoring bundles", total=len(bundles))
     with progress as task:
         for b, label in zip(bundles, _labels(bundles)):
-            row, top, scored, verdict = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top)
+            row, top, scored, verdict = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top,
+                                                      ref_sha=ref_sha)
             if verdict is not None:
                 verdicts.append(verdict)
             impls.append(row.implementation)
@@ -251,7 +262,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             speedups.append(Speedup(baseline=base.implementation, implementation=r.implementation,
                                     baseline_p50_ms=base.p50_ms, p50_ms=r.p50_ms, speedup=base.p50_ms / r.p50_ms,
                                     simulated=base.simulated or r.simulated))
-    problems = _problems(Path(reference), ref, numerics, impls)
+    problems = _problems(Path(reference), ref, numerics, impls) + [v.problem for v in verdicts if v.problem]
     return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
                         layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics)
                         and not any(v.plugin for v in verdicts),
