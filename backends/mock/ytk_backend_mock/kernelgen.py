@@ -192,7 +192,8 @@ def _job_dir(ctx: StageContext, job_id: str) -> Path:
 def submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
     cand = request.candidate
     blob = json.dumps({"c": cand.model_dump(mode="json") if cand else None, "cfg": request.config,
-                       "p": request.precision, "g": request.gpu, "a": request.arch}, sort_keys=True)
+                       "p": request.precision, "g": request.gpu, "a": request.arch,
+                       "r": request.reoptimize.model_dump() if request.reoptimize else None}, sort_keys=True)
     job_id = "mock-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
     if cand is None:
         return KernelGenResult(job_id=job_id, status="failed", message=(
@@ -218,12 +219,12 @@ def submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
         except ValueError as e:
             return KernelGenResult(job_id=job_id, status="failed",
                                    message=f"region {cand.name}: the kernel contract cannot express it: {e}")
-        beat = (request.reoptimize.kernel_ms_to_beat or 0.0) if request.reoptimize else 0.0
+        beat = request.reoptimize.bar_ms() if request.reoptimize else 0.0
         per_site = meta.perf.time_ms_per_site if meta.perf else []
         if beat > 0 and per_site and sum(per_site) / len(per_site) >= 0.97 * beat:
             return KernelGenResult(job_id=job_id, status="failed", message=(
                 f"re-optimization of {cand.name} (SIMULATED): the mock generator's kernel declares "
-                f"{sum(per_site) / len(per_site):.4f} ms/site, not faster than the plugged kernel's {beat:.4f}"))
+                f"{sum(per_site) / len(per_site):.4f} ms/site, not faster than the bar of {beat:.6g} ms/site"))
         header, source = _cuda(meta)
         src = KernelSource(header=header, source=source, meta=meta, generator="ytk-mock (SIMULATED placeholder)")
         report = KernelReport(

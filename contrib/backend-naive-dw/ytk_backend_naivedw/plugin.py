@@ -39,10 +39,13 @@ class NaiveDepthwise:
 
     def supports(self, request: SupportRequest, ctx: StageContext) -> SupportAnswer:
         if request.candidate is None:  # propose asks with the sketch only, before any carve
-            ok = request.sketch is not None and request.sketch.kind == "depthwise_conv"
-            return SupportAnswer(supported=ok, certain=False, backend=NAME, why="a depthwise conv" if ok else "no")
+            kind = request.sketch.kind if request.sketch is not None else "unknown"
+            ok = kind == "depthwise_conv"
+            return SupportAnswer(supported=ok, certain=False, backend=NAME,
+                                 why="a depthwise conv" if ok else f"a {kind} region, not a depthwise conv")
         why = why_not(request.candidate) or (f"precision {request.precision}" if request.precision != "fp16" else None)
-        return SupportAnswer(supported=why is None, backend=NAME, why=why or "a depthwise conv", kind="depthwise_conv")
+        return SupportAnswer(supported=why is None, backend=NAME, why=why or "a depthwise conv",
+                             kind="depthwise_conv" if why is None else None)
 
     def submit(self, request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
         job = f"{NAME}-{uuid.uuid4().hex[:8]}"
