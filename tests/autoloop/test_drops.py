@@ -59,11 +59,11 @@ def _prepare_calls(monkeypatch, plant=None):  # type: ignore[no-untyped-def]
 
     real, calls = prepare_mod.do_prepare, []
 
-    def do_prepare(model, onnx, npz, ref, selectors):  # type: ignore[no-untyped-def]
+    def do_prepare(model, onnx, npz, ref, selectors, debug_taps=False):  # type: ignore[no-untyped-def]
         calls.append(sorted(selectors))
         if plant is not None:
             plant(selectors)
-        return real(model, onnx, npz, ref, selectors)
+        return real(model, onnx, npz, ref, selectors, debug_taps=debug_taps)
 
     monkeypatch.setattr(prepare_mod, "do_prepare", do_prepare)
     return calls
