@@ -84,10 +84,11 @@ def test_each_case_is_its_own_line_across_bundles(ytk, tmp_path, outs):
     r = _verify(ytk, tmp_path, outs, a, b)
     assert r.code == 5
     lines = _error_lines(r.stderr)
-    assert len(lines) == 3, r.stderr
+    assert len(lines) == 4, r.stderr
     assert "a (simulated): the engine does not produce 1 output(s) the reference holds: z" in lines[0]
     assert "b (simulated): the reference lacks 1 output(s) the engine produces: extra" in lines[1]
     assert "numerics failed for 1 output(s): b (simulated) y (max rel err over tolerance" in lines[2]
+    assert "--debug-taps" in lines[3]  # how to find the region that drifts
 
 
 def test_dtype_widths_and_whole_number_floats_are_not_mismatches(tmp_path, outs):

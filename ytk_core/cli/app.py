@@ -64,7 +64,8 @@ def _register_groups() -> None:
 
     app.add_typer(embedded.app, name="embedded",
                   help="The flow's steps: prepare, propose, compile, build-plugin, verify.")
-    app.add_typer(kernelgen.app, name="kernelgen", help="Gaia kernel generation: export, compile, get.")
+    app.add_typer(kernelgen.app, name="kernelgen",
+                  help="Kernel generation (local generators or a Gaia service): export, compile, get.")
     app.add_typer(worker_app, name="worker")
 
 

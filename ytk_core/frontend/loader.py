@@ -174,7 +174,7 @@ def normalise_args(raw: Any, path: Path) -> tuple[Any, ...]:
     if isinstance(raw, torch.Tensor):
         return (raw,)
     if not isinstance(raw, (tuple, list)):
-        raise UsageError(f"{path}: get_fwd_args() returned a {type(raw).__name__}; it must return a tuple (or "
+        raise UsageError(f"{path}: get_fwd_args() returned {type(raw).__name__}; it must return a tuple (or "
                          "list) of tensors, the positional arguments of Model.forward")
     if not raw:
         raise UsageError(f"{path}: get_fwd_args() returned an empty sequence; Model.forward needs its inputs")

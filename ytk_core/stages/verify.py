@@ -102,6 +102,9 @@ class VerifyReport(Versioned):
             lines.append("verify failed")
         if lines:
             lines += [f"debug taps: {v.implementation}: {v.reason}" for v in self.taps]
+            if not self.taps and any(n.problem in ("", "non-finite") and not n.passed for n in self.numerics):
+                lines.append("to find the region that drifts: prepare the carve again with --debug-taps, compile "
+                             "it, and verify that bundle (docs/byom.md, \"When numerics drift\")")
         return lines
 
 
