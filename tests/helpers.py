@@ -98,3 +98,23 @@ def as_real_source(path: Path) -> Path:
     meta = src.meta.model_copy(update={"constraints": real, "perf": None})
     KernelSource(header=src.header, source=src.source, meta=meta, generator="test: a build-path fixture").write(path)
     return path
+
+
+def autoloop_with_generator(workdir: Path, name: str, submit: Any, model: Path, rounds: int = 3,
+                            kernelgen: str | None = None) -> Any:
+    """``run_autoloop`` on the mock engine and builder for the simulated Orin, with a test kernel generator
+    ``name`` whose ``submit`` is given (``kernelgen``: the chain to use, default ``name`` alone), --min-gain-ms
+    0.001; the runtime is reset before and after."""
+    from ytk_core.autoloop.run import run_autoloop
+    from ytk_core.autoloop.state import BackendChoice
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+
+    reset_runtime()
+    runtime()._mgr = BackendManager(extra_plugins={name: simulated_plugin(name, "kernelgen", submit=submit)})
+    try:
+        return run_autoloop(model, "arm64-sm87-dos6010-cu114-trt86", "fp16", workdir,
+                            BackendChoice(engine="mock", kernelgen=kernelgen or name, builder="mock"), rounds, 0.001,
+                            2, None)
+    finally:
+        reset_runtime()

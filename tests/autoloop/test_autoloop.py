@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.helpers import simulated_plugin
+from tests.helpers import autoloop_with_generator
 from ytk_core.autoloop.state import BackendChoice
 from ytk_core.autoloop.control import WorkdirLock, parse_duration
 from ytk_core.autoloop.state import STATE_FILE, AutoloopState
@@ -192,17 +192,7 @@ def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monk
 
 def _autoloop_with_generator(tmp_path: Path, name: str, submit):  # type: ignore[no-untyped-def]
     """run_autoloop on the mock engine and builder with a test generator ``name`` (3 rounds, 0.001 ms)."""
-    from ytk_core.autoloop.run import run_autoloop
-    from ytk_core.plugins import BackendManager
-    from ytk_core.runtime import reset_runtime, runtime
-
-    reset_runtime()
-    runtime()._mgr = BackendManager(extra_plugins={name: simulated_plugin(name, "kernelgen", submit=submit)})
-    try:
-        return run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w",
-                            BackendChoice(engine="mock", kernelgen=name, builder="mock"), 3, 0.001, 2, None)
-    finally:
-        reset_runtime()
+    return autoloop_with_generator(tmp_path / "w", name, submit, MODEL)
 
 
 def test_reoptimization_swaps_in_a_better_kernel_for_a_kept_plugin(tmp_path):
@@ -444,22 +434,12 @@ def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path):
 def test_a_kernelgen_chain_tries_the_next_generator_and_says_who_made_each(tmp_path):
     """--kernelgen failgen,mock: every region's job fails on the first generator and the mock makes the
     kernel; each plugin records that, with why the first gave none."""
-    from ytk_core.autoloop.run import run_autoloop
-    from ytk_core.plugins import BackendManager
-    from ytk_core.runtime import reset_runtime, runtime
     from ytk_hookspecs.models import KernelGenResult
 
     def submit(request, ctx):  # type: ignore[no-untyped-def]
         return KernelGenResult(job_id="failgen-1", status="failed", message="no variant beat the region's ops")
 
-    reset_runtime()
-    runtime()._mgr = BackendManager(extra_plugins={"failgen": simulated_plugin("failgen", "kernelgen",
-                                                                               submit=submit)})
-    try:
-        rep = run_autoloop(MODEL, ORIN, "fp16", tmp_path / "w",
-                           BackendChoice(engine="mock", kernelgen="failgen,mock", builder="mock"), 1, 0.001, 2, None)
-    finally:
-        reset_runtime()
+    rep = autoloop_with_generator(tmp_path / "w", "failgen", submit, MODEL, rounds=1, kernelgen="failgen,mock")
     assert rep.state.backends.kernelgen == "failgen,mock"
     assert {"kernelgen:failgen", "kernelgen:mock"} <= set(rep.state.backend_versions)
     kept = [c for c in rep.state.rounds[0].candidates if c.status == "kept"]

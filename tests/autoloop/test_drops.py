@@ -445,11 +445,8 @@ def test_a_round_failing_numerics_drops_only_the_region_the_debug_taps_name(tmp_
     """Four candidates, one kernel with a planted defect: the round's engine fails numerics, one tapped
     engine names that region, it alone is dropped with the tap figures, the rest are kept -- without
     compiling each new plugin on its own."""
-    from tests.helpers import simulated_plugin
+    from tests.helpers import autoloop_with_generator
     from ytk_backend_mock.plugin import MockBackend
-    from ytk_core.autoloop.run import run_autoloop
-    from ytk_core.plugins import BackendManager
-    from ytk_core.runtime import reset_runtime, runtime
 
     bad = "DwConv5x5s1C64"
 
@@ -459,14 +456,7 @@ def test_a_round_failing_numerics_drops_only_the_region_the_debug_taps_name(tmp_
             cfg["mock_defect"] = defect
         return MockBackend().submit(request.model_copy(update={"config": cfg}), ctx)
 
-    reset_runtime()
-    runtime()._mgr = BackendManager(extra_plugins={"plantgen": simulated_plugin("plantgen", "kernelgen",
-                                                                                submit=submit)})
-    try:
-        rep = run_autoloop(MIXED, ORIN, "fp16", tmp_path / "w",
-                           BackendChoice(engine="mock", kernelgen="plantgen", builder="mock"), 1, 0.001, 2, None)
-    finally:
-        reset_runtime()
+    rep = autoloop_with_generator(tmp_path / "w", "plantgen", submit, MIXED, rounds=1)
     cands = {c.name: c for c in rep.state.rounds[0].candidates}
     assert bad in cands, sorted(cands)
     assert cands[bad].status == "dropped" and cands[bad].dropped_at == "numerics", cands[bad]
