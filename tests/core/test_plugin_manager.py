@@ -317,3 +317,13 @@ def test_the_readme_example_backend_loads_and_answers():
     ans = gen.supports(SupportRequest(sketch=RegionSketch(kind="depthwise_conv")), StageContext())
     assert ans.supported and not ans.certain
     assert not gen.supports(SupportRequest(sketch=RegionSketch(kind="gemm")), StageContext()).supported
+
+
+def test_asking_for_a_disabled_backend_says_why_not_that_it_is_missing():
+    from ytk_core.errors import UsageError
+    from ytk_core.plugins import select_backend
+
+    half = backend_object("half", ["kernelgen"], supports=lambda r, c: None, submit=lambda r, c: None)
+    mgr = BackendManager(autoload=False, extra_plugins={"two": backend_plugin(half)})
+    with pytest.raises(UsageError, match=r"'half' .*installed but disabled: .*has no method fetch\(\)"):
+        select_backend(mgr, "kernelgen", "half")

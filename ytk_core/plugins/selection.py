@@ -122,6 +122,9 @@ def select_backend(mgr: BackendManager, role: str, flag: str | None = None,
         if b is None or role not in b.info.roles:
             installed = ", ".join(c.name for c in candidates) or "none"
             extra = "" if b is None else f" ({name!r} is installed but serves {', '.join(b.info.roles)})"
+            disabled = [w for w in mgr.warnings if f"{name!r}" in w and "disabled" in w]
+            if b is None and disabled:  # installed, but its plugin could not be used: say why
+                raise UsageError(f"{role} backend {name!r} (from {where}) is installed but disabled: {disabled[0]}")
             raise UsageError(f"unknown {role} backend {name!r} (from {where}){extra}. "
                              f"Installed {role} backends: {installed}. See `ytk backends`.")
         av = b.availability(arch)
