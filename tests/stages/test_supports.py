@@ -119,8 +119,10 @@ def test_unknown_config_keys_are_refused_with_the_known_ones(tmp_path):
     runs, naming the keys ytk and the selected generator read; a key the generator declares is taken."""
     from tests.helpers import ytk_inproc
 
+    import zipfile
+
     pt2 = tmp_path / "R.pt2"
-    pt2.write_bytes(b"not read")
+    zipfile.ZipFile(pt2, "w").close()  # an archive (not read: the keys are refused first)
     base = ["kernelgen", "compile", "-r", pt2, "-g", "Orin", "--config", "deployment_target=tensorrt", "--dry-run",
             "--kernelgen", "mock"]
     r = ytk_inproc(*base, "--config", "mock_bandwith_fraction=0.5")

@@ -75,6 +75,17 @@ def find_candidate(reference: Path, candidates: Path | None) -> tuple[Candidate 
         raise UsageError(str(e)) from None
 
 
+def _region_file(reference: Path) -> Path:
+    """``-r``: an existing region ``.pt2`` (a torch.export archive), refused before any job otherwise."""
+    import zipfile
+
+    hint = "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`."
+    reference = existing_file(reference, "-r/--reference", hint)
+    if not zipfile.is_zipfile(reference):
+        raise UsageError(f"-r/--reference {reference} is not a .pt2 (a torch.export archive). {hint}")
+    return reference
+
+
 def check_gpu(gpu: str, target: ArchSpec | None) -> None:
     """``-g`` names a GPU ytk knows (or this machine's own), of the target's SM when ``-a`` is given."""
     from ytk_hookspecs.models import GPU_NAMES, gpu_sm
@@ -153,8 +164,7 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
     prec = parse_precision(precision)
     target = parse_arch(arch) if arch else None
     check_gpu(gpu, target)
-    reference = existing_file(reference, "-r/--reference",
-                              "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
+    reference = _region_file(reference)
     output_file(Path(output), "-o/--output")
     cand, prep = find_candidate(reference, candidates)
     warnings: list[str] = []
@@ -247,8 +257,7 @@ def run_kernelgen_dry_run(reference: Path, config: list[str] | dict[str, str] | 
     cfg, _reoptimize = core_settings(given)
     prec = parse_precision(precision)
     target = parse_arch(arch) if arch else None
-    reference = existing_file(reference, "-r/--reference",
-                              "Pass a plugin_candidates/<Name>.pt2 written by `ytk embedded prepare --plugin`.")
+    reference = _region_file(reference)
     cand, _prep = find_candidate(reference, candidates)
     chain = runtime().select_chain("kernelgen", kernelgen, target, need_available=False)
     check_config_keys(given, chain)
