@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -326,7 +327,12 @@ def main(argv: list[str] | None = None) -> int:
               highlight=False)
     t0 = time.perf_counter()
     propose = {"min_ms": args.min_ms, "launch_ms": args.launch_ms}
-    runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err, propose).run_all(models)
+    try:
+        runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err, propose).run_all(models)
+    except BaseException:
+        if args.workdir is None:  # a temporary workdir is tens of GB: never left behind
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
     report = ZooReport(arch=args.arch, precision="fp16", backends=dict(BACKENDS),
                        size_kind=args.size if args.size in ("small", "default") else "override", jobs=args.jobs,
                        timeout_s=args.timeout, propose=propose, workdir=str(workdir),
@@ -334,7 +340,12 @@ def main(argv: list[str] | None = None) -> int:
                        models=runs)
     report.write(workdir / "zoo_report.json")
     _emit(report, args.json)
-    err.print(f"zoo: per-model directories and zoo_report.json in {workdir}", highlight=False)
+    if args.workdir is None:  # the corpus's carves are tens of GB; a temporary workdir goes once reported
+        shutil.rmtree(workdir, ignore_errors=True)
+        err.print("zoo: removed its temporary workdir (pass --workdir DIR to keep the per-model directories "
+                  "and zoo_report.json)", highlight=False)
+    else:
+        err.print(f"zoo: per-model directories and zoo_report.json in {workdir}", highlight=False)
     return 0
 
 
