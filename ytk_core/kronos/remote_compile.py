@@ -10,7 +10,6 @@ worker), the same command again resumes the job, or restarts it when the worker 
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from pathlib import Path
 
@@ -159,32 +158,19 @@ def _run_job(client: KronosClient, info: WorkerInfo, spec: JobSpec, onnx: Path, 
 
 
 def _poll(client: KronosClient, job: JobRecord) -> JobRecord:
+    from ytk_hookspecs.service.http import follow_job
+
     rt = runtime()
     log = rt.context(None, "kronos").log
-    wait, offset = POLL_S[0], 0
     label = f"kronos job {job.id} on {client.url}"
     with rt.context(None, "kronos").progress(label) as task:
         client.on_retry(lambda m: task.update(description=f"{label}: {m}"))
-        shown = ""
-        while True:
-            try:
-                chunk = client.log(job.id, offset)
-                for line in chunk.text.splitlines():
-                    log.debug(f"worker: {line}")
-                offset = chunk.next_offset
-                job = client.job(job.id)
-            except WorkerUnreachable as e:
-                raise BackendError(f"{e}, while waiting for job {job.id}; once the worker is back, run the same "
-                                   "command again: it resumes the job, or restarts it if the worker lost it") from None
-            where = f" ({job.queue_position} ahead)" if job.state == "queued" and job.queue_position else ""
-            now = f"{label}: {job.state}{where}" + (f": {job.message}" if job.message else "")
-            if now != shown:  # without a terminal each update is a log line: only what changed
-                task.update(description=now)
-                shown = now
-            if job.done:
-                return job
-            time.sleep(wait)
-            wait = min(POLL_S[1], wait * 1.5)
+        try:
+            return follow_job(client, job, label, task, lambda line: log.debug(f"worker: {line}"),
+                              lambda j, _last: j.message, POLL_S)
+        except WorkerUnreachable as e:
+            raise BackendError(f"{e}, while waiting for job {job.id}; once the worker is back, run the same "
+                               "command again: it resumes the job, or restarts it if the worker lost it") from None
 
 
 def _fetch_bundle(client: KronosClient, job: JobRecord, spec: JobSpec, output: Path, info: WorkerInfo, onnx: Path,

@@ -22,7 +22,7 @@ from ytk_hookspecs.models import (CORE_CONFIG_KEYS, ArchSpec, ArchSpecError, Bui
                                   KernelGenRequest, KernelGenResult, gpu_sm, sha256_file)
 from ytk_hookspecs.models.base import file_mode
 from ytk_hookspecs.service.archive import write_archive
-from ytk_hookspecs.service.http import ServiceError
+from ytk_hookspecs.service.http import ServiceError, follow_job
 from ytk_hookspecs.service.protocol import JOB_ID
 
 from .client import GaiaClient
@@ -202,31 +202,16 @@ def _submit(client: GaiaClient, info: ServiceInfo, ctx: StageContext, spec: Kern
 def follow(client: GaiaClient, job: JobRecord, ctx: StageContext) -> JobRecord:
     """Poll the job to its end, its state and its log's latest line on the progress line."""
     label = f"gaia {job.kind} job {job.id[:12]} ({job.backend})"
-    wait, offset, shown, last = POLL_S[0], 0, "", ""
     with ctx.progress(label) as task:
         client.on_retry(lambda m: task.update(description=f"{label}: {m}"))
-        while True:
-            try:
-                chunk = client.log(job.id, offset)
-                job = client.job(job.id)
-            except ServiceError as e:
-                resume = (f"ytk kernelgen get {job.id} -o <X>.module_source.py --kernelgen gaia" if job.kind ==
-                          "kernelgen" else "the same build-plugin command")
-                raise ServiceError(f"{e}, while following job {job.id}; the job goes on on the service: once it is "
-                                   f"reachable, {resume} picks it up", e.kind, e.exit_code, e.status) from None
-            for line in chunk.text.splitlines():
-                ctx.log.debug(f"gaia: {line}")
-                last = line.strip() or last
-            offset = chunk.next_offset
-            where = f" ({job.queue_position} ahead)" if job.state == "queued" and job.queue_position else ""
-            now = f"{label}: {job.state}{where}" + (f": {last[:120]}" if last and not job.done else "")
-            if now != shown:  # without a terminal each update is a log line: only what changed
-                task.update(description=now)
-                shown = now
-            if job.done:
-                return job
-            time.sleep(wait)
-            wait = min(POLL_S[1], wait * 1.5)
+        try:
+            return follow_job(client, job, label, task, lambda line: ctx.log.debug(f"gaia: {line}"),
+                              lambda j, last: last[:120] if last and not j.done else "", POLL_S)
+        except ServiceError as e:
+            resume = (f"ytk kernelgen get {job.id} -o <X>.module_source.py --kernelgen gaia" if job.kind ==
+                      "kernelgen" else "the same build-plugin command")
+            raise ServiceError(f"{e}, while following job {job.id}; the job goes on on the service: once it is "
+                               f"reachable, {resume} picks it up", e.kind, e.exit_code, e.status) from None
 
 
 def _why(job: JobRecord, client: GaiaClient) -> str:

@@ -152,9 +152,9 @@ def _build(impl: Any, spec: BuildJobSpec, work: Path, out: Path, ctx: StageConte
 
 def _local_paths_out(text: str, job_dir: Path) -> str:
     """The service's job folder means nothing to the client: paths in a message are the archive's."""
-    for base in (job_dir / WORK, job_dir / OUT, job_dir):
-        text = text.replace(f"{base.resolve()}/", "").replace(f"{base}/", "")
-    return text
+    from ytk_hookspecs.service.http import local_paths_out
+
+    return local_paths_out(text, job_dir / WORK, job_dir / OUT, job_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

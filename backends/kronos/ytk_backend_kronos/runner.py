@@ -64,7 +64,9 @@ def run_job(job_dir: Path, engine: str) -> JobOutcome:
 
 def _local_paths_out(text: str, work: Path) -> str:
     """The worker's job folder means nothing to the client: paths in a message are the archive's."""
-    return text.replace(f"{work.resolve()}/", "").replace(f"{work}/", "")
+    from ytk_hookspecs.service.http import local_paths_out
+
+    return local_paths_out(text, work)
 
 
 def main(argv: list[str] | None = None) -> int:

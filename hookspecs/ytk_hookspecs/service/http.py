@@ -209,3 +209,38 @@ def _transport(exc: BaseException | None) -> str:
 
 def status_line(r: httpx.Response) -> str:
     return f"HTTP {r.status_code} {r.reason_phrase}".strip()
+
+
+def follow_job(client: Any, job: Any, label: str, task: Any, log_line: Callable[[str], None],
+               detail: Callable[[Any, str], str], poll_s: tuple[float, float] = (0.2, 2.0)) -> Any:
+    """Poll a job to its end: ``client.log(id, offset)`` (each new line to ``log_line``) and
+    ``client.job(id)``, the state (and queue position) on ``task``'s progress line with ``detail(job,
+    last log line)`` after it, updated only when it changes (without a terminal each update is a log
+    line); waits grow from ``poll_s[0]`` to ``poll_s[1]``. Whatever the client raises is the caller's
+    to explain (it knows how the user resumes)."""
+    wait, offset, shown, last = poll_s[0], 0, "", ""
+    while True:
+        chunk = client.log(job.id, offset)
+        job = client.job(job.id)
+        for line in chunk.text.splitlines():
+            log_line(line)
+            last = line.strip() or last
+        offset = chunk.next_offset
+        where = f" ({job.queue_position} ahead)" if job.state == "queued" and job.queue_position else ""
+        extra = detail(job, last)
+        now = f"{label}: {job.state}{where}" + (f": {extra}" if extra else "")
+        if now != shown:
+            task.update(description=now)
+            shown = now
+        if job.done:
+            return job
+        time.sleep(wait)
+        wait = min(poll_s[1], wait * 1.5)
+
+
+def local_paths_out(text: str, *bases: Path) -> str:
+    """A message from a job run in a service's folder, with the folder's paths (``bases``) taken out: the
+    client knows the files by their archive names."""
+    for base in bases:
+        text = text.replace(f"{Path(base).resolve()}/", "").replace(f"{base}/", "")
+    return text
