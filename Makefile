@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine:
 #   make autoloop   -- install into .venv and run `ytk autoloop` on the worked example
-#   make test       -- install into .venv (plus the model zoo's extra and the TensorRT headers the shim tests
-#                      compile against), lint with ruff and run the test suite (what CI runs)
+#   make test       -- install into .venv (plus the model zoo's extra, the TensorRT headers the shim tests
+#                      compile against and the aarch64 cross toolchain of the cross-build tests), lint with ruff
+#                      and run the test suite (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
 ARCH ?= auto
@@ -30,6 +31,21 @@ TRT_HEADERS_STAMP := tests/data/tensorrt/10.14/include/NvInferVersion.h
 $(TRT_HEADERS_STAMP): tests/data/tensorrt/fetch_headers.py | $(STAMP)
 	@$(BIN)/python tests/data/tensorrt/fetch_headers.py || echo "note: TensorRT headers not fetched; the shim tests that compile against them are skipped (tests/data/tensorrt/10.14/FETCH_FAILED says why)"
 
+# The aarch64 cross build the tests make of a real plugin (DRIVE Orin / Jetson; tests/data/cross/README.md): Debian's
+# cross compiler, installed by name when this is a Debian/Ubuntu machine and we may (root), and the CUDA runtime built
+# for aarch64, fetched once from PyPI and checked like the headers. When either is impossible, the tests that need it
+# skip with the reason (tests/data/cross/*.FETCH_FAILED, or the missing compiler) and the rest run on.
+CROSS_CUDA_STAMP := tests/data/cross/cuda-13.0-aarch64/lib/libcudart_static.a
+$(CROSS_CUDA_STAMP): tests/data/cross/fetch_target.py | $(STAMP)
+	@$(BIN)/python tests/data/cross/fetch_target.py || echo "note: the aarch64 CUDA runtime was not fetched; the cross-build tests are skipped (tests/data/cross/cuda-13.0-aarch64.FETCH_FAILED says why)"
+
+cross-toolchain:
+	@command -v aarch64-linux-gnu-g++ >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -q --no-install-recommends g++-aarch64-linux-gnu >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends g++-aarch64-linux-gnu >/dev/null 2>&1; }; } && \
+	  echo "installed g++-aarch64-linux-gnu (the cross-build tests use it)"; } || \
+	  echo "note: no aarch64-linux-gnu-g++ and it could not be installed here (apt-get as root); the cross-build tests are skipped"
+
 # The test tools (pytest, hypothesis): the tests need them, the runtime does not.
 $(TEST_STAMP): $(STAMP) requirements/test.txt
 	$(BIN)/python -m pip install -q -r requirements/test.txt
@@ -43,10 +59,10 @@ install-zoo: $(ZOO_STAMP)
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP) $(TRT_HEADERS_STAMP) lint
+test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP) $(TRT_HEADERS_STAMP) $(CROSS_CUDA_STAMP) cross-toolchain lint
 	$(BIN)/python -m pytest -q
 
 autoloop: $(STAMP)
 	$(BIN)/ytk autoloop contrib/models/efficientvit_b1/model.py -a $(ARCH) -p fp16 --workdir $(WORKDIR)
 
-.PHONY: install install-zoo lint test autoloop
+.PHONY: install install-zoo lint test autoloop cross-toolchain

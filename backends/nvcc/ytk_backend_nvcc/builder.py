@@ -26,7 +26,8 @@ from ytk_hookspecs.models import ArchSpec, ArchSpecError, BuildRequest, BuildRes
 from ytk_hookspecs.plugin_info import c_snippet
 
 from ytk_hookspecs.launcher import ERROR_STRING_SYMBOL
-from .toolchain import NvccError, compile_shared, find_nvcc, nvcc_version, target_problem
+from .cross import check_output, cross_setup, setting
+from .toolchain import NvccError, compile_shared, find_nvcc, host_arch, nvcc_version, target_problem
 from .trt_shim import TRT_APIS, ShimError, api_problem, headers_for, shim_for
 
 #: What this builder builds.
@@ -81,9 +82,19 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
     nvcc = find_nvcc()
     if nvcc is None:
         raise StageError("nvcc not found: install the CUDA toolkit, put nvcc on PATH or set YTK_NVCC")
-    problem = target_problem(arch, nvcc)
+    problem = target_problem(arch, nvcc, ctx.config)
+    trt_headers = None
+    if api in TRT_APIS:
+        sysroot = setting("target_sysroot", ctx.config) if arch.cpu_arch != host_arch() else ""
+        try:
+            trt_headers = headers_for(arch, Path(sysroot) if sysroot else None)
+        except StageError as e:
+            if not problem:
+                raise
+            problem += f"; and the TensorRT {arch.tensorrt} headers: {e}"  # every missing piece in one line
     if problem:
         raise StageError(f"cannot build plugin {request.plugin_name!r} for {arch.spec} here: {problem}")
+    cross = cross_setup(arch, nvcc, ctx.config, nvcc_version(nvcc)) if arch.cpu_arch != host_arch() else None
     try:
         src = KernelSource.read(request.source)
     except KernelSourceError as e:
@@ -96,7 +107,8 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
                              f"{str(e).splitlines()[0]}") from None
     shim, flags, builder = "", (), f"ytk-backend-nvcc (nvcc {nvcc_version(nvcc)})"
     if api in TRT_APIS:
-        include, version = headers_for(arch)
+        assert trt_headers is not None
+        include, version = trt_headers
         try:
             shim = shim_for(src.meta, api, arch)
         except ShimError as e:
@@ -112,13 +124,23 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
     with ctx.progress(f"nvcc: building {request.plugin_name} for sm_{arch.sm}", total=1) as task:
         try:
             res = compile_shared(translation_unit(src, desc, shim), request.output, arch, extra_flags=flags,
-                                 ptxas_verbose=True)
+                                 ptxas_verbose=True, cross=cross)
         except NvccError as e:
             # Keep the whole compiler output: the message carries only its tail.
             _write_log(log_path, e.log)
             raise StageError(f"{e}\n(full build log: {log_path})") from None
         task.advance()
     log = " ".join(res.cmd) + "\n" + res.log
+    if cross is not None:
+        # what loads on the target is checked here, on the host: its CPU and the C/C++ runtime it needs
+        try:
+            facts = check_output(Path(request.output), arch, cross)
+        except StageError as e:
+            Path(request.output).unlink(missing_ok=True)
+            _write_log(log_path, f"{log}\n{e}\n")
+            raise StageError(f"{e} (build log: {log_path})") from None
+        log += f"\ncross build for {arch.cpu_arch}: {facts.summary()}\n"
+        ctx.log.info("cross build checked", plugin=request.plugin_name, elf=facts.summary())
     _write_log(log_path, log)
     ctx.log.info("plugin built", plugin=request.plugin_name, so=str(request.output), sm=arch.sm, engine_api=api,
                  wall_s=round(res.wall_s, 2), log=str(log_path))

