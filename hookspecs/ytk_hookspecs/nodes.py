@@ -106,6 +106,7 @@ def match_plugins(nodes: Iterable[CustomNode], plugins: Sequence[PluginFile], pr
     res = MatchResult()
     nodes = list(nodes)
     by_key: dict[tuple[str, str, str], PluginFile] = {}
+    empty_ns: dict[tuple[str, str, str], PluginFile] = {}
     for p in plugins:
         d = p.description
         key = (d.namespace, d.name, d.version)
@@ -114,6 +115,19 @@ def match_plugins(nodes: Iterable[CustomNode], plugins: Sequence[PluginFile], pr
                               "one creator per (namespace, name, version), so pass only one of them")
             continue
         by_key[key] = p
+        if d.engine_api.startswith("trt"):
+            # ytk's TensorRT shims register every creator under its namespace and under the empty one (the ONNX
+            # parser looks there when a node has no plugin_namespace attribute); loadLibrary refuses a library
+            # whose creator is already registered, so the same (name, version) in two namespaces cannot load
+            alias = ("", d.name, d.version)
+            other = empty_ns.get(alias)
+            if other is not None and other.description.namespace != d.namespace:
+                res.errors.append(
+                    f"{p.path} ({plugin_label(d)}) and {other.path} ({plugin_label(other.description)}) both "
+                    f"register {d.name} v{d.version} in the empty namespace too, as ytk's TensorRT plugins do; "
+                    "TensorRT refuses to load the second library. Give one of them another name or version "
+                    "(--plugin-name, or the selector's name) and rebuild it")
+            empty_ns.setdefault(alias, p)
         if sm is not None and d.sm != sm:
             res.errors.append(f"plugin {plugin_label(d)} ({p.path}) was built for sm{d.sm} but the target is "
                               f"sm{sm}; rebuild it with `ytk embedded build-plugin -a <the target's arch>`")

@@ -87,6 +87,22 @@ def test_sm_mismatch_duplicates_and_mock_plugins_in_real_engines():
     assert any("mock-cpu" in e for e in real.errors)
 
 
+@pytest.mark.parametrize("api", ["trt8-IPluginV2DynamicExt", "trt10-IPluginV3"])
+def test_tensorrt_shims_of_one_name_in_two_namespaces_cannot_both_load(api):
+    # each shim also registers in the empty namespace: the second library's loadLibrary would fail
+    nodes = [_node(), _node(f"{PLUGIN}_1", ns="other")]
+    clash = match_plugins(nodes, [_pf(engine_api=api), _pf(file="b.so", namespace="other", engine_api=api)],
+                          "fp16", sm=87, simulated_engine=False)
+    (msg,) = [e for e in clash.errors if "empty namespace" in e]
+    assert "/p/b.so" in msg and "/p/a.so" in msg and "--plugin-name" in msg
+    # another version, or plugins that are not TensorRT shims, do not collide
+    assert not [e for e in match_plugins(nodes[:1], [_pf(engine_api=api), _pf(file="b.so", namespace="other",
+                                                                              version="2", engine_api=api)],
+                                         "fp16", sm=87, simulated_engine=False).errors if "empty namespace" in e]
+    assert not [e for e in match_plugins(nodes, [_pf(), _pf(file="b.so", namespace="other")], "fp16",
+                                         sm=87).errors if "empty namespace" in e]
+
+
 def _cand(fixture_dir: Path):
     return CandidatesFile.read(fixture_dir / "carved" / "candidates.json").candidates[0]
 
