@@ -7,14 +7,17 @@ end-to-end latency of CUDA-graph replays, and the outputs for model.npz.
 
 Options, from ``[backends.torch]`` in ytk.toml (``ctx.config``) or ``CompileRequest.options`` (which
 wins): ``device`` (``cuda`` default, ``cuda:1``, or ``cpu`` to check numerics without a GPU; the
-figures are then the CPU's, labelled so) and ``profile_iterations`` (timed eager runs behind the
-per-layer medians, default 30).
+figures are then the CPU's, labelled so), ``profile_iterations`` (timed eager runs behind the
+per-layer medians, default 30) and ``mode``: ``eager`` (the default: every layer its own kernels),
+``inductor`` or ``inductor-max-autotune`` (the graph between plugins compiled with torch.compile, so that
+the engine's base is what a torch user would deploy; :mod:`ytk_backend_torch.fused`).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from ytk_hookspecs import StageContext, hookimpl
 from ytk_hookspecs.errors import StageError
@@ -97,8 +100,12 @@ def compile_engine(request: CompileRequest, ctx: StageContext) -> CompileResult:
     from .layer_info import build_layer_info
     from .program import Program
 
+    from .fused import engine_mode
+
     t0 = time.perf_counter()
-    device = resolve_device(_options(request, ctx).get("device"))
+    options = _options(request, ctx)
+    device = resolve_device(options.get("device"))
+    mode = engine_mode(options.get("mode"))
     import torch
 
     with ctx.progress("torch engine: folding the graph") as task:
@@ -119,6 +126,8 @@ def compile_engine(request: CompileRequest, ctx: StageContext) -> CompileResult:
     log = [f"torch engine {__version__} (torch {torch.__version__}) on {device_name(device)}",
            f"onnx: {request.onnx} ({plan.stats.get('onnx_nodes', 0)} nodes, opset {plan.opset})",
            f"precision: {plan.precision}; activations channels_last for 4-D tensors",
+           f"mode: {mode}" + ("" if mode == "eager" else " (the graph between plugins is compiled with torch.compile "
+                                                         "when the engine is profiled; per-layer times stay op by op)"),
            f"folded: {plan.stats.get('folded_nodes', 0)} constant nodes, "
            f"{plan.stats.get('batchnorm_folded', 0)} BatchNorm into Conv",
            f"layers: {len(program.steps)} ({len(plan.layers)} from the graph, "
@@ -129,14 +138,18 @@ def compile_engine(request: CompileRequest, ctx: StageContext) -> CompileResult:
     write_text_atomic(build_log, "\n".join(log) + "\n")
     ctx.log.info("torch engine built", layers=len(program.steps), folded=plan.stats.get("folded_nodes", 0),
                  plugins=len(plan.plugins), device=str(device))
-    return CompileResult(engine=engine, backend=NAME, backend_version=torch.__version__, simulated=False,
+    # the mode is part of which engine this is: compile's summary and verify's table show it beside the torch
+    # version, so an op-by-op base is never mistaken for a compiled one
+    version = torch.__version__ if mode == "eager" else f"{torch.__version__} ({mode})"
+    return CompileResult(engine=engine, backend=NAME, backend_version=version, simulated=False,
                          device=device_name(device), layer_info=layer_info, build_log=build_log, build_s=build_s,
-                         extra={"device_type": device.type, "layers": len(program.steps), **plan.stats})
+                         extra={"device_type": device.type, "layers": len(program.steps), "mode": mode, **plan.stats})
 
 
 def profile_engine(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
     """Per-layer medians, CUDA-graph replay latencies and the outputs of a compiled engine."""
     from .engine import device_name, load_program, read_inputs, resolve_device, tuned_kernels, write_outputs
+    from .fused import FusedProgram, engine_mode
     from .profiling import benchmark, export_profile, layer_times
 
     import json
@@ -147,15 +160,30 @@ def profile_engine(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
     options = _options(creq, ctx)
     device = resolve_device(options.get("device"))
     layer_iters = _int_option(options, "profile_iterations", 30)
+    mode = engine_mode(options.get("mode"))
     program = load_program(Path(request.compile.engine), device)
     with tuned_kernels(device):
         inputs = program.prepare_inputs(read_inputs(creq.npz, program.plan))
-        outputs = program(inputs)
+        runner: Any = program
+        if mode != "eager":
+            runner = FusedProgram(program, mode)
+            with ctx.progress(f"torch engine: compiling {runner.compiled_layers} layers with torch.compile "
+                              f"({mode}, {sum(s.compiled for s in runner.segments)} piece(s) between plugins)"):
+                try:
+                    runner(inputs)  # the first call compiles
+                except StageError:
+                    raise
+                except Exception as e:  # inductor's own failure: one line, and the way around it
+                    first = (str(e).strip().splitlines() or [""])[0][:300]
+                    raise StageError(f"torch.compile ({mode}) could not compile the engine's graph: "
+                                     f"{type(e).__name__}: {first}; set mode = \"eager\" in [backends.torch] of "
+                                     "ytk.toml to run it op by op") from None
+        outputs = runner(inputs)
         out_path = write_outputs(Path(creq.workdir) / OUTPUTS, program.plan, outputs)
         with ctx.progress("torch engine: per-layer profile", total=layer_iters) as task:
             stats, event_cost = layer_times(program, inputs, request.warmup, layer_iters, task)
         with ctx.progress("torch engine: benchmark", total=request.iterations) as task:
-            times, replay_out = benchmark(program, inputs, request.warmup, request.iterations, task)
+            times, replay_out = benchmark(runner, inputs, request.warmup, request.iterations, task)
     if replay_out is not None:
         drift = max(float((a - b).abs().max()) for a, b in zip(outputs, replay_out)) if outputs else 0.0
         if not all(torch.isfinite(a).all() == torch.isfinite(b).all() for a, b in zip(outputs, replay_out)) \

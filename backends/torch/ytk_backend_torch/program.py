@@ -35,6 +35,17 @@ class Step:
     free: list[int] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    kind: str = "op"  # "plugin" for a custom-op node run by its plugin .so
+
+    def run(self, env: list[Any]) -> None:
+        """Run this step on the slot list ``env``: read its inputs, write its outputs."""
+        res = self.fn(*[env[j] if j is not None else None for j in self.in_slots])
+        if isinstance(res, (tuple, list)):
+            for j, r in zip(self.out_slots, res):
+                if j is not None:
+                    env[j] = r
+        else:
+            env[self.out_slots[0]] = res  # type: ignore[index]
 
     @property
     def metadata(self) -> str:
@@ -93,7 +104,8 @@ class Program:
             ins = [slot(n) if (n and i in runtime_idx) else None for i, n in enumerate(node.inputs)]
             outs = [slot(o) if o else None for o in node.outputs]
             self.steps.append(Step(layer.name, layer.type, layer.onnx_nodes, fn, ins, outs,
-                                   inputs=[n for n in node.inputs if n], outputs=[o for o in node.outputs if o]))
+                                   inputs=[n for n in node.inputs if n], outputs=[o for o in node.outputs if o],
+                                   kind=layer.kind))
         producer = {o: s for s in self.steps for o in s.outputs}
         self.output_slots: list[int] = []
         for k, go in enumerate(plan.outputs):
@@ -184,13 +196,7 @@ class Program:
         for j, t in zip(self.input_slots, inputs):
             env[j] = t
         for k, s in enumerate(self.steps):
-            res = s.fn(*[env[j] if j is not None else None for j in s.in_slots])
-            if isinstance(res, (tuple, list)):
-                for j, r in zip(s.out_slots, res):
-                    if j is not None:
-                        env[j] = r
-            else:
-                env[s.out_slots[0]] = res  # type: ignore[index]
+            s.run(env)
             for j in s.free:
                 env[j] = None
             if after_step is not None:

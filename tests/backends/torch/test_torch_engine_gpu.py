@@ -153,3 +153,46 @@ def test_custom_op_node_runs_through_its_plugin(tmp_path):
     layer = next(ly for ly in prof.layers if ly.name == "yasp_DwTest_0")
     assert layer.onnx_nodes == ["yasp_DwTest_0"] and layer.median_ms > 0
     np.testing.assert_allclose(np.load(prof.outputs)["y"], want, atol=3e-2, rtol=3e-2)
+
+
+def test_inductor_mode_on_gpu_fuses_the_graph_and_keeps_numerics(example):
+    # The worked example in inductor mode: one compiled piece (no plugins), captured in the benchmark's CUDA
+    # graph, with the op-by-op per-layer profile beside it and the same outputs as the eager engine.
+    d, x, ref = example
+    req = CompileRequest(onnx=d / "model.onnx", npz=d / "model.npz", arch="x86_64-sm90-linux-cu130-trt10",
+                         precision="fp16", workdir=d / "inductor", options={"profile_iterations": "5",
+                                                                            "mode": "inductor"})
+    res = torch_plugin.compile_engine(req, StageContext())
+    assert res.backend_version.endswith("(inductor)")
+    prof = torch_plugin.profile_engine(ProfileRequest(compile=res, request=req, iterations=20, warmup=3),
+                                       StageContext())
+    assert len(prof.iterations_ms) == 20 and min(prof.iterations_ms) > 0
+    assert any(ly.type == "Convolution" and ly.median_ms > 0 for ly in prof.layers)
+    out = np.load(prof.outputs)
+    for name, r in zip(out.files, ref):
+        assert cosine(out[name], r) > 0.999, name
+
+
+def test_inductor_mode_cuts_the_graph_at_a_plugin_on_gpu(tmp_path):
+    c = 32
+    inits = {"pw": rand(c, 8, 1, 1, seed=1, scale=0.3), "dw.weight": rand(c, 1, 3, 3, seed=2, scale=0.3),
+             "dw.bias": rand(c, seed=3, scale=0.1)}
+    nodes = [h.make_node("Conv", ["x", "pw"], ["p"], name="node_Conv_0"),
+             h.make_node("DwTest", ["p", "dw.weight", "dw.bias"], ["d"], name="yasp_DwTest_0", domain=PLUGIN_DOMAIN,
+                         plugin_namespace="yasp", plugin_version="1"),
+             h.make_node("Add", ["d", "p"], ["s"], name="node_add"), h.make_node("Sigmoid", ["s"], ["y"], name="sig")]
+    pc = save(make_model(nodes, {"x": ([2, 8, 24, 40], TensorProto.FLOAT)}, ["y"], inits,
+                         extra_opsets={PLUGIN_DOMAIN: 1}), tmp_path / "carved.onnx")
+    art = _build_plugin(tmp_path)
+    x = rand(2, 8, 24, 40, seed=4)
+    np.savez(tmp_path / "model.npz", x=x)
+    outs = {}
+    for mode in ("eager", "inductor"):
+        req = CompileRequest(onnx=pc, npz=tmp_path / "model.npz", arch="x86_64-sm90-linux-cu130-trt10",
+                             precision="fp16", workdir=tmp_path / mode, plugins=[art],
+                             options={"profile_iterations": "3", "mode": mode})
+        res = torch_plugin.compile_engine(req, StageContext())
+        prof = torch_plugin.profile_engine(ProfileRequest(compile=res, request=req, iterations=5, warmup=2),
+                                           StageContext())
+        outs[mode] = np.load(prof.outputs)["y"]
+    np.testing.assert_allclose(outs["inductor"], outs["eager"], atol=2e-3, rtol=2e-3)
