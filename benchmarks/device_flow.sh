@@ -6,7 +6,8 @@
 #   bash benchmarks/device_flow.sh gputests  every GPU test: backends (torch, nvcc, templates), conformance, the rest
 #   bash benchmarks/device_flow.sh zoo       per corpus model in ZOO_MODELS (contrib/zoo/<name>.py): ytk autoloop
 #                                            at ZOO_SIZE (default 4x1088x1920) and its one-run table (MAX_AUTOTUNE=1
-#                                            adds torch.compile max-autotune; ZOO_NO_TABLE=1 skips the table;
+#                                            adds torch.compile max-autotune, INDUCTOR=1 the base and plugged
+#                                            engines in the torch engine's inductor mode; ZOO_NO_TABLE=1 skips the table;
 #                                            each model's workdir is removed after its table unless ZOO_KEEP=1)
 #   bash benchmarks/device_flow.sh zootable  the tables again for ZOO_MODELS whose autoloop ran on this warm machine
 #   bash benchmarks/device_flow.sh admission the admission gate against the planted kernels (benchmarks/admission_suite.py)
@@ -75,7 +76,7 @@ zoo_table() {  # the one-run table of runs/zoo/$1's base and best bundles
   YTK_EXAMPLE_SIZE=${ZOO_SIZE:-4x1088x1920} timeout ${TABLE_TIMEOUT:-300} python3 benchmarks/flow_table.py \
     --base "$A/round0/base.tgz" --plugged "$A/$P" --model "contrib/zoo/$m.py" \
     --npz "$A/round0/prepare/model.npz" --reference "$A/round0/prepare/model.reference.npz" \
-    ${MAX_AUTOTUNE:+--max-autotune} --json "$OUT/zoo_$m.table${MAX_AUTOTUNE:+_ma}.json" \
+    ${MAX_AUTOTUNE:+--max-autotune} ${INDUCTOR:+--inductor-engines} --json "$OUT/zoo_$m.table${MAX_AUTOTUNE:+_ma}.json" \
     > "$OUT/zoo_$m.table${MAX_AUTOTUNE:+_ma}.txt" 2>&1
   echo "$m table rc=$?"
   grep -v '^{' "$OUT/zoo_$m.table${MAX_AUTOTUNE:+_ma}.txt" | tail -9

@@ -38,15 +38,20 @@ def _load_model(path: Path):  # type: ignore[no-untyped-def]
     return mod.Model().eval(), mod.get_fwd_args()
 
 
-def _engine_runner(bundle: Path, npz: Path, tmp: Path):  # type: ignore[no-untyped-def]
+def _engine_runner(bundle: Path, npz: Path, tmp: Path, mode: str = "eager"):  # type: ignore[no-untyped-def]
     from ytk_backend_torch.engine import load_program, read_inputs
+    from ytk_backend_torch.fused import FusedProgram
     from ytk_backend_torch.profiling import GraphRunner
     from ytk_core.bundle import ENGINE, EngineBundle
 
     b = EngineBundle.open(bundle)
-    eng = b.extract(ENGINE, tmp / f"{bundle.stem}.plan")
+    eng = b.extract(ENGINE, tmp / f"{bundle.stem}.{mode}.plan")
     prog = load_program(eng, torch.device("cuda"))
     inputs = prog.prepare_inputs(read_inputs(npz, prog.plan))
+    if mode != "eager":  # the torch engine's inductor mode: the graph between plugins compiled
+        prog = FusedProgram(prog, mode)
+        with torch.inference_mode():
+            prog(inputs)
     runner = GraphRunner(prog, inputs)
     return runner.replay, runner, b.manifest
 
@@ -67,6 +72,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
+    ap.add_argument("--inductor-engines", action="store_true",
+                    help="also the base and plugged engines in the torch engine's inductor mode (the graph between "
+                         "plugins compiled with torch.compile)")
     ap.add_argument("--max-autotune", action="store_true",
                     help="also torch.compile mode max-autotune-no-cudagraphs (minutes: it benchmarks every choice)")
     ap.add_argument("--json", type=Path)
@@ -79,6 +87,12 @@ def main() -> int:
         plug_fn, plug_runner, plug_m = _engine_runner(a.plugged, a.npz, Path(td))
         fns["ytk engine: base (torch)"] = base_fn
         fns[f"ytk engine: plugged ({len(plug_m.plugins)} plugins)"] = plug_fn
+        keep = [base_runner, plug_runner]
+        if a.inductor_engines:
+            for label, bundle in (("base", a.base), ("plugged", a.plugged)):
+                fn, runner, _ = _engine_runner(bundle, a.npz, Path(td), "inductor")
+                keep.append(runner)
+                fns[f"ytk engine: {label} (torch, inductor mode)"] = fn
         model, args = _load_model(a.model)
         x = args[0].cuda().half().contiguous(memory_format=torch.channels_last)
         m16 = model.cuda().half().to(memory_format=torch.channels_last)
@@ -124,6 +138,10 @@ def main() -> int:
     print(f"plugged vs base engine: {base_p50 / plug_p50:.2f}x")
     for other in names[2:]:
         print(f"plugged vs {other}: {table[other]['p50'] / plug_p50:.2f}x")
+    ind = {k: v["p50"] for k, v in table.items() if k.endswith("(torch, inductor mode)")}
+    if len(ind) == 2:
+        ib, ip = ind["ytk engine: base (torch, inductor mode)"], ind["ytk engine: plugged (torch, inductor mode)"]
+        print(f"plugged vs base, both in the torch engine's inductor mode: {ib / ip:.2f}x")
     print("numerics (cosine vs fp32 torch reference):", json.dumps(numerics))
     if a.json:
         a.json.write_text(json.dumps({"device": dev, "table": table, "numerics": numerics,
