@@ -36,6 +36,10 @@ ACTIVATION_CODE = {
     "silu": "return v / (1.f + __expf(-v));",
     "gelu": "return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));",
     "gelu_tanh": "return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));",
+    # the gates of squeeze-excite blocks (MobileNetV3: hardsigmoid = relu6(v + 3) / 6; EfficientNet: sigmoid)
+    "hardsigmoid": "return __saturatef(fmaf(v, 1.f / 6.f, 0.5f));",
+    "sigmoid": "return 1.f / (1.f + __expf(-v));",
+    "tanh": "return tanhf(v);",
 }
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -30,6 +30,9 @@ _ACT_SIMPLE = {
     "aten.hardswish.default": "hardswish", "aten.hardswish_.default": "hardswish",
     "aten.silu.default": "silu", "aten.silu_.default": "silu",
     "aten.relu6.default": "relu6",
+    "aten.hardsigmoid.default": "hardsigmoid", "aten.hardsigmoid_.default": "hardsigmoid",
+    "aten.sigmoid.default": "sigmoid", "aten.sigmoid_.default": "sigmoid",
+    "aten.tanh.default": "tanh", "aten.tanh_.default": "tanh",
 }
 _CLAMPS = {"aten.hardtanh.default", "aten.hardtanh_.default", "aten.clamp.default", "aten.clamp_.default"}
 _MATMUL = {"aten.matmul.default", "aten.bmm.default", "aten.mm.default", "aten.einsum.default"}
@@ -165,7 +168,8 @@ def _conv_chain(g: RegionGraph, conv: OpNode) -> str:
         a2 = _activation(nxt)
         if a2 is None or act != "none":
             raise UnsupportedRegion(f"unsupported op {nxt.target} after the convolution (templates fuse one "
-                                    "activation: relu, relu6/hardtanh(0,6), hardswish, silu, gelu)")
+                                    "activation: relu, relu6/hardtanh(0,6), hardswish, hardsigmoid, sigmoid, silu, "
+                                    "tanh, gelu)")
         act, cur = a2, nxt
     if g.outputs != [cur.name]:
         raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the convolution chain's result")

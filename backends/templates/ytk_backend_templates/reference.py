@@ -23,6 +23,9 @@ _ACT = {
     "silu": lambda F, x: F.silu(x),
     "gelu": lambda F, x: F.gelu(x),
     "gelu_tanh": lambda F, x: F.gelu(x, approximate="tanh"),
+    "hardsigmoid": lambda F, x: F.hardsigmoid(x),
+    "sigmoid": lambda F, x: x.sigmoid(),
+    "tanh": lambda F, x: x.tanh(),
 }
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 #: Upper bound of |f'(x)| per activation: scales the error budget from pre-activation to output.
 ACT_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "hardswish": 1.5, "silu": 1.1, "gelu": 1.13,
-                 "gelu_tanh": 1.13}
+                 "gelu_tanh": 1.13, "sigmoid": 0.25, "hardsigmoid": 1.0 / 6.0, "tanh": 1.0}
 
 
 @dataclass(frozen=True)

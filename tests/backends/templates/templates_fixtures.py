@@ -24,6 +24,9 @@ ACTS = {
     "silu": F.silu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "hardsigmoid": F.hardsigmoid,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
 }
 
 
@@ -175,6 +178,7 @@ GPU_DW_REGIONS = [
     # channels no 16-wide block tiles (MobileNetV3's 72, EdgeNeXt's 88): the runtime-C kernels
     ("DwConv5x5s2C72", 5, 2, "hardswish", 72, True, [(1, 72, 13, 17)], 0),
     ("DwConv7x7s1C88", 7, 1, "gelu", 88, True, [(2, 88, 9, 13)], 3),
+    ("DwAct3x3s1sigmoid", 3, 1, "sigmoid", 32, True, [(1, 32, 7, 9)], 2),
 ]
 # 1x1 regions: (plugin name, activation, per-group in/out (0: dense), bias, shapes (N, C, H, W, CO), max variants)
 GPU_PW_REGIONS = [
@@ -182,6 +186,9 @@ GPU_PW_REGIONS = [
     ("Conv1x1s1Dyn", "none", 0, 0, True, [(1, 32, 9, 11, 16), (1, 128, 5, 7, 64), (1, 64, 3, 3, 256)], 0),
     ("GConv1x1s1Dyn", "none", 16, 16, True, [(1, 384, 7, 9, 384), (1, 768, 3, 5, 768)], 0),
     ("PwAct1x1relu6", "relu6", 0, 0, False, [(1, 24, 7, 5, 40)], 2),
+    # squeeze-excite's expand conv on the pooled 1x1 map, gated: MobileNetV3 (hardsigmoid), EfficientNet (sigmoid)
+    ("SeExpand1x1hardsigmoid", "hardsigmoid", 0, 0, True, [(2, 16, 1, 1, 64)], 2),
+    ("SeExpand1x1sigmoid", "sigmoid", 0, 0, True, [(2, 40, 1, 1, 160)], 2),
 ]
 GPU_LITEMLA_REGIONS = [
     ("LiteMLAC384", True, [(1, 384, 7, 9), (2, 384, 3, 5)], 0),

@@ -276,3 +276,21 @@ def test_ring_output_through_the_tma_is_one_bulk_store_per_item(tmp_path: Path) 
             # ones (a generic st would cost an address-space check per store)
             generic = len(re.findall(r"^\s*st\.(?:v[248]\.)?[ub]\d+", text, re.M))
             assert generic == 0 and (len(re.findall(r"\bst\.shared", text)) > 0) == ot, (p.stage, ot, generic)
+
+
+def test_every_activation_compiles_in_both_conv_families(tmp_path: Path) -> None:
+    # one variant per (family, activation) in one translation unit: the activation bodies are device code
+    # that only nvcc checks (squeeze-excite gates among them)
+    from ytk_backend_templates.emit_common import ACTIVATION_CODE
+
+    bodies = []
+    for act in ACTIVATION_CODE:
+        for region in (DwConvRegion(3, 1, act, 64), Conv1x1Region(act, 16, 64)):
+            v = region_variants(region, sm=90, limit=1)[0]
+            bodies.append(v.body.replace(f"ytk_{v.name}", f"ytk_{v.name}_{act}"))
+    cu = tmp_path / "acts.cu"
+    cu.write_text(PRELUDE + "\n".join(bodies))
+    p = subprocess.run([find_nvcc(), "-cubin", "-O3", "-arch=sm_90", "-o", str(tmp_path / "acts.cubin"), str(cu)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-2000:]
+    assert {"hardsigmoid", "sigmoid", "tanh"} <= set(ACTIVATION_CODE)
