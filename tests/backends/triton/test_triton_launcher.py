@@ -1,0 +1,142 @@
+"""The triton generator's run-time half on the CPU: a Triton kernel compiled ahead of time for sm_90 and
+sm_87 (Triton's own ptxas, no GPU), its launch plan, the generated C launcher with the cubins embedded,
+built into a plugin by the nvcc builder -- for this host and, cross-compiled, for an aarch64 Orin.
+Launching it needs a GPU (the test marked gpu)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ytk_backend_nvcc.toolchain import find_nvcc
+from ytk_backend_triton.launcher import header_source, launcher_source
+from ytk_backend_triton.plan import Arg, Launch, LaunchPlan, PlanError, ShapeCase, ptx_entry
+from ytk_hookspecs import StageContext
+from ytk_hookspecs.kernel_source import KernelSource
+from ytk_hookspecs.models import BuildRequest, PluginMeta, TensorContract
+from ytk_hookspecs.plugin_info import read_plugin_description
+
+triton = pytest.importorskip("triton", reason="Triton is not installed (requirements/test.txt pins it)")
+tl = pytest.importorskip("triton.language")
+
+BLOCK = 256
+
+
+@triton.jit
+def relu_fp16(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m).to(tl.float32)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0).to(tl.float16), mask=m)
+
+
+SHAPES = [(1, 16, 8, 8), (2, 16, 9, 7)]
+
+
+@pytest.fixture(scope="module")
+def relu_plan() -> LaunchPlan:
+    from ytk_backend_triton.aot import compile_jit, triton_version
+
+    kb = compile_jit(relu_fp16, {"x_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"},
+                     {"BLOCK": BLOCK}, sms=[87, 90], num_warps=4)
+    cases = []
+    for s in SHAPES:
+        n = s[0] * s[1] * s[2] * s[3]
+        cases.append(ShapeCase(extents=list(s), launches=[Launch(
+            kernel=kb.name, grid=(-(-n // BLOCK), 1, 1),
+            args=[Arg(kind="input", index=0), Arg(kind="output", index=0), Arg(kind="scalar", value=n)])]))
+    return LaunchPlan(kernels=[kb], cases=cases, n_inputs=1, n_outputs=1, triton_version=triton_version())
+
+
+def _meta() -> PluginMeta:
+    t = [TensorContract(name=n, dtype="float16", format="kLINEAR", role="activation", shape=["N", "C", "H", "W"])
+         for n in ("x", "y")]
+    return PluginMeta(plugin_name="TrRelu", inputs=[t[0]], outputs=[t[1]],
+                      extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]"},
+                      launcher="ytk_launch_TrRelu")
+
+
+def _bundle(plan: LaunchPlan, path: Path) -> Path:
+    meta = _meta()
+    src = launcher_source(plan, "ytk_tr_TrRelu", meta.launcher, meta.workspace)
+    return KernelSource(header=header_source(meta.launcher, meta.workspace), source=src, meta=meta).write(path)
+
+
+def test_the_compiled_kernel_and_its_plan(relu_plan: LaunchPlan) -> None:
+    kb = relu_plan.kernels[0]
+    assert relu_plan.sms == [87, 90] and kb.num_warps == 4
+    # the PTX entry: the three parameters the caller binds, then Triton's scratch pointers
+    assert kb.user_params == 3 and [p.ptx_type for p in kb.params[:3]] == ["u64", "u64", "u32"]
+    assert all(p.pointer for p in kb.params[3:])
+    assert kb.cubin(90)[:4] == b"\x7fELF" and kb.cubin(87) != kb.cubin(90)
+    again = LaunchPlan.model_validate_json(relu_plan.model_dump_json())
+    assert again == relu_plan
+    with pytest.raises(PlanError, match="no cubin for sm_80"):
+        kb.cubin(80)
+
+
+def test_a_plan_that_would_launch_wrongly_is_refused(relu_plan: LaunchPlan) -> None:
+    bad = relu_plan.model_dump()
+    bad["cases"][0]["launches"][0]["args"][2] = {"kind": "input", "index": 0}  # a pointer for the i32
+    with pytest.raises(ValueError, match="a input for a u32 parameter"):
+        LaunchPlan.model_validate(bad)
+    bad = relu_plan.model_dump()
+    bad["cases"][1]["extents"] = bad["cases"][0]["extents"]
+    with pytest.raises(ValueError, match="two shape cases for the same extents"):
+        LaunchPlan.model_validate(bad)
+    with pytest.raises(PlanError, match="expected one .entry"):
+        ptx_entry(".version 8.0\n.target sm_90\n")
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["x86_64-sm90-linux-cu130-trt10", "arm64-sm87-linux-cu130-trt10"])
+def test_the_launcher_builds_into_a_plugin_with_the_cubins_inside(relu_plan: LaunchPlan, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch, arch: str) -> None:
+    from ytk_backend_nvcc.plugin import NvccBuilder
+
+    if arch.startswith("arm64"):
+        target = Path(__file__).parents[2] / "data" / "cross" / "cuda-13.0-aarch64"
+        if shutil.which("aarch64-linux-gnu-g++") is None or not (target / "lib" / "libcudadevrt.a").is_file():
+            pytest.skip("the aarch64 cross toolchain or target CUDA is missing (tests/data/cross/README.md)")
+        monkeypatch.setenv("YTK_TARGET_CUDA", str(target))
+    src = _bundle(relu_plan, tmp_path / "TrRelu.module_source.py")
+    so = tmp_path / "TrRelu.so"
+    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TrRelu", arch=arch, output=so), StageContext())
+    desc = read_plugin_description(so)
+    assert desc.launcher == "ytk_launch_TrRelu"
+    data = so.read_bytes()
+    sm = int(arch.split("-")[1][2:])
+    assert data.find(relu_plan.kernels[0].cubin(sm)) >= 0, "the target's cubin is embedded byte for byte"
+    from ytk_backend_nvcc.cross import elf_facts
+
+    needed = elf_facts(so).needed
+    assert needed and not [n for n in needed if "cuda" in n], "the driver API comes through the runtime, not libcuda"
+
+
+@pytest.mark.gpu
+def test_the_plugin_runs_the_kernel_on_the_gpu(relu_plan: LaunchPlan, tmp_path: Path) -> None:
+    import torch
+
+    from ytk_backend_nvcc.plugin import NvccBuilder
+    from ytk_hookspecs.launcher import LauncherLibrary, torch_launch
+
+    major, minor = torch.cuda.get_device_capability()
+    if major * 10 + minor not in relu_plan.sms:
+        pytest.skip(f"the fixture plan is compiled for {relu_plan.sms}, this GPU is sm_{major}{minor}")
+    src = _bundle(relu_plan, tmp_path / "TrRelu.module_source.py")
+    so = tmp_path / "TrRelu.so"
+    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TrRelu",
+                                            arch=f"x86_64-sm{major}{minor}-linux-cu130-trt10", output=so),
+                               StageContext())
+    lib = LauncherLibrary(so)
+    for shape in SHAPES:
+        x = torch.randn(shape, device="cuda").half()
+        y = torch.full_like(x, float("nan"))
+        torch_launch(lib, [x], [y])
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, torch.relu(x))
+    x = torch.randn(3, 16, 8, 8, device="cuda").half()
+    with pytest.raises(Exception, match="invalid argument|InvalidValue|1"):
+        torch_launch(lib, [x], [torch.empty_like(x)])
