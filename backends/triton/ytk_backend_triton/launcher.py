@@ -49,7 +49,7 @@ def _launch(k: int, kb: KernelBinary, launch: Launch) -> str:
               f"    CUresult r = d.launch(f[{k}], {gx}u, {gy}u, {gz}u, {32 * kb.num_warps}u, 1u, 1u, "
               f"{kb.shared_bytes}u, (CUstream)stream, params, nullptr);",
               "    if (r != CUDA_SUCCESS) return (int)r;"]
-    return "  {  // " + kb.name + "\n" + "\n".join(lines) + "\n  }"
+    return "  {  // " + kb.id + "\n" + "\n".join(lines) + "\n  }"
 
 
 def launcher_source(plan: LaunchPlan, ns: str, launcher: str, workspace: str | None) -> str:
@@ -58,7 +58,7 @@ def launcher_source(plan: LaunchPlan, ns: str, launcher: str, workspace: str | N
         raise ValueError("the plan needs a workspace but the contract names no workspace function")
     sms = plan.sms
     nk = len(plan.kernels)
-    idx = {kb.name: i for i, kb in enumerate(plan.kernels)}
+    idx = {kb.id: i for i, kb in enumerate(plan.kernels)}
     out = ["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <cstdint>", "#include <cstddef>",
            "#include <mutex>", "", f"namespace {ns} {{"]
     for i, kb in enumerate(plan.kernels):

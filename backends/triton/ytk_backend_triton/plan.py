@@ -60,10 +60,12 @@ def ptx_entry(ptx: str, name: str | None = None) -> tuple[str, list[PtxParam]]:
 
 
 class KernelBinary(BaseModel):
-    """One compiled kernel: its entry, its parameters, and a cubin per SM."""
+    """One compiled kernel: its entry, its parameters, and a cubin per SM. ``id`` names it in the plan
+    (two shape cases may compile different kernels of one entry name; each loads as its own module)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    id: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
     name: str = Field(pattern=C_IDENTIFIER)
     params: list[PtxParam]
     num_warps: int = Field(ge=1, le=32)
@@ -75,6 +77,8 @@ class KernelBinary(BaseModel):
 
     @model_validator(mode="after")
     def _hidden_are_pointers(self) -> "KernelBinary":
+        if not self.id:
+            self.id = self.name
         if self.user_params > len(self.params):
             raise ValueError(f"kernel {self.name}: {self.user_params} user parameters but its entry has "
                              f"{len(self.params)}")
@@ -138,10 +142,10 @@ class LaunchPlan(Versioned):
 
     @model_validator(mode="after")
     def _consistent(self) -> "LaunchPlan":
-        names = [k.name for k in self.kernels]
-        if len(set(names)) != len(names):
-            raise ValueError(f"two kernels share a name: {sorted(n for n in names if names.count(n) > 1)}")
-        by = {k.name: k for k in self.kernels}
+        ids = [k.id for k in self.kernels]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"two kernels share an id: {sorted(n for n in ids if ids.count(n) > 1)}")
+        by = {k.id: k for k in self.kernels}
         sms = {frozenset(k.cubins) for k in self.kernels}
         if len(sms) != 1:
             raise ValueError("the kernels were not all compiled for the same SMs")

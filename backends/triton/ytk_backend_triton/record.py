@@ -1,0 +1,225 @@
+"""Turning a carved region into a launch plan with the torch compiler, on a CUDA machine.
+
+Per site shape, the region's program (fp16, the contract's layouts) is compiled by inductor with
+max-autotune and Triton-only GEMM/conv back ends, so that every piece of GPU work is a Triton kernel.
+The compiled function then runs once more while three things are recorded:
+
+* every Triton launch (grid, kernel, arguments), by wrapping Triton's CUDA launcher class;
+* every allocation and free of the CUDA caching allocator (``torch.cuda.memory`` history), which tells
+  intermediate buffers (freed by the end: laid out in the plugin's workspace) from the outputs;
+* the compiled kernels themselves (``CompiledKernel``: cubin, PTX entry, warps, shared memory).
+
+Each pointer argument is then resolved to an input, an output or the workspace plus an offset, and each
+scalar kept as it is. Anything the replay could not reproduce is refused with the reason: inductor
+calling cuBLAS/cuDNN or an ATen op, TMA descriptors, Triton scratch memory, a pointer into memory
+that is none of those, outputs that alias inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ytk_hookspecs.errors import UnsupportedRegion
+
+from .aot import binary
+from .plan import Arg, KernelBinary, Launch, PlanError, ShapeCase
+
+#: In inductor's output code, what is GPU work other than a Triton kernel (a plan cannot replay it).
+_NOT_TRITON = re.compile(r"\bextern_kernels\.\w+|\btorch\.ops\.\w+\.\w+|\baten\.\w+|\.copy_\(|\bcpp_fused_\w+")
+WORKSPACE_ALIGN = 256
+
+
+@dataclass
+class _Recorded:
+    launches: list[tuple[tuple[int, int, int], int, list[Any], list[str]]] = field(default_factory=list)
+    kernels: dict[int, Any] = field(default_factory=dict)  # CUfunction handle -> CompiledKernel
+    active: bool = False
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[_Recorded]:
+    """Wrap Triton's kernel handles and CUDA launcher for the duration (patched on the classes, so that
+    launchers inductor created and cached see it too)."""
+    from triton.backends.nvidia import driver as nvdriver
+    from triton.compiler import compiler as tcompiler
+
+    rec = _Recorded()
+    ck_cls, launcher_cls = tcompiler.CompiledKernel, nvdriver.CudaLauncher
+    orig_init_handles, orig_init, orig_call = ck_cls._init_handles, launcher_cls.__init__, launcher_cls.__call__
+
+    def init_handles(self: Any) -> Any:
+        out = orig_init_handles(self)
+        if getattr(self, "function", None) is not None:
+            rec.kernels[int(self.function)] = self
+        return out
+
+    def init(self: Any, src: Any, metadata: Any) -> None:
+        orig_init(self, src, metadata)
+        self._ytk_signature = [str(t) for t in src.signature.values()]
+        self._ytk_tensordesc = bool(getattr(metadata, "tensordesc_meta", None))
+
+    def call(self: Any, gridX: int, gridY: int, gridZ: int, stream: Any, function: Any, *rest: Any) -> Any:
+        if rec.active:
+            args = list(rest[4:])  # after kernel_metadata, launch_metadata, launch_enter_hook, launch_exit_hook
+            rec.launches.append(((int(gridX), int(gridY), int(gridZ)), int(function), args,
+                                 getattr(self, "_ytk_signature", []) + (["tensordesc"] if getattr(
+                                     self, "_ytk_tensordesc", False) else [])))
+        return orig_call(self, gridX, gridY, gridZ, stream, function, *rest)
+
+    ck_cls._init_handles, launcher_cls.__init__, launcher_cls.__call__ = init_handles, init, call
+    try:
+        yield rec
+    finally:
+        ck_cls._init_handles, launcher_cls.__init__, launcher_cls.__call__ = orig_init_handles, orig_init, orig_call
+
+
+def compile_options(mode: str) -> dict[str, Any]:
+    """torch.compile options: Triton-only GEMMs and convolutions (no cuBLAS/cuDNN call in the output)."""
+    opts: dict[str, Any] = {"max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON",
+                            "triton.cudagraphs": False}
+    if mode == "max-autotune":
+        opts["max_autotune"] = True
+    return opts
+
+
+def _allocations(snapshot: dict[str, Any], device_index: int) -> tuple[dict[int, int], set[int]]:
+    """(address -> size of every block allocated during the recorded call, the addresses freed again)."""
+    allocs: dict[int, int] = {}
+    freed: set[int] = set()
+    traces = snapshot.get("device_traces") or []
+    for ev in (traces[device_index] if device_index < len(traces) else []):
+        action = ev.get("action")
+        if action == "alloc":
+            allocs[int(ev["addr"])] = int(ev["size"])
+            freed.discard(int(ev["addr"]))
+        elif action in ("free_requested", "free_completed"):
+            freed.add(int(ev["addr"]))
+    return allocs, freed
+
+
+def record_case(fn: Any, inputs: list[Any], extents: list[int]) -> tuple[ShapeCase, list[Any], dict[int, Any]]:
+    """Run the compiled ``fn`` once on ``inputs`` under recording; the shape case, the outputs, and the
+    compiled kernels by handle. ``fn`` must have been called (compiled and autotuned) before."""
+    import torch
+
+    dev = inputs[0].device
+    torch.cuda.synchronize(dev)
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    try:
+        with recording() as rec:
+            rec.active = True
+            outs = fn(*inputs)
+            rec.active = False
+        torch.cuda.synchronize(dev)
+        snap = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    if not rec.launches:
+        raise UnsupportedRegion("the compiled region launched no Triton kernel (inductor ran it some other way)")
+    allocs, freed = _allocations(snap, dev.index or 0)
+    in_ranges = [(t.data_ptr(), t.untyped_storage().nbytes()) for t in inputs]
+    out_ranges = [(t.data_ptr(), t.untyped_storage().nbytes()) for t in outs]
+    for k, (p, _) in enumerate(out_ranges):
+        if any(p >= a and p < a + n for a, n in in_ranges):
+            raise UnsupportedRegion(f"output {k} of the compiled region aliases an input")
+    # intermediates: blocks allocated during the call that hold no output; each gets its own workspace slice
+    out_starts = {p for p, _ in out_ranges}
+    ws_offset: dict[int, int] = {}
+    total = 0
+    for addr, size in sorted(allocs.items()):
+        if any(addr <= p < addr + size for p in out_starts):
+            continue
+        ws_offset[addr] = total
+        total += -(-size // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+    launches = []
+    for grid, handle, args, signature in rec.launches:
+        ck = rec.kernels.get(handle)
+        if ck is None:
+            raise UnsupportedRegion("a Triton launch of a kernel whose binary was not seen being loaded")
+        if "tensordesc" in signature:
+            raise UnsupportedRegion(f"kernel {ck.metadata.name} takes TMA tensor descriptors, which a plan does not "
+                                    "build")
+        user = [a for a, t in zip(args, signature) if t != "constexpr"]
+        bound: list[Arg] = []
+        for a in user:
+            if hasattr(a, "data_ptr"):
+                bound.append(_pointer(int(a.data_ptr()), in_ranges, out_ranges, allocs, ws_offset, ck.metadata.name))
+            elif a is None:
+                raise UnsupportedRegion(f"kernel {ck.metadata.name} is passed a null pointer")
+            elif isinstance(a, bool) or not isinstance(a, (int, float)):
+                raise UnsupportedRegion(f"kernel {ck.metadata.name} takes an argument of type {type(a).__name__}")
+            else:
+                bound.append(Arg(kind="scalar", value=a))
+        launches.append(Launch(kernel=f"h{handle:x}", grid=grid, args=bound))
+    return ShapeCase(extents=list(extents), workspace_bytes=total, launches=launches), outs, rec.kernels
+
+
+def _pointer(p: int, ins: list[tuple[int, int]], outs: list[tuple[int, int]], allocs: dict[int, int],
+             ws: dict[int, int], kernel: str) -> Arg:
+    for k, (a, n) in enumerate(ins):
+        if a <= p < a + n:
+            return Arg(kind="input", index=k, offset=p - a)
+    for k, (a, n) in enumerate(outs):
+        if a <= p < a + n:
+            return Arg(kind="output", index=k, offset=p - a)
+    for a, n in allocs.items():
+        if a <= p < a + n and a in ws:
+            return Arg(kind="workspace", offset=ws[a] + p - a)
+    raise UnsupportedRegion(f"kernel {kernel} is passed a pointer into memory that is no input, output or buffer "
+                            "of this call (a constant the compiled graph keeps): lift it as a plugin input")
+
+
+def check_output_code(codes: list[str]) -> None:
+    """Refuse compiled code with GPU work that is not a Triton kernel: the calls made by its ``call`` function
+    (comments and the kernels' own source strings aside) to cuBLAS/cuDNN, ATen ops or copies."""
+    import ast
+
+    for code in codes:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            raise UnsupportedRegion("inductor's output code does not parse as Python") from None
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"]
+        for fn in calls:
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call):
+                    name = ast.unparse(node.func)
+                    if _NOT_TRITON.search(name + "(") or name.endswith(".copy_"):
+                        raise UnsupportedRegion(f"inductor runs {name} for this region (not a Triton kernel), "
+                                                "which a plugin cannot embed")
+
+
+def kernel_binaries(handles: dict[str, Any], sms: list[int], local_sm: int) -> list[KernelBinary]:
+    """The plan's kernels: the local SM's cubin as compiled, other SMs compiled again from the same source."""
+    import dataclasses
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    out = []
+    names = {f.name for f in dataclasses.fields(CUDAOptions)}
+    for kid, ck in handles.items():
+        md = ck.metadata
+        by_sm = {local_sm: ck}
+        for sm in sms:
+            if sm == local_sm:
+                continue
+            opts = {k: getattr(md, k) for k in names if hasattr(md, k) and k not in ("arch", "backend_name")}
+            try:
+                by_sm[sm] = triton.compile(ck.src, target=GPUTarget("cuda", sm, 32), options=opts)
+            except Exception as e:  # Triton's own compile error for that SM
+                raise UnsupportedRegion(f"kernel {md.name} does not compile for sm_{sm}: {type(e).__name__}: "
+                                        f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+        user = sum(1 for t in ck.src.signature.values() if str(t) != "constexpr")
+        try:
+            kb = binary(by_sm, user_params=user)
+        except (PlanError, ValueError) as e:
+            raise UnsupportedRegion(str(e)) from None
+        out.append(kb.model_copy(update={"id": kid}))
+    return out

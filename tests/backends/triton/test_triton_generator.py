@@ -1,0 +1,108 @@
+"""The triton generator's job: its contract and refusals on the CPU; the whole job (inductor, recording,
+launcher, build, the core's admission checks, timing) on a GPU."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ytk_backend_triton.generate import contract
+from ytk_backend_triton.record import _allocations, _pointer, check_output_code
+from ytk_hookspecs.errors import UnsupportedRegion
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "templates"))
+from templates_fixtures import candidate, export_region  # noqa: E402
+
+
+def test_the_contract_follows_the_sites() -> None:
+    shapes = [[(1, 32, 8, 8), (32, 32, 1, 1)], [(2, 32, 4, 6), (32, 32, 1, 1)]]
+    outs = [[(1, 32, 8, 8)], [(2, 32, 4, 6)]]
+    m = contract("Blk", "yasp", "1", ["activation", "weight"], shapes, outs, ["float16", "float16"], "tensorrt")
+    assert [t.format for t in m.inputs] == ["kHWC8", "kLINEAR"]
+    assert m.inputs[1].shape == ["32", "32", "1", "1"] and m.outputs[0].shape == ["in0[0]", "in0[1]", "in0[2]",
+                                                                                 "in0[3]"]
+    assert m.extents == {"I0D0": "in0[0]", "I0D1": "in0[1]", "I0D2": "in0[2]", "I0D3": "in0[3]"}
+    assert m.workspace == "ytk_workspace_Blk" and m.outputs[0].format == "kHWC8"
+    # pooled: a constant dim; a dim that follows no input is refused
+    pooled = contract("Se", "yasp", "1", ["activation"], [[(1, 16, 8, 8)], [(2, 16, 4, 4)]],
+                      [[(1, 16, 1, 1)], [(2, 16, 1, 1)]], ["float16"], "tensorrt")
+    assert pooled.outputs[0].shape == ["in0[0]", "in0[1]", "1", "1"]
+    with pytest.raises(UnsupportedRegion, match="output 0 dim 2"):
+        contract("Odd", "yasp", "1", ["activation"], [[(1, 16, 8, 8)], [(1, 16, 4, 4)]],
+                 [[(1, 16, 5, 8)], [(1, 16, 3, 4)]], ["float16"], "tensorrt")
+
+
+OUTPUT_CODE = '''
+aten = torch.ops.aten
+# Original ATen: [aten.add, aten.convolution]
+triton_poi_fused_add_0 = async_compile.triton("triton_poi_fused_add_0", """
+# Original ATen: [aten.add]
+def triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK):
+    pass
+""")
+def call(args):
+    arg0_1, = args
+    buf0 = empty_strided_cuda((4, 64), (64, 1), torch.float16)
+    # Topologically Sorted Source Nodes: [add], Original ATen: [aten.add]
+    triton_poi_fused_add_0.run(arg0_1, buf0, 256, stream=stream0)
+    LINE
+    return (buf0, )
+'''
+
+
+def test_compiled_code_with_other_gpu_work_is_refused() -> None:
+    check_output_code([OUTPUT_CODE.replace("LINE", "del arg0_1")])  # ATen names in comments and kernel text
+    for line, what in (("buf1 = extern_kernels.convolution(arg0_1, buf0)", "extern_kernels.convolution"),
+                       ("buf2 = torch.ops.aten.mm.default(arg0_1, buf0)", "torch.ops.aten.mm.default"),
+                       ("buf0.copy_(arg0_1)", "buf0.copy_")):
+        with pytest.raises(UnsupportedRegion, match=f"runs {what.replace('.', '[.]')} for this region"):
+            check_output_code([OUTPUT_CODE.replace("LINE", line)])
+
+
+def test_pointers_resolve_to_inputs_outputs_or_the_workspace() -> None:
+    snap = {"device_traces": [[{"action": "alloc", "addr": 5000, "size": 512},
+                               {"action": "alloc", "addr": 9000, "size": 1024},
+                               {"action": "free_requested", "addr": 5000, "size": 512}]]}
+    allocs, freed = _allocations(snap, 0)
+    assert allocs == {5000: 512, 9000: 1024} and freed == {5000}
+    ins, outs, ws = [(100, 200)], [(9000, 1024)], {5000: 0}
+    assert _pointer(150, ins, outs, allocs, ws, "k").model_dump() == {"kind": "input", "index": 0, "offset": 50,
+                                                                      "value": 0}
+    assert _pointer(9010, ins, outs, allocs, ws, "k").kind == "output"
+    assert _pointer(5100, ins, outs, allocs, ws, "k").offset == 100
+    with pytest.raises(UnsupportedRegion, match="no input, output or buffer"):
+        _pointer(1, ins, outs, allocs, ws, "k")
+
+
+class _NormGelu(torch.nn.Module):
+    """A ConvNeXt-style tail no template covers: LayerNorm over channels, GELU, a residual add."""
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        y = F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],)).permute(0, 3, 1, 2)
+        return x + F.gelu(y)
+
+
+@pytest.mark.gpu
+def test_a_region_no_template_covers_gets_a_plugin_on_the_gpu(tmp_path: Path) -> None:
+    from ytk_backend_triton.generate import generate
+    from ytk_hookspecs.kernel_source import KernelSource
+    from ytk_hookspecs.models import KernelGenRequest, KernelReport
+
+    shapes = [[(1, 64, 14, 18)], [(2, 64, 7, 9)]]
+    pt2 = export_region(_NormGelu(), (torch.randn(*shapes[0][0]),), tmp_path / "NormGelu.pt2")
+    cand = candidate("NormGelu", pt2, tmp_path, shapes, [s[0] for s in shapes], ["activation"],
+                     {"layer_norm": 1, "gelu": 1, "add": 1})
+    out = tmp_path / "NormGelu.module_source.py"
+    req = KernelGenRequest(reference=pt2, gpu=torch.cuda.get_device_name(), config={"allow_slower": "1",
+                                                                                    "mode": "default"},
+                           output=out, candidate=cand, prepare_dir=tmp_path, plugin_name="NormGelu")
+    res = generate(req, tmp_path / "work")
+    assert res.status == "done", res.message
+    src = KernelSource.read(out)
+    assert src.meta.inputs[0].format == "kHWC8" and src.meta.perf is not None
+    rep = KernelReport.read(res.report)
+    assert rep.winner and rep.candidates[0].correct and len(rep.torch_ms_per_site) == 2
