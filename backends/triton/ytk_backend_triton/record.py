@@ -34,22 +34,38 @@ WORKSPACE_ALIGN = 256
 
 
 @dataclass
-class _Recorded:
-    launches: list[tuple[tuple[int, int, int], int, list[Any], list[str]]] = field(default_factory=list)
+class Recorder:
+    launches: list[tuple[tuple[int, int, int], int, list[Any]]] = field(default_factory=list)
     kernels: dict[int, Any] = field(default_factory=dict)  # CUfunction handle -> CompiledKernel
     active: bool = False
 
+    def kernel(self, handle: int) -> Any:
+        """The CompiledKernel of a function handle: seen being loaded, else any live one (a kernel inductor
+        loaded before recording began, from its in-process cache)."""
+        if handle not in self.kernels:
+            import gc
+
+            from triton.compiler.compiler import CompiledKernel
+
+            for o in gc.get_objects():
+                if isinstance(o, CompiledKernel) and getattr(o, "function", None) is not None:
+                    self.kernels.setdefault(int(o.function), o)
+        ck = self.kernels.get(handle)
+        if ck is None:
+            raise UnsupportedRegion("a Triton launch of a kernel whose binary cannot be found")
+        return ck
+
 
 @contextlib.contextmanager
-def recording() -> Iterator[_Recorded]:
-    """Wrap Triton's kernel handles and CUDA launcher for the duration (patched on the classes, so that
-    launchers inductor created and cached see it too)."""
+def recording() -> Iterator[Recorder]:
+    """Wrap Triton's kernel-handle loading and its CUDA launcher for the duration (patched on the classes, so
+    that launchers inductor created and cached see it too); launches are kept while ``active``."""
     from triton.backends.nvidia import driver as nvdriver
     from triton.compiler import compiler as tcompiler
 
-    rec = _Recorded()
+    rec = Recorder()
     ck_cls, launcher_cls = tcompiler.CompiledKernel, nvdriver.CudaLauncher
-    orig_init_handles, orig_init, orig_call = ck_cls._init_handles, launcher_cls.__init__, launcher_cls.__call__
+    orig_init_handles, orig_call = ck_cls._init_handles, launcher_cls.__call__
 
     def init_handles(self: Any) -> Any:
         out = orig_init_handles(self)
@@ -57,62 +73,76 @@ def recording() -> Iterator[_Recorded]:
             rec.kernels[int(self.function)] = self
         return out
 
-    def init(self: Any, src: Any, metadata: Any) -> None:
-        orig_init(self, src, metadata)
-        self._ytk_signature = [str(t) for t in src.signature.values()]
-        self._ytk_tensordesc = bool(getattr(metadata, "tensordesc_meta", None))
-
     def call(self: Any, gridX: int, gridY: int, gridZ: int, stream: Any, function: Any, *rest: Any) -> Any:
         if rec.active:
-            args = list(rest[4:])  # after kernel_metadata, launch_metadata, launch_enter_hook, launch_exit_hook
-            rec.launches.append(((int(gridX), int(gridY), int(gridZ)), int(function), args,
-                                 getattr(self, "_ytk_signature", []) + (["tensordesc"] if getattr(
-                                     self, "_ytk_tensordesc", False) else [])))
+            # after kernel_metadata, launch_metadata, launch_enter_hook and launch_exit_hook: every parameter of
+            # the kernel's signature, constexprs included
+            rec.launches.append(((int(gridX), int(gridY), int(gridZ)), int(function), list(rest[4:])))
         return orig_call(self, gridX, gridY, gridZ, stream, function, *rest)
 
-    ck_cls._init_handles, launcher_cls.__init__, launcher_cls.__call__ = init_handles, init, call
+    ck_cls._init_handles, launcher_cls.__call__ = init_handles, call
     try:
         yield rec
     finally:
-        ck_cls._init_handles, launcher_cls.__init__, launcher_cls.__call__ = orig_init_handles, orig_init, orig_call
+        ck_cls._init_handles, launcher_cls.__call__ = orig_init_handles, orig_call
 
 
 def compile_options(mode: str) -> dict[str, Any]:
-    """torch.compile options: Triton-only GEMMs and convolutions (no cuBLAS/cuDNN call in the output)."""
+    """torch.compile options: Triton-only GEMMs and convolutions (no cuBLAS/cuDNN call in the output), no CUDA
+    graphs, and launches through Triton's own launcher (which :func:`recording` sees)."""
+    import torch._inductor.config as cfg
+
     opts: dict[str, Any] = {"max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON",
                             "triton.cudagraphs": False}
+    if hasattr(cfg, "use_static_cuda_launcher"):
+        opts["use_static_cuda_launcher"] = False
     if mode == "max-autotune":
         opts["max_autotune"] = True
     return opts
 
 
 def _allocations(snapshot: dict[str, Any], device_index: int) -> tuple[dict[int, int], set[int]]:
-    """(address -> size of every block allocated during the recorded call, the addresses freed again)."""
-    allocs: dict[int, int] = {}
+    """(address -> size of every block allocated during the recorded call, the addresses freed again); blocks
+    the caching allocator handed out twice or split are merged into the ranges they cover, so that a pointer's
+    place inside its range is the memory layout the kernels actually used."""
+    spans: list[tuple[int, int]] = []
     freed: set[int] = set()
     traces = snapshot.get("device_traces") or []
     for ev in (traces[device_index] if device_index < len(traces) else []):
         action = ev.get("action")
         if action == "alloc":
-            allocs[int(ev["addr"])] = int(ev["size"])
-            freed.discard(int(ev["addr"]))
+            spans.append((int(ev["addr"]), int(ev["addr"]) + int(ev["size"])))
         elif action in ("free_requested", "free_completed"):
             freed.add(int(ev["addr"]))
+    allocs: dict[int, int] = {}
+    start = end = -1
+    for a, b in sorted(spans):
+        if a < end:
+            end = max(end, b)
+            continue
+        if start >= 0:
+            allocs[start] = end - start
+        start, end = a, b
+    if start >= 0:
+        allocs[start] = end - start
     return allocs, freed
 
 
-def record_case(fn: Any, inputs: list[Any], extents: list[int]) -> tuple[ShapeCase, list[Any], dict[int, Any]]:
-    """Run the compiled ``fn`` once on ``inputs`` under recording; the shape case, the outputs, and the
-    compiled kernels by handle. ``fn`` must have been called (compiled and autotuned) before."""
+def record_case(fn: Any, inputs: list[Any], extents: list[int], rec: Recorder
+                ) -> tuple[ShapeCase, list[Any], dict[int, Any]]:
+    """Run the compiled ``fn`` once on ``inputs`` with ``rec`` active; the shape case, the outputs, and the
+    compiled kernels it launched by handle. ``fn`` must have been called (compiled and autotuned) before."""
     import torch
 
     dev = inputs[0].device
     torch.cuda.synchronize(dev)
     torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     try:
-        with recording() as rec:
-            rec.active = True
+        rec.launches.clear()
+        rec.active = True
+        try:
             outs = fn(*inputs)
+        finally:
             rec.active = False
         torch.cuda.synchronize(dev)
         snap = torch.cuda.memory._snapshot()
@@ -137,11 +167,11 @@ def record_case(fn: Any, inputs: list[Any], extents: list[int]) -> tuple[ShapeCa
         ws_offset[addr] = total
         total += -(-size // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
     launches = []
-    for grid, handle, args, signature in rec.launches:
-        ck = rec.kernels.get(handle)
-        if ck is None:
-            raise UnsupportedRegion("a Triton launch of a kernel whose binary was not seen being loaded")
-        if "tensordesc" in signature:
+    used: dict[int, Any] = {}
+    for grid, handle, args in rec.launches:
+        ck = used[handle] = rec.kernel(handle)
+        signature = [str(t) for t in ck.src.signature.values()]
+        if getattr(ck.metadata, "tensordesc_meta", None) or any("tensordesc" in t for t in signature):
             raise UnsupportedRegion(f"kernel {ck.metadata.name} takes TMA tensor descriptors, which a plan does not "
                                     "build")
         user = [a for a, t in zip(args, signature) if t != "constexpr"]
@@ -156,7 +186,7 @@ def record_case(fn: Any, inputs: list[Any], extents: list[int]) -> tuple[ShapeCa
             else:
                 bound.append(Arg(kind="scalar", value=a))
         launches.append(Launch(kernel=f"h{handle:x}", grid=grid, args=bound))
-    return ShapeCase(extents=list(extents), workspace_bytes=total, launches=launches), outs, rec.kernels
+    return ShapeCase(extents=list(extents), workspace_bytes=total, launches=launches), outs, used
 
 
 def _pointer(p: int, ins: list[tuple[int, int]], outs: list[tuple[int, int]], allocs: dict[int, int],

@@ -106,3 +106,15 @@ def test_a_region_no_template_covers_gets_a_plugin_on_the_gpu(tmp_path: Path) ->
     assert src.meta.inputs[0].format == "kHWC8" and src.meta.perf is not None
     rep = KernelReport.read(res.report)
     assert rep.winner and rep.candidates[0].correct and len(rep.torch_ms_per_site) == 2
+
+
+def test_without_a_gpu_the_job_fails_with_the_reason(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from ytk_backend_triton.generate import generate
+    from ytk_hookspecs.models import KernelGenRequest
+
+    pt2 = export_region(_NormGelu(), (torch.randn(1, 16, 4, 4),), tmp_path / "NormGelu.pt2")
+    res = generate(KernelGenRequest(reference=pt2, gpu="H200", output=tmp_path / "x.module_source.py",
+                                    plugin_name="NormGelu"), tmp_path / "work")
+    assert res.status == "failed" and "local CUDA GPU: no CUDA GPU here" in res.message
