@@ -13,7 +13,8 @@
 #   bash benchmarks/device_flow.sh admission the admission gate against the planted kernels (benchmarks/admission_suite.py)
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
 # still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
-# engine=torch, kernelgen=templates, builder=nvcc. Logs and small artifacts go to $OUT.
+# engine=torch, kernelgen=templates (KERNELGEN=templates,triton adds the triton generator), builder=nvcc. Logs and
+# small artifacts go to $OUT.
 set -u
 words=("${@:-flow}")
 OUT=${OUT:-/tmp/out}
@@ -22,7 +23,7 @@ unset PYTHONPATH; source benchmarks/device_env.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e hookspecs -e . -e backends/mock \
   -e backends/nvcc -e backends/torch -e backends/templates -e backends/triton > "$OUT/install.log" 2>&1 || { tail "$OUT/install.log"; exit 1; }
 export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc YTK_CACHE_DIR=$PWD/runs/ytkcache  # a build cache even without one carried
-export YTK_ENGINE=torch YTK_KERNELGEN=templates YTK_BUILDER=nvcc
+export YTK_ENGINE=torch YTK_KERNELGEN=${KERNELGEN:-templates} YTK_BUILDER=nvcc  # KERNELGEN=templates,triton: the chain
 ARCH=x86_64-sm90-linux-cu130-trt10
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
