@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -113,10 +113,15 @@ class LayerProfile(Versioned):
 
 
 class BenchmarkRecord(Versioned):
+    """``benchmark.json``. Schema 2 added ``alternatives`` (the engine's :class:`ProfileResult` ones)."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     device: str
     simulated: bool
     warmup: int
     iterations_ms: list[float]
+    alternatives: dict[str, list[float]] = Field(default_factory=dict)
 
 
 def write_bundle(out: Path, manifest: BundleManifest, members: dict[str, Path | bytes]) -> Path:

@@ -13,7 +13,8 @@ from ytk_core.stages.numerics import compare, tolerance_for
 from ytk_hookspecs.models import LayerTime
 
 
-def _bundle(path, outputs, times, precision="fp16", simulated=True, label=None):  # type: ignore[no-untyped-def]
+def _bundle(path, outputs, times, precision="fp16", simulated=True, label=None,  # type: ignore[no-untyped-def]
+            alternatives=None):
     buf = io.BytesIO()
     np.savez(buf, **outputs)
     m = BundleManifest(arch="arm64-sm87-dos6010-cu114-trt86", precision=precision, engine_backend="test",
@@ -22,7 +23,8 @@ def _bundle(path, outputs, times, precision="fp16", simulated=True, label=None):
     prof = LayerProfile(device="dev", simulated=simulated, iterations=len(times),
                         layers=[LayerTime(name="/a/Conv + PWN(/a/Relu)", type="CaskConvolution", median_ms=0.7),
                                 LayerTime(name="Reformatting CopyNode for Input Tensor 0 to x", median_ms=0.1)])
-    bench = BenchmarkRecord(device="dev", simulated=simulated, warmup=1, iterations_ms=list(times))
+    bench = BenchmarkRecord(device="dev", simulated=simulated, warmup=1, iterations_ms=list(times),
+                            alternatives=alternatives or {})
     return write_bundle(path, m, {ENGINE: b"e", PROFILE: prof.model_dump_json().encode(),
                                   BENCHMARK: bench.model_dump_json().encode(), OUTPUTS: buf.getvalue()})
 
@@ -49,6 +51,24 @@ def test_rows_percentiles_speedup_and_json(ytk, tmp_path, ref):
     (s,) = data["speedups"]
     assert s["speedup"] == pytest.approx(2.0) and s["simulated"] is True
     assert data["passed"] is True and len(data["numerics"]) == 4
+
+
+def test_an_engine_measured_two_ways_gives_the_gain_against_both(ytk, tmp_path, ref):
+    # the torch engine in inductor mode times its op-by-op run beside the compiled one (a bundle alternative)
+    base = _bundle(tmp_path / "base.tgz", ref, [4.0, 4.0, 4.0], simulated=False,
+                   alternatives={"eager (op by op)": [10.0, 10.0, 10.0]})
+    plugged = _bundle(tmp_path / "plugged.tgz", ref, [2.0, 2.0, 2.0], simulated=False,
+                      alternatives={"eager (op by op)": [3.0, 3.0, 3.0]})
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", base, plugged, "--no-host", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    kinds = {row["implementation"]: row["kind"] for row in data["rows"]}
+    assert kinds == {"base": "bundle", "plugged": "bundle", "base [eager (op by op)]": "bundle-alternative",
+                     "plugged [eager (op by op)]": "bundle-alternative"}
+    gains = {(s["baseline"], s["implementation"]): s["speedup"] for s in data["speedups"]}
+    assert gains == {("base", "plugged"): pytest.approx(2.0), ("base [eager (op by op)]", "plugged"): pytest.approx(5.0)}
+    table = ytk("embedded", "verify", tmp_path / "model.reference.npz", base, plugged, "--no-host")
+    assert "base [eager (op by op)]" in table.stdout
 
 
 def test_table_output_names_columns_and_marks_simulated(ytk, tmp_path, ref):

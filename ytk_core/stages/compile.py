@@ -147,7 +147,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         profile = LayerProfile(device=pres.device, simulated=pres.simulated, iterations=len(pres.iterations_ms),
                                layers=pres.layers)
         bench = BenchmarkRecord(device=pres.device, simulated=pres.simulated, warmup=warmup,
-                                iterations_ms=pres.iterations_ms)
+                                iterations_ms=pres.iterations_ms, alternatives=pres.alternatives)
         members: dict[str, Path | bytes] = {ENGINE: Path(cres.engine),
                                             PROFILE: profile.model_dump_json(indent=1).encode(),
                                             BENCHMARK: bench.model_dump_json(indent=1).encode(),

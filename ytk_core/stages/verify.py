@@ -31,7 +31,7 @@ class LatencyRow(BaseModel):
 
     implementation: str
     label: str
-    kind: str = Field(description="bundle or torch-host")
+    kind: str = Field(description="bundle, bundle-alternative (the same engine run another way) or torch-host")
     bundle: str | None = None
     engine: str = ""
     precision: str = ""
@@ -258,13 +258,22 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             numerics.extend(scored)
             task.advance()
     rows.extend(bundle_rows)
+    # the same engine run another way, measured beside each bundle (the torch engine's op-by-op run of an
+    # inductor-mode bundle): rows of their own, and the gain of every later bundle against the first's
+    alt_rows: list[list[LatencyRow]] = []
+    for b, row in zip(bundles, bundle_rows):
+        alts = b.benchmark.alternatives
+        alt_rows.append([latency_row(f"{row.implementation} [{name}]", f"{row.label} [{name}]", "bundle-alternative",
+                                     row.device, row.simulated, times, bundle=row.bundle, engine=row.engine,
+                                     precision=row.precision) for name, times in alts.items() if times])
+        rows.extend(alt_rows[-1])
     speedups = []
     if len(bundle_rows) > 1:
-        base = bundle_rows[0]
-        for r in bundle_rows[1:]:
-            speedups.append(Speedup(baseline=base.implementation, implementation=r.implementation,
-                                    baseline_p50_ms=base.p50_ms, p50_ms=r.p50_ms, speedup=base.p50_ms / r.p50_ms,
-                                    simulated=base.simulated or r.simulated))
+        for base in [bundle_rows[0], *alt_rows[0]]:
+            for r in bundle_rows[1:]:
+                speedups.append(Speedup(baseline=base.implementation, implementation=r.implementation,
+                                        baseline_p50_ms=base.p50_ms, p50_ms=r.p50_ms, speedup=base.p50_ms / r.p50_ms,
+                                        simulated=base.simulated or r.simulated))
     problems = _problems(Path(reference), ref, numerics, impls) + [v.problem for v in verdicts if v.problem]
     return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
                         layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics)

@@ -184,6 +184,11 @@ def profile_engine(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
             stats, event_cost = layer_times(program, inputs, request.warmup, layer_iters, task)
         with ctx.progress("torch engine: benchmark", total=request.iterations) as task:
             times, replay_out = benchmark(runner, inputs, request.warmup, request.iterations, task)
+        alternatives = {}
+        if mode != "eager":  # the op-by-op run of the same plan, timed the same way: the gain against both
+            with ctx.progress("torch engine: benchmark op by op", total=request.iterations) as task:
+                alternatives["eager (op by op)"], _ = benchmark(program, inputs, request.warmup, request.iterations,
+                                                               task)
     if replay_out is not None:
         drift = max(float((a - b).abs().max()) for a, b in zip(outputs, replay_out)) if outputs else 0.0
         if not all(torch.isfinite(a).all() == torch.isfinite(b).all() for a, b in zip(outputs, replay_out)) \
@@ -199,4 +204,4 @@ def profile_engine(request: ProfileRequest, ctx: StageContext) -> ProfileResult:
                  layer_sum_ms=round(sum(t.median_ms for t in stats), 3),
                  event_overhead_ms=round(event_cost, 5))
     return ProfileResult(layers=layers, iterations_ms=times, outputs=out_path, raw_profile=raw,
-                         device=device_name(device), simulated=False)
+                         device=device_name(device), simulated=False, alternatives=alternatives)

@@ -74,3 +74,7 @@ class ProfileResult(Versioned):
     raw_profile: Path | None = None
     device: str
     simulated: bool
+    alternatives: dict[str, list[float]] = Field(
+        default_factory=dict, description="the same engine run another way, timed in the same process like "
+                                          "iterations_ms (the torch engine in inductor mode: its op-by-op run), "
+                                          "so a report can give the gain against both")

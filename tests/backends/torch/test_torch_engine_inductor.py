@@ -36,6 +36,7 @@ def test_inductor_mode_end_to_end_on_cpu(tmp_path):
     # per-layer attribution is still op by op; latency and outputs come from the compiled engine
     assert {"node_Conv_1", "n0", "node_view"} <= {ly.name for ly in prof.layers}
     assert len(prof.iterations_ms) == 3
+    assert list(prof.alternatives) == ["eager (op by op)"] and len(prof.alternatives["eager (op by op)"]) == 3
     out, ref = np.load(prof.outputs), ort_run(p, {"x": x})
     np.testing.assert_allclose(out["y"], ref[0], atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(out["a"], ref[1], atol=1e-4, rtol=1e-4)
