@@ -66,7 +66,8 @@ def test_an_engine_measured_two_ways_gives_the_gain_against_both(ytk, tmp_path, 
     assert kinds == {"base": "bundle", "plugged": "bundle", "base [eager (op by op)]": "bundle-alternative",
                      "plugged [eager (op by op)]": "bundle-alternative"}
     gains = {(s["baseline"], s["implementation"]): s["speedup"] for s in data["speedups"]}
-    assert gains == {("base", "plugged"): pytest.approx(2.0), ("base [eager (op by op)]", "plugged"): pytest.approx(5.0)}
+    assert gains == {("base", "plugged"): pytest.approx(2.0),
+                     ("base [eager (op by op)]", "plugged"): pytest.approx(5.0)}
     table = ytk("embedded", "verify", tmp_path / "model.reference.npz", base, plugged, "--no-host")
     assert "base [eager (op by op)]" in table.stdout
 
