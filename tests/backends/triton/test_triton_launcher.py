@@ -32,6 +32,15 @@ def relu_fp16(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.maximum(x, 0.0).to(tl.float16), mask=m)
 
 
+@triton.jit
+def scale_add(x_ptr, t_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m).to(tl.float32)
+    t = tl.load(t_ptr + offs, mask=m).to(tl.float32)
+    tl.store(y_ptr + offs, (x + alpha * t).to(tl.float16), mask=m)
+
+
 SHAPES = [(1, 16, 8, 8), (2, 16, 9, 7)]
 
 
@@ -50,16 +59,36 @@ def relu_plan() -> LaunchPlan:
     return LaunchPlan(kernels=[kb], cases=cases, n_inputs=1, n_outputs=1, triton_version=triton_version())
 
 
-def _meta() -> PluginMeta:
+@pytest.fixture(scope="module")
+def two_kernel_plan(relu_plan: LaunchPlan) -> LaunchPlan:
+    """y = x + 0.5 * relu(x): relu into a workspace slice (at an offset), then a second kernel reads it back."""
+    from ytk_backend_triton.aot import compile_jit
+
+    relu = relu_plan.kernels[0]
+    sa = compile_jit(scale_add, {"x_ptr": "*fp16", "t_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32", "alpha": "fp32",
+                                 "BLOCK": "constexpr"}, {"BLOCK": BLOCK}, sms=[87, 90], num_warps=4)
+    cases = []
+    for s in SHAPES:
+        n = s[0] * s[1] * s[2] * s[3]
+        g = (-(-n // BLOCK), 1, 1)
+        ws = Arg(kind="workspace", offset=512)
+        cases.append(ShapeCase(extents=list(s), workspace_bytes=512 + 2 * n, launches=[
+            Launch(kernel=relu.id, grid=g, args=[Arg(kind="input", index=0), ws, Arg(kind="scalar", value=n)]),
+            Launch(kernel=sa.id, grid=g, args=[Arg(kind="input", index=0), ws, Arg(kind="output", index=0),
+                                                Arg(kind="scalar", value=n), Arg(kind="scalar", value=0.5)])]))
+    return LaunchPlan(kernels=[relu, sa], cases=cases, n_inputs=1, n_outputs=1)
+
+
+def _meta(workspace: str | None = None) -> PluginMeta:
     t = [TensorContract(name=n, dtype="float16", format="kLINEAR", role="activation", shape=["N", "C", "H", "W"])
          for n in ("x", "y")]
     return PluginMeta(plugin_name="TrRelu", inputs=[t[0]], outputs=[t[1]],
                       extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]"},
-                      launcher="ytk_launch_TrRelu")
+                      launcher="ytk_launch_TrRelu", workspace=workspace)
 
 
 def _bundle(plan: LaunchPlan, path: Path) -> Path:
-    meta = _meta()
+    meta = _meta("ytk_workspace_TrRelu" if any(c.workspace_bytes for c in plan.cases) else None)
     src = launcher_source(plan, "ytk_tr_TrRelu", meta.launcher, meta.workspace)
     return KernelSource(header=header_source(meta.launcher, meta.workspace), source=src, meta=meta).write(path)
 
@@ -113,6 +142,43 @@ def test_the_launcher_builds_into_a_plugin_with_the_cubins_inside(relu_plan: Lau
 
     needed = elf_facts(so).needed
     assert needed and not [n for n in needed if "cuda" in n], "the driver API comes through the runtime, not libcuda"
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
+def test_a_plan_of_two_kernels_through_a_workspace_builds(two_kernel_plan: LaunchPlan, tmp_path: Path) -> None:
+    from ytk_backend_nvcc.plugin import NvccBuilder
+
+    src = _bundle(two_kernel_plan, tmp_path / "TrRelu.module_source.py")
+    text = KernelSource.read(src).source
+    assert "(void*)((char*)ws + 512)" in text and "0.5f" in text and "case 1: return " in text
+    so = tmp_path / "TrRelu.so"
+    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TrRelu", arch="x86_64-sm90-linux-cu130-trt10",
+                                            output=so), StageContext())
+    assert read_plugin_description(so).launcher == "ytk_launch_TrRelu"
+
+
+@pytest.mark.gpu
+def test_a_plan_through_its_workspace_computes_on_the_gpu(two_kernel_plan: LaunchPlan, tmp_path: Path) -> None:
+    import torch
+
+    from ytk_backend_nvcc.plugin import NvccBuilder
+    from ytk_hookspecs.launcher import LauncherLibrary, torch_launch
+
+    major, minor = torch.cuda.get_device_capability()
+    if major * 10 + minor not in two_kernel_plan.sms:
+        pytest.skip(f"the fixture plan is compiled for {two_kernel_plan.sms}, this GPU is sm_{major}{minor}")
+    src = _bundle(two_kernel_plan, tmp_path / "TrRelu.module_source.py")
+    so = tmp_path / "TrRelu.so"
+    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TrRelu",
+                                            arch=f"x86_64-sm{major}{minor}-linux-cu130-trt10", output=so),
+                               StageContext())
+    lib = LauncherLibrary(so)
+    for shape in SHAPES:
+        x = torch.randn(shape, device="cuda").half()
+        y = torch.full_like(x, float("nan"))
+        torch_launch(lib, [x], [y])
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, (x.float() + 0.5 * torch.relu(x.float())).half())
 
 
 @pytest.mark.gpu
