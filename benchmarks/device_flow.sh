@@ -11,6 +11,8 @@
 #                                            each model's workdir is removed after its table unless ZOO_KEEP=1)
 #   bash benchmarks/device_flow.sh zootable  the tables again for ZOO_MODELS whose autoloop ran on this warm machine
 #   bash benchmarks/device_flow.sh admission the admission gate against the planted kernels (benchmarks/admission_suite.py)
+#   bash benchmarks/device_flow.sh regions   per carved region of runs/zoo/<ZOO_MODELS>/round1/prepare: torch, torch.compile,
+#                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1)
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
 # still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch, kernelgen=templates (KERNELGEN=templates,triton adds the triton generator), builder=nvcc. Logs and
@@ -105,9 +107,16 @@ do_admission() {
 do_zootable() {  # the tables again, for models whose autoloop ran earlier on this (still warm) machine
   for m in ${ZOO_MODELS:?name the corpus models}; do zoo_table "$m"; done
 }
+do_regions() {
+  for m in ${ZOO_MODELS:?name the corpus models}; do
+    timeout ${REGIONS_TIMEOUT:-500} python3 benchmarks/region_table.py "$PWD/runs/zoo/$m/round1/prepare" \
+      --json "$OUT/regions_$m.json" > "$OUT/regions_$m.txt" 2> "$OUT/regions_$m.log"
+    echo "$m regions rc=$?"; cat "$OUT/regions_$m.txt"
+  done
+}
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|autoloop|zoo|zootable|admission) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo, zootable, admission)"; exit 2 ;;
+    flow|table|gputests|autoloop|zoo|zootable|admission|regions) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo, zootable, admission, regions)"; exit 2 ;;
   esac
 done
