@@ -67,6 +67,7 @@ def _readelf(*args: str) -> str:
 
 @needs_nvcc
 @pytest.mark.parametrize("api,entry_points", [("trt10-IPluginV3", {"getCreators", "setLoggerFinder"}),
+                                              ("trt8-IPluginV2DynamicExt", {"getPluginCreators", "setLoggerFinder"}),
                                               ("torch-launcher", set())])
 def test_a_generated_kernel_builds_into_an_aarch64_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           api: str, entry_points: set[str]) -> None:
