@@ -132,11 +132,7 @@ class FusedProgram:
         """Run every segment. ``after_step(k)`` is called after segment ``k`` (a fused program has no
         per-layer times of its own: those come from the op-by-op program)."""
         p = self.program
-        env: list[Any] = [None] * p.n_slots
-        for j, t in p.const_slots.items():
-            env[j] = t
-        for j, t in zip(p.input_slots, inputs):
-            env[j] = t
+        env = p.new_env(inputs)
         for k, seg in enumerate(self.segments):
             if seg.fn is None:
                 seg.steps[0].run(env)

@@ -177,6 +177,15 @@ class Program:
                 self.steps[k].free.append(j)
 
     # -- execution --------------------------------------------------------------------------------
+    def new_env(self, inputs: Sequence[torch.Tensor]) -> list[Any]:
+        """The slot list a run starts from: constants and the inputs in place, every other slot empty."""
+        env: list[Any] = [None] * self.n_slots
+        for j, t in self.const_slots.items():
+            env[j] = t
+        for j, t in zip(self.input_slots, inputs):
+            env[j] = t
+        return env
+
     def prepare_inputs(self, arrays: Sequence[Any]) -> list[torch.Tensor]:
         """Host arrays (numpy, in plan input order) as device tensors in their binding dtypes."""
         out = []
@@ -190,11 +199,7 @@ class Program:
     def forward(self, inputs: Sequence[torch.Tensor],
                 after_step: Callable[[int], None] | None = None) -> list[torch.Tensor]:
         """Run every step; ``after_step(k)`` is called after step ``k`` is enqueued (for timing)."""
-        env: list[Any] = [None] * self.n_slots
-        for j, t in self.const_slots.items():
-            env[j] = t
-        for j, t in zip(self.input_slots, inputs):
-            env[j] = t
+        env = self.new_env(inputs)
         for k, s in enumerate(self.steps):
             s.run(env)
             for j in s.free:

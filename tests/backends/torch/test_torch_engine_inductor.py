@@ -15,7 +15,7 @@ from torch_engine_helpers import ort_run, rand
 
 from ytk_backend_torch import plugin as torch_plugin
 from ytk_backend_torch.fused import FusedProgram, engine_mode, split_segments
-from ytk_backend_torch.program import Step
+from ytk_backend_torch.program import Program, Step
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import CompileRequest, ProfileRequest
@@ -57,11 +57,10 @@ class _FakeProgram:
             if j not in const and j not in outputs:
                 steps[k].free.append(j)
 
+    new_env = Program.new_env
+
     def __call__(self, inputs):  # type: ignore[no-untyped-def]
-        env = [None] * self.n_slots
-        env[0] = inputs[0]
-        for j, t in self.const_slots.items():
-            env[j] = t
+        env = self.new_env(inputs)
         for s in self.steps:
             s.run(env)
         return [env[j] for j in self.output_slots]

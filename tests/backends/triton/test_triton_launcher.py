@@ -157,22 +157,31 @@ def test_a_plan_of_two_kernels_through_a_workspace_builds(two_kernel_plan: Launc
     assert read_plugin_description(so).launcher == "ytk_launch_TrRelu"
 
 
-@pytest.mark.gpu
-def test_a_plan_through_its_workspace_computes_on_the_gpu(two_kernel_plan: LaunchPlan, tmp_path: Path) -> None:
+def _gpu_plugin(plan: LaunchPlan, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The plan's plugin built for this GPU and loaded (skips where the plan has no cubin for it)."""
     import torch
 
     from ytk_backend_nvcc.plugin import NvccBuilder
-    from ytk_hookspecs.launcher import LauncherLibrary, torch_launch
+    from ytk_hookspecs.launcher import LauncherLibrary
 
     major, minor = torch.cuda.get_device_capability()
-    if major * 10 + minor not in two_kernel_plan.sms:
-        pytest.skip(f"the fixture plan is compiled for {two_kernel_plan.sms}, this GPU is sm_{major}{minor}")
-    src = _bundle(two_kernel_plan, tmp_path / "TrRelu.module_source.py")
+    if major * 10 + minor not in plan.sms:
+        pytest.skip(f"the fixture plan is compiled for {plan.sms}, this GPU is sm_{major}{minor}")
+    src = _bundle(plan, tmp_path / "TrRelu.module_source.py")
     so = tmp_path / "TrRelu.so"
     NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TrRelu",
                                             arch=f"x86_64-sm{major}{minor}-linux-cu130-trt10", output=so),
                                StageContext())
-    lib = LauncherLibrary(so)
+    return LauncherLibrary(so)
+
+
+@pytest.mark.gpu
+def test_a_plan_through_its_workspace_computes_on_the_gpu(two_kernel_plan: LaunchPlan, tmp_path: Path) -> None:
+    import torch
+
+    from ytk_hookspecs.launcher import torch_launch
+
+    lib = _gpu_plugin(two_kernel_plan, tmp_path)
     for shape in SHAPES:
         x = torch.randn(shape, device="cuda").half()
         y = torch.full_like(x, float("nan"))
@@ -185,18 +194,9 @@ def test_a_plan_through_its_workspace_computes_on_the_gpu(two_kernel_plan: Launc
 def test_the_plugin_runs_the_kernel_on_the_gpu(relu_plan: LaunchPlan, tmp_path: Path) -> None:
     import torch
 
-    from ytk_backend_nvcc.plugin import NvccBuilder
-    from ytk_hookspecs.launcher import LauncherLibrary, torch_launch
+    from ytk_hookspecs.launcher import torch_launch
 
-    major, minor = torch.cuda.get_device_capability()
-    if major * 10 + minor not in relu_plan.sms:
-        pytest.skip(f"the fixture plan is compiled for {relu_plan.sms}, this GPU is sm_{major}{minor}")
-    src = _bundle(relu_plan, tmp_path / "TrRelu.module_source.py")
-    so = tmp_path / "TrRelu.so"
-    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TrRelu",
-                                            arch=f"x86_64-sm{major}{minor}-linux-cu130-trt10", output=so),
-                               StageContext())
-    lib = LauncherLibrary(so)
+    lib = _gpu_plugin(relu_plan, tmp_path)
     for shape in SHAPES:
         x = torch.randn(shape, device="cuda").half()
         y = torch.full_like(x, float("nan"))
