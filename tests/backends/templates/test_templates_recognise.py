@@ -169,9 +169,9 @@ class _Dilated(torch.nn.Module):
         return F.conv2d(x, w, b, 1, 2, 2, x.shape[1])
 
 
-class _Sigmoid(torch.nn.Module):
+class _Mish(torch.nn.Module):
     def forward(self, x, w, b):  # type: ignore[no-untyped-def]
-        return torch.sigmoid(F.conv2d(x, w, b, 1, 1, 1, x.shape[1]))
+        return F.mish(F.conv2d(x, w, b, 1, 1, 1, x.shape[1]))
 
 
 class _Baked(torch.nn.Module):
@@ -186,7 +186,7 @@ class _Baked(torch.nn.Module):
 @pytest.mark.parametrize("module,args,reason", [
     (_Dense(), (torch.randn(1, 16, 8, 8), torch.randn(16, 16, 3, 3), torch.randn(16)), "not depthwise"),
     (_Dilated(), (torch.randn(1, 16, 8, 8), torch.randn(16, 1, 3, 3), torch.randn(16)), "padding|dilation"),
-    (_Sigmoid(), (torch.randn(1, 16, 8, 8), torch.randn(16, 1, 3, 3), torch.randn(16)), "sigmoid"),
+    (_Mish(), (torch.randn(1, 16, 8, 8), torch.randn(16, 1, 3, 3), torch.randn(16)), "mish"),
     (_Baked(), (torch.randn(1, 16, 8, 8),), "lifted"),
 ])
 def test_unknown_regions_are_reported_not_faked(tmp_path: Path, module, args, reason: str) -> None:  # type: ignore[no-untyped-def]
