@@ -124,6 +124,7 @@ def test_foreign_files_survive_and_recarve_refreshes(evit_carved, plain_copy):
     (["yasp::X=ConvNormAct@where=*depth_conv"], "different kinds"),
     (["yasp::X=mod:nonexistent.path"], "no module path ends with"),
     (["yasp::X=nosuch_node...relu"], "no fx node named"),
+    (["yasp::X=conv2d_999"], "no fx node named 'conv2d_999' .*Closest fx nodes: conv2d_"),  # not "no class"
 ])
 def test_carve_errors(plain_copy, selectors, expect):
     before = (plain_copy / "model.onnx").read_bytes()

@@ -185,6 +185,11 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
     if sel.kind in ("class", "mod"):
         if sel.kind == "class":
             paths = [p for p, c in gi.instances.items() if c == sel.ops_name]
+            if not paths and not sel.ops_name[:1].isupper():
+                # a bare lower-case word is an fx node (conv2d_3, relu) far more often than a class
+                raise UsageError(f"selector {sel.text!r}: no fx node named {sel.ops_name!r} (see fx_nodes.json), "
+                                 "and no module class of that name. Closest fx nodes: "
+                                 f"{_closest(sel.ops_name, [n.name for n in gi.calls])}.")
             if not paths:
                 raise UsageError(f"selector {sel.text!r}: no module of class {sel.ops_name!r} in the traced model. "
                                  f"Closest classes: {_closest(sel.ops_name, sorted(gi.classes()))}.")

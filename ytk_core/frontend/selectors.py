@@ -6,7 +6,8 @@
     region    := OpsName [":around"]          a torch class; every instance is a site
                | "call:" dotted.path           every call of an op (e.g. call:torch.matmul)
                | node "..." node               a dataflow span between two fx_nodes.json nodes
-               | node "," node ("," node)*     an explicit node list (one site)
+               | node ("," node)*              an explicit node list (one site); a single node is
+                                              a word that names no module class (conv2d_3)
                | "mod:" suffix                 modules whose qualified name ends with suffix
     modifier  := "@where=" glob ("," glob)*    module-path globs, OR-ed; "!glob" excludes (one @where
                                               per selector: a second is refused, not OR-ed silently)
