@@ -56,6 +56,21 @@ def test_names():
     assert unique(["A", "A", "B"], ["H34W60", "H68W120", ""]) == ["AH34W60", "AH68W120", "B"]
 
 
+def test_unique_adds_a_shape_suffix_once_and_only_where_it_tells_names_apart():
+    """Per-site proposals of one shape (a Linear bakes its weights) got "GemmK32N128H1W16D24H1W16D24": the
+    suffix was appended again on every pass, and could not tell them apart anyway."""
+    from ytk_core.propose.naming import unique_labels
+
+    assert unique(["G", "G"], ["H1W16", "H1W16"]) == ["G", "G_2"]
+    assert unique(["A", "A", "A", "B"], ["H2W3", "H2W3", "H4W6", ""]) == ["AH2W3", "AH2W3_2", "AH4W6", "B"]
+    labels = unique_labels(["GEMM  (K=32, N=128)"] * 2 + ["dw  (C=8)"] * 2 + ["att (C=4)"] * 2 + ["x"],
+                           [[1, 16], [1, 16], [8, 12], [4, 6], [2, 3], [2, 3], []],
+                           [["s.0.fc"], ["s.1.fc"], ["a", "b"], ["c"], ["s.2.b.0.m", "s.2.b.1.m"],
+                            ["s.3.b.0.m", "s.3.b.1.m"], ["d"]])
+    assert labels == ["GEMM  (K=32, N=128)  at s.0.fc", "GEMM  (K=32, N=128)  at s.1.fc", "dw  (C=8)  8x12",
+                      "dw  (C=8)  4x6", "att (C=4)  at s.2.b.*.m", "att (C=4)  at s.3.b.*.m", "x"]
+
+
 def test_op_of_inverts_the_derived_names():
     from ytk_core.propose.naming import op_name, op_of
 

@@ -18,7 +18,7 @@ from .families import Family, fold, group_families, tag_ambiguous
 from .globs import synthesize
 from .models import NotWorthRow, Proposal, ProposeOptions, RooflineFigures, SiteTime
 from .modules import ModuleIndex
-from .naming import op_label, remainder_label, spatial_suffix, unique
+from .naming import op_label, remainder_label, spatial_suffix, unique, unique_labels
 from .onnx_graph import OnnxGraph
 from .regions import Region
 from .roofline import region_cost, roofline
@@ -88,10 +88,12 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
     tag_ambiguous(worth)
     names = unique([f.default_name for f in worth], [spatial_suffix(f.sig) for f in worth])
     names = [_avoid(n, taken_names) for n in names]
+    labels = unique_labels([f.label for f in worth], [list(f.sig.get("spatial") or []) for f in worth],
+                           [[r.path for r in f.regions] for f in worth])
     props = []
-    for f, name in zip(worth, names):
+    for f, name, label in zip(worth, names, labels):
         props.append(Proposal(
-            name=name, namespace=j.options.namespace, label=f.label, selector=j.selector(f, name), ops_name=f.cls,
+            name=name, namespace=j.options.namespace, label=label, selector=j.selector(f, name), ops_name=f.cls,
             around=f.around, kind=f.kind, dynamic=f.dynamic,
             families=[m.label for m in f.members] if f.dynamic else [f.label],
             sites=[j.site(r) for r in f.regions], ms=f.ms, ms_per_site=[r.ms for r in f.regions],
