@@ -53,6 +53,16 @@ def test_kernelgen_compile_writes_checked_source_and_report(ytk, fixture_dir):
     assert r.code != 0 and "does not know job" in r.stderr
 
 
+@pytest.mark.parametrize("bad", ["mock_defect=bogus", "mock_bandwidth_fraction=abc"])
+def test_a_bad_config_value_is_a_usage_error_not_a_failed_job(ytk, fixture_dir, bad):
+    """A key the generator reads with a value it cannot use is the user's typo: exit 2 and one line that names
+    the key and what it takes, never "kernel generation failed" with a backend's exit 3."""
+    r, out = _kg(ytk, fixture_dir, "--config", "deployment_target=tensorrt", "--config", bad, "--json")
+    assert r.code == 2, r.stderr
+    assert f"--config {bad}: " in r.stderr and "kernel generation failed" not in r.stderr
+    assert r.json()["exit_code"] == 2 and not out.exists() and "Traceback" not in r.stderr
+
+
 def test_kernelgen_without_candidate_fails_clearly(ytk, fixture_dir):
     (fixture_dir / "carved" / "candidates.json").unlink()
     r, out = _kg(ytk, fixture_dir, "--config", "deployment_target=tensorrt")
