@@ -88,6 +88,8 @@ class Runtime:
     def __init__(self) -> None:
         self.run_id = uuid.uuid4().hex[:8]
         self._mgr: BackendManager | None = None
+        #: the CLI logs the plugins' load warnings itself, once its log options are parsed
+        self.defer_load_warnings = False
         self._config: tuple[dict[str, Any], Path | None] | None = None
         bind_global(run_id=self.run_id)  # on every event, worker threads' too
         # made while the CLI is built, before -v and --log-format: get_logger's follows them anyway
@@ -97,6 +99,8 @@ class Runtime:
     def manager(self) -> BackendManager:
         if self._mgr is None:
             self._mgr = BackendManager()
+            if not self.defer_load_warnings:
+                self._mgr.log_warnings()
         return self._mgr
 
     @property
