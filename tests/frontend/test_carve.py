@@ -228,6 +228,16 @@ def test_vit_carve(tmp_path):
 
 
 
+def test_sites_baking_weights_no_lift_takes_get_no_lift_advice(tmp_path):
+    """A Linear's weights stay baked whatever @lift says: the refusal must not tell a user who never wrote
+    @lift=none to "drop @lift=none", but say what does work (a selector per site)."""
+    sel = "yasp::Fc1=Linear@where=*.mlp.fc1"
+    r = prepare(VIT, tmp_path, [sel], size="1x64x64")
+    assert r.code == 2 and "bakes different weights" in r.stderr and sel in r.stderr
+    assert "@lift=none" not in r.stderr.replace(sel, ""), r.stderr
+    assert "give each site its own selector" in r.stderr
+
+
 def test_grouped_conv_dynamic_remainder_serves_every_group_count(plain_copy):
     """EfficientViT's aggregation 1x1 is grouped 16 -> 16 at 384 and 768 channels: one program
     must take its group count from the input (C // 16), and the templates must recognise it."""
