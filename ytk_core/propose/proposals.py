@@ -158,7 +158,8 @@ def _roofline_rows(j: Judge, at_roof: list[Family], roof: dict[int, RooflineFigu
     if gemms:
         rows.append(NotWorthRow(label="1x1 / dense GEMMs", category="roofline",
                                 sites=sum(len(f.regions) for f in gemms), ms=sum(f.ms for f in gemms),
-                                reason=reason(gemms), members=[f.label for f in gemms]))
+                                reason=reason(gemms), members=[f.label for f in gemms],
+                                sketches=[sketch_of(f) for f in gemms]))
     by_op: dict[str, list[Family]] = defaultdict(list)
     for f in others:
         by_op[op_label(f.kind, f.cls, f.sig)].append(f)
@@ -166,7 +167,8 @@ def _roofline_rows(j: Judge, at_roof: list[Family], roof: dict[int, RooflineFigu
         label = fs[0].label if len(fs) == 1 else \
             remainder_label(fs[0].kind, fs[0].cls, [f.sig for f in fs]).replace("  (dynamic remainder)", "")
         rows.append(NotWorthRow(label=label, category="roofline", sites=sum(len(f.regions) for f in fs),
-                                ms=sum(f.ms for f in fs), reason=reason(fs), members=[f.label for f in fs]))
+                                ms=sum(f.ms for f in fs), reason=reason(fs), members=[f.label for f in fs],
+                                sketches=[sketch_of(f) for f in fs]))
     return rows
 
 
