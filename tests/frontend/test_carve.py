@@ -270,3 +270,37 @@ def test_sites_whose_ops_take_different_arguments_are_refused(tmp_path):
     assert "matches regions that compute different things" in r.stderr and "heads.1" in r.stderr
     r = prepare(model, tmp_path / "one", ["yasp::H=Head@where=heads.1"], size="1x32x32")
     assert r.code == 0, r.stderr[-1500:]
+
+
+TIED = '''import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(16, 16)  # called twice: one module, shared weights
+        self.out = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.fc(torch.relu(self.fc(x)))))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_a_module_called_twice_is_two_sites(tmp_path):
+    """A module called twice (shared weights) was one site holding both calls, with the parent's relu between
+    them outside: 'not convex', although propose proposed it. Each call is a site of its own; both run one
+    program, whose weights they share."""
+    model = tmp_path / "tied.py"
+    model.write_text(TIED)
+    out = tmp_path / "out"
+    r = prepare(model, out, ["yasp::Fc=Linear@where=fc"])
+    assert r.code == 0, r.stderr
+    (cand,) = CandidatesFile.read(out / "candidates.json").candidates
+    assert [s.module_path for s in cand.sites] == ["fc", "fc"]
+    _assert_reproduces_reference(out)
