@@ -196,6 +196,19 @@ def test_kernelgen_export_writes_a_loadable_program(ytk, fixture_dir):
     assert r.code == 2 and "does not exist" in r.stderr
 
 
+def test_kernelgen_export_of_an_untraceable_model_is_one_line(ytk, tmp_path):
+    """kernelgen export traced on its own: torch's partial FX graph reached the screen and the error named
+    neither the module nor the line. It now exports as prepare does."""
+    model = tmp_path / "dd.py"
+    model.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+                     "    def forward(self, x):\n        if x.sum() > 0:\n            return x * 2\n"
+                     "        return x\n\n\ndef get_fwd_args():\n    return (torch.randn(2, 3),)\n")
+    r = ytk("-q", "kernelgen", "export", model, "-o", tmp_path / "dd.pt2")
+    assert r.code == 2 and "def forward" not in r.stderr, r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("error: torch.export failed in module <root> (Model) at dd.py:7 (if x.sum() > 0:)")
+
+
 def test_a_done_job_without_its_report_is_not_done():
     """The report is how a user and the autoloop learn what was measured: required when done."""
     from pydantic import ValidationError

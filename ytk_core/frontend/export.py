@@ -104,7 +104,7 @@ def _failure_message(stage: str, e: BaseException, model_path: Path, where: list
         mod = f" in module {path or '<root>'} ({cls})"
     return (f"{stage} failed{mod}{loc}: {type(e).__name__}: {first}. torch.export needs a graph without data-"
             "dependent Python control flow and with ops it can trace; rewrite that part of the model (or move it "
-            "out of Model.forward) and run prepare again.")
+            "out of Model.forward) and run the command again.")
 
 
 def export_program(model: Any, args: tuple[Any, ...], model_path: Path) -> Any:
@@ -152,7 +152,7 @@ def _eager_failure(model: Any, args: tuple[Any, ...], model_path: Path) -> Usage
                 break
         return UsageError(f"{model_path}: Model.forward raised {type(e).__name__}{loc}: {first}. It fails in plain "
                           "torch too, on the inputs get_fwd_args() gives, so this is the model's own error, not a "
-                          "limit of tracing: fix the model (or its inputs) and run prepare again.")
+                          "limit of tracing: fix the model (or its inputs) and run the command again.")
     return None
 
 
