@@ -228,3 +228,27 @@ def test_a_gpu_ytk_does_not_know_or_of_another_sm_is_refused(ytk, fixture_dir, t
     r = ytk("kernelgen", "compile", "-r", _pt2(fixture_dir), "-g", gpu, "-o", out, "--kernelgen", "mock",
             "--config", "deployment_target=tensorrt", *(["-a", arch] if arch else []))
     assert r.code == 2 and words in r.stderr and not out.exists()
+
+
+def test_a_contract_warning_is_logged_once_per_invocation(ytk, fixture_dir, capsys):
+    """The autoloop checks a kernel's contract at kernelgen, at build-plugin and again per round: the same
+    layout warning was logged two or three times for one plugin, in every log format."""
+    from ytk_core.runtime import reset_runtime
+    from ytk_core.stages.build_plugin import run_build_plugin
+
+    r, src = _kg(ytk, fixture_dir, "--config", "deployment_target=tensorrt")
+    assert r.code == 0, r.stderr
+    ks = KernelSource.read(src)
+    lin = [t.model_copy(update={"format": "kLINEAR"}) if t.role == "activation" else t for t in ks.meta.inputs]
+    KernelSource(header=ks.header, source=ks.source, meta=ks.meta.model_copy(update={"inputs": lin}),
+                 generator=ks.generator).write(src)
+    cands = fixture_dir / "carved" / "candidates.json"
+    reset_runtime()
+    try:
+        capsys.readouterr()
+        for so in ("a.so", "b.so"):  # one invocation meeting the same kernel twice, as the autoloop does
+            run_build_plugin(ARCH, PLUGIN, src, fixture_dir / so, builder="mock", candidates=cands)
+        err = capsys.readouterr().err
+    finally:
+        reset_runtime()
+    assert err.count("layout: ") == 1, err

@@ -284,7 +284,7 @@ def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, p
             out.warnings.append(f"report.json unreadable: {e}")
     for w in rep.warnings:
         out.warnings.append(w)
-        runtime().log.warning(w)
+        runtime().warn_once(w)
     if not rep.ok:
         rejected = src_path.with_name(src_path.name + ".rejected")
         shutil.move(str(src_path), rejected)
