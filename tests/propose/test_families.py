@@ -85,3 +85,15 @@ def test_op_of_inverts_the_derived_names():
         assert op_of(family_name(kind, cls, sig)) == op_of(remainder_name(kind, cls, sig)) == op, (kind, op)
     assert op_of("DwConv3x3s1C256H68W120") == op_of("DwConv3x3s1C256_2") == "DwConv3x3s1"  # unique()'s suffixes
     assert op_of("MyKernel") == "MyKernel"
+
+
+def test_a_proposal_and_a_roofline_row_of_one_label_show_their_sizes():
+    """A depthwise family proposed at 32x48 and one of the same op and channels at 16x24 left out as at roofline
+    both read "depthwise 3x3 s1  (C=32)", in two tables that say opposite things."""
+    from ytk_core.propose.proposals import _apart_from_roofline
+
+    worth = group_families([_dw("b1.dw", 32, 0.006, hw=32), _dw("b2.dw", 32, 0.005, s=2, hw=32)])
+    roof = group_families([_dw("b3.dw", 32, 0.004, hw=16)])
+    labels, roof_labels = _apart_from_roofline(worth, [f.label for f in worth], roof)
+    assert labels == ["depthwise 3x3 s1  (C=32)  32x32", "depthwise 3x3 s2  (C=32)"]
+    assert roof_labels == {id(roof[0]): "depthwise 3x3 s1  (C=32)  16x16"}
