@@ -88,6 +88,9 @@ class Runtime:
     def __init__(self) -> None:
         self.run_id = uuid.uuid4().hex[:8]
         self._mgr: BackendManager | None = None
+        #: the CLI logs the plugins' load warnings itself, once its log options are parsed
+        self.defer_load_warnings = False
+        self._warned: set[str] = set()
         self._config: tuple[dict[str, Any], Path | None] | None = None
         bind_global(run_id=self.run_id)  # on every event, worker threads' too
         # made while the CLI is built, before -v and --log-format: get_logger's follows them anyway
@@ -97,6 +100,8 @@ class Runtime:
     def manager(self) -> BackendManager:
         if self._mgr is None:
             self._mgr = BackendManager()
+            if not self.defer_load_warnings:
+                self._mgr.log_warnings()
         return self._mgr
 
     @property
@@ -104,6 +109,13 @@ class Runtime:
         if self._config is None:
             self._config = load_config()
         return self._config[0]
+
+    def warn_once(self, message: str) -> None:
+        """Log ``message`` as a warning unless this invocation already did: several stages check one kernel's
+        contract (kernelgen, build-plugin, compile), and the autoloop runs them all, once per plugin."""
+        if message not in self._warned:
+            self._warned.add(message)
+            self.log.warning(message)
 
     def select(self, role: str, flag: str | None, arch: ArchSpec | None = None,
                need_available: bool = True) -> Selection:

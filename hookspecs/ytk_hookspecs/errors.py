@@ -17,3 +17,11 @@ class UnsupportedRegion(StageError):
 
 class ContractViolation(StageError):
     """A kernel or plugin breaks the contract of the node it is meant to replace."""
+
+
+class BadConfig(StageError):
+    """A ``--config`` value the generator cannot use (the key is one it declares; the value is not one it
+    takes). Raise it from ``submit()`` before any work: the user mistyped a setting, so it is a usage
+    error (exit 2) naming the key and the values it takes, not a failed job (exit 3)."""
+
+    exit_code = 2

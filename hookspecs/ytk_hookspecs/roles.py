@@ -162,7 +162,8 @@ class KernelGenBackend(Backend, Protocol):
         reason in ``message``, never a made-up kernel.
 
         ``request.config`` holds the user's ``--config key=value`` pairs for this generator (only the
-        keys its ``info.config_keys`` declares; the core refuses others). What the core decides comes
+        keys its ``info.config_keys`` declares; the core refuses others); a value it cannot use is
+        :class:`~ytk_hookspecs.errors.BadConfig` raised before any work (exit 2). What the core decides comes
         typed: ``request.deployment_target`` and, when ``ytk autoloop`` re-optimizes a kernel that is
         already plugged, ``request.reoptimize`` (a :class:`~ytk_hookspecs.models.Reoptimization`:
         ``ms_to_beat``, the region's engine time per site now, and when known ``kernel_ms_to_beat``,

@@ -381,6 +381,22 @@ def test_a_model_that_is_not_the_same_each_time_stops_the_loop(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_an_unseeded_model_is_named_by_its_own_file(tmp_path):
+    """The user's file is rarely called model.py: the error names the file they passed, not ytk's default."""
+    import numpy as np
+
+    from ytk_core.autoloop.carving import ModelNotDeterministic, same_model_each_time
+
+    for d, seed in (("r0", 0), ("r1", 1)):
+        (tmp_path / d).mkdir()
+        x = np.random.default_rng(seed).standard_normal((1, 3, 4, 4)).astype("float32")
+        np.savez(tmp_path / d / "model.npz", x=x)
+        np.savez(tmp_path / d / "model.reference.npz", y=x)
+    with pytest.raises(ModelNotDeterministic) as e:
+        same_model_each_time(tmp_path / "r0", tmp_path / "r1", tmp_path / "mynet.py")
+    assert str(e.value).startswith("mynet.py gives other inputs") and "model.py" not in str(e.value).split("(")[0]
+
+
 def test_a_final_engine_that_fails_verify_exits_5(finished, tmp_path, monkeypatch):
     """Whatever let it through, a final verify that fails is exit 5 with the reason, not a quiet 0."""
     import shutil

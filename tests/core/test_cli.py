@@ -122,7 +122,7 @@ def test_backends_for_a_target_shows_the_autoloops_choice(ytk):
     orin = json.loads(ytk("backends", "-a", "arm64-sm87-dos6010-cu114-trt86", "--json").stdout)
     assert orin["arch"] == "arm64-sm87-dos6010-cu114-trt86"
     nvcc = next(b for b in orin["backends"] if b["name"] == "nvcc")
-    host = json.loads(ytk("backends", "--json").stdout)
+    host = json.loads(ytk("backends", "-a", "x86_64-sm90-linux-cu130-trt10", "--json").stdout)
     if next(b for b in host["backends"] if b["name"] == "nvcc")["available"]:
         assert not nvcc["available"] and "aarch64" in nvcc["reason"]
         assert orin["selected"]["builder"] != "nvcc"
@@ -167,3 +167,16 @@ def test_usage_errors_are_one_error_line_like_every_other(ytk, args, words):
 def test_ytk_alone_prints_its_help(ytk):
     r = ytk()
     assert r.code == 0 and "Usage: ytk" in r.stdout and "embedded" in r.stdout
+
+
+def test_backends_without_a_target_judges_for_auto(ytk):
+    """Without -a, `ytk backends` judged this host with no target (nvcc "yes", builder nvcc on an x86 host)
+    while every command's `-a auto` targets the Orin here and picks mock: the two disagreed. No -a is now
+    -a auto, and the title says what it resolved to."""
+    plain, auto = ytk("backends", "--json").json(), ytk("backends", "-a", "auto", "--json").json()
+    assert plain["arch"] and plain["arch"] == auto["arch"]
+    assert plain["selected"] == auto["selected"]
+    assert {b["name"]: b["available"] for b in plain["backends"]} == \
+        {b["name"]: b["available"] for b in auto["backends"]}
+    r = ytk("backends")
+    assert f"installed ytk backends for {plain['arch']} (-a auto: " in r.stdout

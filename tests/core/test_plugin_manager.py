@@ -217,6 +217,36 @@ def test_a_taken_name_keeps_the_first():
     assert "backend name 'same' from b (registered in-process) is already taken" in _only_warning(mgr, "'same'")
 
 
+def test_a_load_warning_is_printed_once_in_the_format_asked_for(ytk, monkeypatch):
+    """Plugins load before -q and --log-format are parsed: their warning was logged in the default format
+    whatever the user asked, and `ytk backends` then printed it a second time in its report."""
+    from ytk_core.runtime import reset_runtime
+
+    class FakeDist:
+        name, version = "ytk-backend-typo", "0.1"
+
+    class FakeEP:
+        name, value, dist = "typo", "ytk_backend_typo", FakeDist()
+
+        def load(self):
+            raise ImportError("No module named 'cupy'")
+
+    real = md.entry_points
+    monkeypatch.setattr(loader.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
+    reset_runtime()
+    try:
+        r = ytk("--log-format", "console", "backends")
+        assert r.code == 0, r.stderr
+        assert (r.stdout + r.stderr).count("No module named 'cupy'") == 1, (r.stdout, r.stderr)
+        r = ytk("--log-format", "console", "embedded", "verify", "nonexistent.npz", "nonexistent.tgz")
+        lines = [ln for ln in r.stderr.splitlines() if "No module named 'cupy'" in ln]
+        assert len(lines) == 1 and not lines[0].lstrip().startswith("{"), r.stderr  # console, not JSON
+        r = ytk("-qq", "embedded", "verify", "nonexistent.npz", "nonexistent.tgz")
+        assert "cupy" not in r.stderr  # -qq: errors only
+    finally:
+        reset_runtime()
+
+
 def test_broken_entry_point_import_names_the_distribution(monkeypatch):
     class FakeDist:
         name, version = "ytk-backend-broken", "9.9"

@@ -116,6 +116,7 @@ def test_sites_baking_different_weights_are_refused(tmp_path):
     sel = "yasp::Dw=Conv2d@where=*.conv_dw@epilogue@lift=none"
     r = prepare(ZOO, tmp_path, [sel], size="1x16x16")
     assert r.code == 2 and "bakes different weights" in r.stderr and sel in r.stderr
+    assert "Drop @lift=none" in r.stderr  # every baked weight is a conv's or its BatchNorm's: lifting helps
     assert "Traceback" not in r.stderr and not (tmp_path / "candidates.json").exists()
 
 

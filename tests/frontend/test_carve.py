@@ -124,6 +124,7 @@ def test_foreign_files_survive_and_recarve_refreshes(evit_carved, plain_copy):
     (["yasp::X=ConvNormAct@where=*depth_conv"], "different kinds"),
     (["yasp::X=mod:nonexistent.path"], "no module path ends with"),
     (["yasp::X=nosuch_node...relu"], "no fx node named"),
+    (["yasp::X=conv2d_999"], "no fx node named 'conv2d_999' .*Closest fx nodes: conv2d_"),  # not "no class"
 ])
 def test_carve_errors(plain_copy, selectors, expect):
     before = (plain_copy / "model.onnx").read_bytes()
@@ -227,6 +228,16 @@ def test_vit_carve(tmp_path):
 
 
 
+def test_sites_baking_weights_no_lift_takes_get_no_lift_advice(tmp_path):
+    """A Linear's weights stay baked whatever @lift says: the refusal must not tell a user who never wrote
+    @lift=none to "drop @lift=none", but say what does work (a selector per site)."""
+    sel = "yasp::Fc1=Linear@where=*.mlp.fc1"
+    r = prepare(VIT, tmp_path, [sel], size="1x64x64")
+    assert r.code == 2 and "bakes different weights" in r.stderr and sel in r.stderr
+    assert "@lift=none" not in r.stderr.replace(sel, ""), r.stderr
+    assert "give each site its own selector" in r.stderr
+
+
 def test_grouped_conv_dynamic_remainder_serves_every_group_count(plain_copy):
     """EfficientViT's aggregation 1x1 is grouped 16 -> 16 at 384 and 768 channels: one program
     must take its group count from the input (C // 16), and the templates must recognise it."""
@@ -259,3 +270,37 @@ def test_sites_whose_ops_take_different_arguments_are_refused(tmp_path):
     assert "matches regions that compute different things" in r.stderr and "heads.1" in r.stderr
     r = prepare(model, tmp_path / "one", ["yasp::H=Head@where=heads.1"], size="1x32x32")
     assert r.code == 0, r.stderr[-1500:]
+
+
+TIED = '''import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(16, 16)  # called twice: one module, shared weights
+        self.out = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.fc(torch.relu(self.fc(x)))))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_a_module_called_twice_is_two_sites(tmp_path):
+    """A module called twice (shared weights) was one site holding both calls, with the parent's relu between
+    them outside: 'not convex', although propose proposed it. Each call is a site of its own; both run one
+    program, whose weights they share."""
+    model = tmp_path / "tied.py"
+    model.write_text(TIED)
+    out = tmp_path / "out"
+    r = prepare(model, out, ["yasp::Fc=Linear@where=fc"])
+    assert r.code == 0, r.stderr
+    (cand,) = CandidatesFile.read(out / "candidates.json").candidates
+    assert [s.module_path for s in cand.sites] == ["fc", "fc"]
+    _assert_reproduces_reference(out)

@@ -93,6 +93,12 @@ BAD_MODELS = {
                     "        super().__init__(); self.inner = Inner()\n"
                     "    def forward(self, x):\n        return self.inner(x)\n"
                     "def get_fwd_args():\n    return (torch.randn(2, 3),)\n", "inner"),
+    # a forward that raises on its inputs is the model's error, not a tracing limit (no "rewrite it" advice)
+    "raises": ("class Model(nn.Module):\n    def forward(self, x):\n"
+               "        if x.shape[1] != 16:\n            raise ValueError('expected 16 channels')\n"
+               "        return x\ndef get_fwd_args():\n    return (torch.randn(2, 3),)\n",
+               "Model.forward raised ValueError at model.py:6 (raise ValueError('expected 16 channels')): "
+               "expected 16 channels. It fails in plain torch too"),
 }
 
 
@@ -107,6 +113,20 @@ def test_bad_models_fail_cleanly(tmp_path, case):
     assert "Traceback" not in r.stderr and "error:" in r.stderr
     assert expect in r.stderr, r.stderr
     assert not out.exists() or not any(p.suffix in (".onnx", ".npz", ".json") for p in out.iterdir())
+
+
+def test_an_untraceable_model_gets_one_line_not_torchs_partial_graph(tmp_path):
+    """torch.export prints the partial FX graph of a failed export on stderr (generated code, pages of it on
+    a real model); the user gets ytk's one line naming the module and the line, nothing else."""
+    body, _ = BAD_MODELS["untraceable"]
+    out = tmp_path / "out"
+    r = ytk_inproc("-q", "embedded", "prepare", _write(tmp_path, body), "--onnx-out", out / "m.onnx", "--npz-out",
+                   out / "m.npz", "--reference-out", out / "r.npz")
+    assert r.code == 2
+    assert "def forward" not in r.stderr and "torch.ops.aten" not in r.stderr, r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [ln for ln in r.stderr.splitlines()
+                                                                   if ln.startswith("error: ")], r.stderr
+    assert "rewrite that part of the model" in r.stderr
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")

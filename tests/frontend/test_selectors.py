@@ -51,6 +51,7 @@ def test_escape_hatches(text, kind, check):
     ("A=B@nojoin", 4, "only together with :around"),
     ("A=B@bogus", 5, "a modifier"),
     ("A=B@lift=none@lift=none", 14, "@lift only once"),
+    ("A=B@where=*.a@where=*.b", 14, "@where only once: put every glob in one @where="),
     ("A=", 3, "a region"),
     ("A=m.x.y", 3, "no dots"),
     ("1A=B", 1, "plugin name"),

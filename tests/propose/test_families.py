@@ -56,6 +56,21 @@ def test_names():
     assert unique(["A", "A", "B"], ["H34W60", "H68W120", ""]) == ["AH34W60", "AH68W120", "B"]
 
 
+def test_unique_adds_a_shape_suffix_once_and_only_where_it_tells_names_apart():
+    """Per-site proposals of one shape (a Linear bakes its weights) got "GemmK32N128H1W16D24H1W16D24": the
+    suffix was appended again on every pass, and could not tell them apart anyway."""
+    from ytk_core.propose.naming import unique_labels
+
+    assert unique(["G", "G"], ["H1W16", "H1W16"]) == ["G", "G_2"]
+    assert unique(["A", "A", "A", "B"], ["H2W3", "H2W3", "H4W6", ""]) == ["AH2W3", "AH2W3_2", "AH4W6", "B"]
+    labels = unique_labels(["GEMM  (K=32, N=128)"] * 2 + ["dw  (C=8)"] * 2 + ["att (C=4)"] * 2 + ["x"],
+                           [[1, 16], [1, 16], [8, 12], [4, 6], [2, 3], [2, 3], []],
+                           [["s.0.fc"], ["s.1.fc"], ["a", "b"], ["c"], ["s.2.b.0.m", "s.2.b.1.m"],
+                            ["s.3.b.0.m", "s.3.b.1.m"], ["d"]])
+    assert labels == ["GEMM  (K=32, N=128)  at s.0.fc", "GEMM  (K=32, N=128)  at s.1.fc", "dw  (C=8)  8x12",
+                      "dw  (C=8)  4x6", "att (C=4)  at s.2.b.*.m", "att (C=4)  at s.3.b.*.m", "x"]
+
+
 def test_op_of_inverts_the_derived_names():
     from ytk_core.propose.naming import op_name, op_of
 
@@ -70,3 +85,15 @@ def test_op_of_inverts_the_derived_names():
         assert op_of(family_name(kind, cls, sig)) == op_of(remainder_name(kind, cls, sig)) == op, (kind, op)
     assert op_of("DwConv3x3s1C256H68W120") == op_of("DwConv3x3s1C256_2") == "DwConv3x3s1"  # unique()'s suffixes
     assert op_of("MyKernel") == "MyKernel"
+
+
+def test_a_proposal_and_a_roofline_row_of_one_label_show_their_sizes():
+    """A depthwise family proposed at 32x48 and one of the same op and channels at 16x24 left out as at roofline
+    both read "depthwise 3x3 s1  (C=32)", in two tables that say opposite things."""
+    from ytk_core.propose.proposals import _apart_from_roofline
+
+    worth = group_families([_dw("b1.dw", 32, 0.006, hw=32), _dw("b2.dw", 32, 0.005, s=2, hw=32)])
+    roof = group_families([_dw("b3.dw", 32, 0.004, hw=16)])
+    labels, roof_labels = _apart_from_roofline(worth, [f.label for f in worth], roof)
+    assert labels == ["depthwise 3x3 s1  (C=32)  32x32", "depthwise 3x3 s2  (C=32)"]
+    assert roof_labels == {id(roof[0]): "depthwise 3x3 s1  (C=32)  16x16"}

@@ -231,3 +231,36 @@ def test_a_bundle_compiled_from_another_onnx_is_an_error(ytk, worked, tmp_path):
     r = ytk("embedded", "propose", "--profile", worked / "base.tgz", "--onnx", other, "--fx-nodes",
             worked / "fx_nodes.json")
     assert r.code == 2 and "was compiled from a different ONNX" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_generator_refusing_every_proposal_hears_what_roofline_left_out(ytk, worked):
+    """A generator of the user's own (contrib/backend-naive-dw takes depthwise convs only) may take nothing
+    propose lists while the families it serves sit under NOT WORTH PLUGGING as at roofline: the table said
+    "no" to every row and nothing else. propose asks it about those families too and names them."""
+    from tests.helpers import simulated_plugin
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+    from ytk_hookspecs.models import SupportAnswer
+
+    def supports(request, ctx):  # type: ignore[no-untyped-def]
+        s = request.sketch
+        ok = s is not None and s.kind == "conv" and s.kernel == [1, 1]
+        return SupportAnswer(supported=ok, certain=False, backend="pwonly",
+                             why="a dense 1x1 conv" if ok else "not a dense 1x1 conv")
+
+    reset_runtime()
+    gen = simulated_plugin("pwonly", "kernelgen", supports=supports, submit=lambda request, ctx: None)
+    runtime()._mgr = BackendManager(extra_plugins={"pwonly": gen})
+    try:
+        r = ytk(*_args(worked), "--kernelgen", "pwonly")
+    finally:
+        reset_runtime()
+    assert r.code == 0 and "KERNEL GENERATOR (pwonly)" in r.stdout, r.stderr
+    lines = r.stdout.splitlines()
+    first = lines.index(next(ln for ln in lines if ln.startswith("KERNEL GENERATOR"))) + 1
+    takes = [ln.split()[1] for ln in lines[first:first + 3]]
+    assert takes == ["no", "no", "no"], r.stdout
+    hint = [ln for ln in lines if ln.startswith("pwonly would also take 1x1 / dense GEMMs")]
+    assert len(hint) == 1 and hint[0].endswith("left out below as at roofline: --roofline 1 lists it"), r.stdout
+    r = ytk(*_args(worked))  # the mock takes every proposal: nothing to add
+    assert r.code == 0 and "would also take" not in r.stdout

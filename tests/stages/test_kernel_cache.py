@@ -80,8 +80,10 @@ def test_a_store_killed_half_way_leaves_nothing_behind_for_long(tmp_path):
 
 
 def test_regions_baking_different_values_are_different_problems(tmp_path):
-    """Same ops and shapes, different baked weights (per-site families): different keys; the same values
-    under other member names: the same key."""
+    """Same ops and shapes, different baked weights (per-site families): different keys; the same values in
+    the same slots of an archive written from another folder: the same key; the same values in swapped slots
+    (a model whose two weights trade places): different keys, or one region's kernel is reused, renamed,
+    for the other."""
     import zipfile
 
     def pt2(name: str, members: dict[str, bytes]) -> Path:
@@ -93,9 +95,12 @@ def test_regions_baking_different_values_are_different_problems(tmp_path):
 
     a = pt2("a", {"x/data/weights/w0": b"\x01\x02", "x/data/weights/model_weights_config.json": b"{}"})
     b = pt2("b", {"x/data/weights/w0": b"\x01\x03", "x/data/weights/model_weights_config.json": b"{}"})
-    a2 = pt2("a2", {"y/data/weights/other_name": b"\x01\x02", "y/data/weights/model_weights_config.json": b"[]"})
+    a2 = pt2("a2", {"y/data/weights/w0": b"\x01\x02", "y/data/weights/model_weights_config.json": b"[]"})
     da, db, da2 = (kernel_cache.baked_digest(p) for p in (a, b, a2))
     assert da != db and da == da2 and da
+    two = pt2("two", {"x/data/weights/weight_0": b"\x01", "x/data/weights/weight_1": b"\x02"})
+    swapped = pt2("swapped", {"x/data/weights/weight_0": b"\x02", "x/data/weights/weight_1": b"\x01"})
+    assert kernel_cache.baked_digest(two) != kernel_cache.baked_digest(swapped)
     key = lambda d: kernel_cache.cache_key(_cand("A"), "t", "1", "H200", None, "fp16", {}, baked=d)  # noqa: E731
     assert key(da) != key(db) and key(da) == key(da2)
     assert kernel_cache.baked_digest(tmp_path / "missing.pt2") == ""

@@ -53,6 +53,16 @@ def test_kernelgen_compile_writes_checked_source_and_report(ytk, fixture_dir):
     assert r.code != 0 and "does not know job" in r.stderr
 
 
+@pytest.mark.parametrize("bad", ["mock_defect=bogus", "mock_bandwidth_fraction=abc"])
+def test_a_bad_config_value_is_a_usage_error_not_a_failed_job(ytk, fixture_dir, bad):
+    """A key the generator reads with a value it cannot use is the user's typo: exit 2 and one line that names
+    the key and what it takes, never "kernel generation failed" with a backend's exit 3."""
+    r, out = _kg(ytk, fixture_dir, "--config", "deployment_target=tensorrt", "--config", bad, "--json")
+    assert r.code == 2, r.stderr
+    assert f"--config {bad}: " in r.stderr and "kernel generation failed" not in r.stderr
+    assert r.json()["exit_code"] == 2 and not out.exists() and "Traceback" not in r.stderr
+
+
 def test_kernelgen_without_candidate_fails_clearly(ytk, fixture_dir):
     (fixture_dir / "carved" / "candidates.json").unlink()
     r, out = _kg(ytk, fixture_dir, "--config", "deployment_target=tensorrt")
@@ -186,6 +196,19 @@ def test_kernelgen_export_writes_a_loadable_program(ytk, fixture_dir):
     assert r.code == 2 and "does not exist" in r.stderr
 
 
+def test_kernelgen_export_of_an_untraceable_model_is_one_line(ytk, tmp_path):
+    """kernelgen export traced on its own: torch's partial FX graph reached the screen and the error named
+    neither the module nor the line. It now exports as prepare does."""
+    model = tmp_path / "dd.py"
+    model.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+                     "    def forward(self, x):\n        if x.sum() > 0:\n            return x * 2\n"
+                     "        return x\n\n\ndef get_fwd_args():\n    return (torch.randn(2, 3),)\n")
+    r = ytk("-q", "kernelgen", "export", model, "-o", tmp_path / "dd.pt2")
+    assert r.code == 2 and "def forward" not in r.stderr, r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("error: torch.export failed in module <root> (Model) at dd.py:7 (if x.sum() > 0:)")
+
+
 def test_a_done_job_without_its_report_is_not_done():
     """The report is how a user and the autoloop learn what was measured: required when done."""
     from pydantic import ValidationError
@@ -205,3 +228,27 @@ def test_a_gpu_ytk_does_not_know_or_of_another_sm_is_refused(ytk, fixture_dir, t
     r = ytk("kernelgen", "compile", "-r", _pt2(fixture_dir), "-g", gpu, "-o", out, "--kernelgen", "mock",
             "--config", "deployment_target=tensorrt", *(["-a", arch] if arch else []))
     assert r.code == 2 and words in r.stderr and not out.exists()
+
+
+def test_a_contract_warning_is_logged_once_per_invocation(ytk, fixture_dir, capsys):
+    """The autoloop checks a kernel's contract at kernelgen, at build-plugin and again per round: the same
+    layout warning was logged two or three times for one plugin, in every log format."""
+    from ytk_core.runtime import reset_runtime
+    from ytk_core.stages.build_plugin import run_build_plugin
+
+    r, src = _kg(ytk, fixture_dir, "--config", "deployment_target=tensorrt")
+    assert r.code == 0, r.stderr
+    ks = KernelSource.read(src)
+    lin = [t.model_copy(update={"format": "kLINEAR"}) if t.role == "activation" else t for t in ks.meta.inputs]
+    KernelSource(header=ks.header, source=ks.source, meta=ks.meta.model_copy(update={"inputs": lin}),
+                 generator=ks.generator).write(src)
+    cands = fixture_dir / "carved" / "candidates.json"
+    reset_runtime()
+    try:
+        capsys.readouterr()
+        for so in ("a.so", "b.so"):  # one invocation meeting the same kernel twice, as the autoloop does
+            run_build_plugin(ARCH, PLUGIN, src, fixture_dir / so, builder="mock", candidates=cands)
+        err = capsys.readouterr().err
+    finally:
+        reset_runtime()
+    assert err.count("layout: ") == 1, err

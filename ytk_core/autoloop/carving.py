@@ -32,7 +32,7 @@ class Carver:
                    out_dir / "model.reference.npz", selectors, debug_taps=debug_taps)
         base = self.ws.state.round0_prepare
         if base and self.ws.path(base).resolve() != out_dir.resolve():
-            same_model_each_time(self.ws.path(base), out_dir)
+            same_model_each_time(self.ws.path(base), out_dir, Path(self.ws.state.model))
         return out_dir
 
     def carve(self, rnd: RoundRecord, plugins: list[PluginRecord], probe: bool = False) -> Path | CarveFailure:
@@ -157,10 +157,11 @@ class ModelNotDeterministic(UsageError):
     stops_the_loop = True  # every candidate would be judged against a moving reference
 
 
-def same_model_each_time(base: Path, again: Path) -> None:
+def same_model_each_time(base: Path, again: Path, model: Path) -> None:
     """Every round re-prepares the model and checks its engines against that prepare's reference; a
-    model.py whose ``Model()`` or ``get_fwd_args()`` draws unseeded random numbers gives another
-    reference each time, and an engine that passed in its round fails against round 0's."""
+    model file whose ``Model()`` or ``get_fwd_args()`` draws unseeded random numbers gives another
+    reference each time, and an engine that passed in its round fails against round 0's. ``model`` is
+    the user's file, named as they named it (it need not be called model.py)."""
     import numpy as np
 
     for name, what in (("model.npz", "inputs (get_fwd_args())"), ("model.reference.npz", "outputs (Model())")):
@@ -168,6 +169,6 @@ def same_model_each_time(base: Path, again: Path) -> None:
             if sorted(a.files) != sorted(b.files) or any(
                     a[k].shape != b[k].shape or not np.allclose(a[k], b[k], rtol=1e-4, atol=1e-5) for k in a.files):
                 raise ModelNotDeterministic(
-                    f"model.py gives other {what} each time it is prepared ({base / name} vs {again / name}): "
+                    f"{model.name} gives other {what} each time it is prepared ({base / name} vs {again / name}): "
                     "seed every random number it draws (torch.manual_seed in Model() and get_fwd_args(), or load "
                     "real weights); a kernel checked against one draw is wrong against the next")

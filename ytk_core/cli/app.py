@@ -43,6 +43,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     verbose: Annotated[int, typer.Option(
         "-v", "--verbose", count=True, help="debug log lines (-vv: also the traceback of an internal error)")] = 0,
     quiet: Annotated[int, typer.Option("-q", "--quiet", count=True, help="less log output")] = 0,
@@ -55,6 +56,8 @@ def _root(
     if log_format not in ("auto", "console", "json"):
         raise YtkError(f"--log-format must be auto, console or json, not {log_format!r}")
     configure(verbose - quiet, log_format)
+    if ctx.invoked_subcommand != "backends":  # its report lists them: the same line twice helps no one
+        runtime().manager.log_warnings()
 
 
 def _register_groups() -> None:
@@ -136,6 +139,7 @@ def _main(args: list[str]) -> int:
     from .. import runtime as rt_mod
 
     rt_mod.JSON_EMITTED = False  # a fresh invocation: nothing printed yet
+    runtime().defer_load_warnings = True  # logged by the root callback, in the format the user asked for
     try:
         click = _click()
         cmd = typer.main.get_command(build_app())

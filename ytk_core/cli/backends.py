@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -19,19 +19,26 @@ from .options import JsonOpt
 
 @app.command("backends")
 def backends_cmd(
-    arch: Annotated[Optional[str], typer.Option(
+    arch: Annotated[str, typer.Option(
         "-a", "--arch", help="judge availability and the automatic choice for this target, as `ytk autoloop -a` "
-                             "would ('auto': the local GPU, else the worked example's DRIVE AGX Orin)")] = None,
+                             "would (default 'auto': the local GPU, else the worked example's DRIVE AGX Orin, "
+                             "the target every command's `-a auto` resolves to)")] = "auto",
     json_: JsonOpt = False,
 ) -> None:
-    """List installed backends, their roles and stages, and their availability on this machine."""
+    """List installed backends, their roles and stages, and their availability on this machine for a target."""
+    from ..stages.inputs import parse_arch
+
     rt = runtime()
     mgr = rt.manager
-    spec = None
-    if arch is not None:
-        from ..stages.inputs import parse_arch
+    # Without a target, availability answered another question than every command asks (nvcc "yes" for
+    # this host, then the autoloop's -a auto for the Orin picks mock): judge for the one -a auto means.
+    why = ""
+    if arch == "auto":
+        from ..target import detect_arch
 
-        spec = parse_arch(arch)
+        arch, why = detect_arch()
+    spec = parse_arch(arch)
+    title = f"installed ytk backends for {spec.spec}" + (f" (-a auto: {why})" if why else "")
     rows = []
     for b in sorted(mgr.backends.values(), key=lambda b: b.name):
         av = b.availability(spec)
@@ -52,10 +59,10 @@ def backends_cmd(
             chosen[role] = None
             reasons[role] = str(e)
     if json_:
-        emit_json({"arch": spec.spec if spec else None, "backends": rows, "selected": chosen,
+        emit_json({"arch": spec.spec, "backends": rows, "selected": chosen,
                    "selection_reasons": reasons, "warnings": mgr.warnings})
         return
-    t = Table(title="installed ytk backends" + (f" for {spec.spec}" if spec else ""), title_justify="left")
+    t = Table(title=title, title_justify="left")
     for col in ("backend", "roles", "stages", "available", "why / notes", "distribution"):
         t.add_column(col)
     for r in rows:

@@ -23,9 +23,9 @@ from ..errors import RegionRefused, UsageError
 from .canonical import canonicalise
 from .capture import capture, capture_onnx, weight_values
 from .onnx_rewrite import OnnxGraph, finalize, replace_with_plugin
-from .region_module import RegionSpec, analyse, build_module, conv_signature, folded_weights
+from .region_module import RegionSpec, analyse, build_module, conv_signature, folded_weights, is_batch_norm
 from .region_rules import FactGraph
-from .regions import GraphIndex, Site, is_identity, match_sites, region_nodes
+from .regions import GraphIndex, Site, is_conv, is_identity, match_sites, region_nodes
 from .selectors import Selector, parse_selector
 
 PLUGINS_JSON = "plugins.json"
@@ -205,10 +205,16 @@ def _check_same_baked(sel: Selector, first: SitePlan, site: SitePlan, weights: d
         for x, y in zip(a, b))
     if differ:
         names = ", ".join(y.name for y in b[:3])
+        # only a conv's weight and bias (a BatchNorm after it folded in) can be lifted: the advice to drop
+        # @lift=none helps just when every baked weight feeds one and @lift=none is what kept it baked
+        if sel.lift == "none" and all(any(is_conv(u) or is_batch_norm(u) for u in y.users) for y in b):
+            fix = "Drop @lift=none (a conv's weights are then inputs of the plugin) or give each site its own selector."
+        else:
+            fix = ("Only a conv's weights (with a BatchNorm folded into it) can be lifted as plugin inputs; give "
+                   "each site its own selector (propose proposes such a region once per site).")
         raise UsageError(f"selector {sel.text!r}: {site.site.module_path or 'a site'} bakes different weights "
                          f"({names}) than {first.site.module_path or 'site 0'}; one plugin carries one set of baked "
-                         "constants. Lift them (convs lift by default: drop @lift=none) or give each site its own "
-                         "selector.")
+                         f"constants. {fix}")
 
 
 def _inventory(gm: Any) -> dict[str, int]:

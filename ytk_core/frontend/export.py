@@ -17,22 +17,46 @@ from typing import Any
 from ..errors import UsageError
 
 
+class _TorchStderrFilter:
+    """sys.stderr, less what torch's own code prints there: a failed torch.export prints its partial FX
+    graph (pages of generated code) before it raises, and ytk says what failed in one line. Everything
+    else (ytk's log lines, the progress display) goes through; what was held back is kept for -v."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.held = io.StringIO()
+
+    def write(self, text: str) -> int:
+        caller = str(sys._getframe(1).f_globals.get("__name__", ""))
+        if caller == "torch" or caller.startswith("torch."):
+            return self.held.write(text)
+        return self.real.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
 @contextlib.contextmanager
 def quiet_exporter() -> Iterator[None]:
     """The exporters print progress and warnings on stdout/stderr; ytk's stdout is for results only."""
+    from ..logs import get_logger
+
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._dynamo", "torch.export", "torch._export",
                                                 "onnxscript", "onnx_ir", "torch.fx.experimental.symbolic_shapes")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     sink = io.StringIO()
+    err = _TorchStderrFilter(sys.stderr)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(err):
             warnings.simplefilter("ignore")
             yield
     finally:
         for lg, lv in zip(loggers, levels):
             lg.setLevel(lv)
+        if err.held.getvalue().strip():
+            get_logger().debug("what torch printed on stderr while exporting", text=err.held.getvalue()[-20000:])
 
 
 class _ModuleTracker:
@@ -80,7 +104,7 @@ def _failure_message(stage: str, e: BaseException, model_path: Path, where: list
         mod = f" in module {path or '<root>'} ({cls})"
     return (f"{stage} failed{mod}{loc}: {type(e).__name__}: {first}. torch.export needs a graph without data-"
             "dependent Python control flow and with ops it can trace; rewrite that part of the model (or move it "
-            "out of Model.forward) and run prepare again.")
+            "out of Model.forward) and run the command again.")
 
 
 def export_program(model: Any, args: tuple[Any, ...], model_path: Path) -> Any:
@@ -96,11 +120,40 @@ def export_program(model: Any, args: tuple[Any, ...], model_path: Path) -> Any:
     except UsageError:
         raise
     except Exception as e:
-        raise UsageError(_failure_message("torch.export", e, model_path, list(tracker.stack) or None)) from None
+        where = list(tracker.stack) or None
+        tracker.remove()
+        raise _eager_failure(model, args, model_path) or \
+            UsageError(_failure_message("torch.export", e, model_path, where)) from None
     finally:
         tracker.remove()
     check_outputs(program, model_path)
     return program
+
+
+def _eager_failure(model: Any, args: tuple[Any, ...], model_path: Path) -> UsageError | None:
+    """When torch.export fails, whether the model fails in plain torch too (a forward that raises on these
+    inputs): then the model is at fault, not tracing, and the error says so. None when it runs."""
+    import torch
+
+    from .loader import user_code
+
+    try:
+        with torch.no_grad(), quiet_exporter(), user_code(model_path, "Model.forward"):
+            model(*args)
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001  -- the model's own error, reported as such
+        text = _ANSI.sub("", str(e)).strip()
+        first = (text.splitlines() or [""])[0][:400]
+        loc = ""
+        for fr in reversed(traceback.extract_tb(e.__traceback__)):
+            if Path(fr.filename).resolve() == model_path.resolve():
+                loc = f" at {model_path.name}:{fr.lineno} ({(fr.line or '').strip()})"
+                break
+        return UsageError(f"{model_path}: Model.forward raised {type(e).__name__}{loc}: {first}. It fails in plain "
+                          "torch too, on the inputs get_fwd_args() gives, so this is the model's own error, not a "
+                          "limit of tracing: fix the model (or its inputs) and run the command again.")
+    return None
 
 
 def check_outputs(program: Any, model_path: Path) -> None:

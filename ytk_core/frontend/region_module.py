@@ -55,9 +55,12 @@ def conv_signature(conv: Any) -> tuple[Any, ...]:
     return (k, tuple(stride), tuple(padding), tuple(dilation), _is_depthwise(conv, groups))
 
 
-def _is_bn(n: Any) -> bool:
+def is_batch_norm(n: Any) -> bool:
     return n.op == "call_function" and op_name(n).split(".")[0] in (
         "_native_batch_norm_legit_no_training", "batch_norm", "_native_batch_norm_legit")
+
+
+_is_bn = is_batch_norm
 
 
 def _bn_parts(bn: Any) -> tuple[Any, Any, Any, Any, float]:

@@ -119,15 +119,21 @@ class GraphIndex:
         self.by_name = {n.name: n for n in self.nodes}
         self.calls = [n for n in self.nodes if n.op == "call_function"]
         self.stacks: dict[Any, list[tuple[str, str]]] = {}
+        #: node -> {module path: the key of that frame}: torch.export keys each call of a module apart
+        #: ("L__self___fc", "L__self___fc@1"), so a module called twice (shared weights) is two sites
+        self.call_keys: dict[Any, dict[str, str]] = {}
         for n in self.calls:
             st = n.meta.get("nn_module_stack") or {}
             frames = []
-            for path, cls in st.values():
+            keys: dict[str, str] = {}
+            for key, (path, cls) in st.items():
                 from .fxmap import _clean_path
 
                 cname = cls if isinstance(cls, str) else cls.__name__
                 frames.append((_clean_path(path), cname.rsplit(".", 1)[-1]))
+                keys[frames[-1][0]] = str(key)
             self.stacks[n] = frames
+            self.call_keys[n] = keys
         self._constant: dict[Any, bool] = {}
         self.instances: dict[str, str] = {}
         for frames in self.stacks.values():
@@ -162,6 +168,13 @@ class GraphIndex:
     def owned_by(self, path: str) -> list[Any]:
         return [n for n in self.calls if any(p == path for p, _ in self.stacks[n])]
 
+    def calls_of(self, path: str) -> list[list[Any]]:
+        """The nodes of module ``path``, one list per call of it, in graph order."""
+        by_call: dict[str, list[Any]] = {}
+        for n in self.owned_by(path):
+            by_call.setdefault(self.call_keys.get(n, {}).get(path, ""), []).append(n)
+        return list(by_call.values())
+
     def classes(self) -> set[str]:
         return set(self.instances.values())
 
@@ -185,6 +198,11 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
     if sel.kind in ("class", "mod"):
         if sel.kind == "class":
             paths = [p for p, c in gi.instances.items() if c == sel.ops_name]
+            if not paths and not sel.ops_name[:1].isupper():
+                # a bare lower-case word is an fx node (conv2d_3, relu) far more often than a class
+                raise UsageError(f"selector {sel.text!r}: no fx node named {sel.ops_name!r} (see fx_nodes.json), "
+                                 "and no module class of that name. Closest fx nodes: "
+                                 f"{_closest(sel.ops_name, [n.name for n in gi.calls])}.")
             if not paths:
                 raise UsageError(f"selector {sel.text!r}: no module of class {sel.ops_name!r} in the traced model. "
                                  f"Closest classes: {_closest(sel.ops_name, sorted(gi.classes()))}.")
@@ -203,12 +221,10 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
         scoped = [p for p in scoped if not any(p != q and p.startswith(q + ".") for q in scoped)]
         sites = []
         for p in sorted(scoped, key=lambda q: min((gi.order[n] for n in gi.owned_by(q)), default=0)):
-            nodes = gi.owned_by(p)
-            if not nodes:
-                continue
-            if sel.around:
-                nodes = grow_around(nodes, gi, nojoin=sel.nojoin, where=p)
-            sites.append(Site(module_path=p, nodes=sorted(nodes, key=gi.order.get)))
+            for nodes in gi.calls_of(p):  # a module called twice is two sites (one program: its weights)
+                if sel.around:
+                    nodes = grow_around(nodes, gi, nojoin=sel.nojoin, where=p)
+                sites.append(Site(module_path=p, nodes=sorted(nodes, key=gi.order.get)))
         if not sites:
             raise UsageError(f"selector {sel.text!r}: the matched modules contain no traced operations")
         return sites

@@ -6,9 +6,11 @@
     region    := OpsName [":around"]          a torch class; every instance is a site
                | "call:" dotted.path           every call of an op (e.g. call:torch.matmul)
                | node "..." node               a dataflow span between two fx_nodes.json nodes
-               | node "," node ("," node)*     an explicit node list (one site)
+               | node ("," node)*              an explicit node list (one site); a single node is
+                                              a word that names no module class (conv2d_3)
                | "mod:" suffix                 modules whose qualified name ends with suffix
-    modifier  := "@where=" glob ("," glob)*    module-path globs, OR-ed; "!glob" excludes
+    modifier  := "@where=" glob ("," glob)*    module-path globs, OR-ed; "!glob" excludes (one @where
+                                              per selector: a second is refused, not OR-ed silently)
                | "@lift=" (fold_conv_bn | fold_conv_bn_seq | none)
                | "@nojoin"
                | "@epilogue"                  also take the pointwise ops after the region (BN,
@@ -18,8 +20,9 @@
                                               for a block whose region an outside op (a conv)
                                               cuts through (docs/regions.md)
 
-A namespace is optional (``yasp`` by default); ``::X`` is the empty namespace. A malformed selector
-is a :class:`SelectorError` that quotes it, points at the column and says what was expected.
+Each modifier appears at most once. A namespace is optional (``yasp`` by default); ``::X`` is the empty
+namespace. A malformed selector is a :class:`SelectorError` that quotes it, points at the column and says
+what was expected.
 """
 
 from __future__ import annotations
@@ -144,7 +147,7 @@ def parse_selector(text: str) -> Selector:
             globs = [s.match(_GLOB, "a module-path glob")]
             while s.eat(","):
                 globs.append(s.match(_GLOB, "a module-path glob after ','"))
-            key, fields["where"] = "where", tuple(fields.get("where", ()) + tuple(globs))
+            key, fields["where"] = "where", tuple(globs)
         elif s.eat("lift="):
             how = s.match(re.compile(r"[a-z_]+"), f"a lift mode ({', '.join(LIFT_MODES)})")
             if how not in LIFT_MODES:
@@ -158,7 +161,11 @@ def parse_selector(text: str) -> Selector:
             key, fields["part"] = "part", int(s.match(re.compile(r"[0-9]+"), "a part number (0, 1, ...)"))
         else:
             raise s.fail("a modifier: @where=<globs>, @lift=<how>, @nojoin, @epilogue or @part=<K>", col + 1)
-        if key in seen and key != "where":
+        if key == "where" and key in seen:
+            # two @where= could mean "either" or "both"; one list of globs says it (OR-ed, ! excludes)
+            raise s.fail("@where only once: put every glob in one @where=, comma-separated (they are OR-ed; "
+                         "a !glob excludes)", col)
+        if key in seen:
             raise s.fail(f"@{key} only once", col)
         seen.append(key)
     if fields.get("nojoin") and not fields.get("around"):

@@ -2,7 +2,7 @@
 
 Loading, validation and the warnings for broken plugins are :class:`ytk_hookspecs.loader.PluginLoader`'s
 (the conformance suite loads backends the same way); this adds what only the core does: the built-in
-plugins, ``YTK_DISABLE_PLUGIN_AUTOLOAD``, in-process plugins for tests, and logging each warning.
+plugins, ``YTK_DISABLE_PLUGIN_AUTOLOAD``, in-process plugins for tests, and logging each warning once.
 Stages call methods on the backend object a :class:`~ytk_core.plugins.selection.Selection` holds
 (``sel.backend.impl``), never a hook broadcast.
 """
@@ -37,8 +37,13 @@ class BackendManager(PluginLoader):
             self.add_entry_points()
         for name, plugin in (extra_plugins or {}).items():
             self.add(plugin, name, f"{name} (registered in-process)")
+        self._logged = 0
         self.collect()
 
-    def warn(self, message: str) -> None:
-        super().warn(message)
-        self.log.warning(message)
+    def log_warnings(self) -> None:
+        """Log the load warnings not logged yet, once each. The CLI calls it once ``-q`` and
+        ``--log-format`` are in effect (the plugins load before they are parsed), except for
+        ``ytk backends``, whose report lists them itself."""
+        for message in self.warnings[self._logged:]:
+            self.log.warning(message)
+        self._logged = len(self.warnings)

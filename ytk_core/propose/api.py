@@ -12,7 +12,7 @@ from ..errors import UsageError
 from .attribution import attribute
 from .given import given_tables
 from .measurement import Measurement, load_measurement
-from .models import Proposal, ProposeOptions, ProposeReport
+from .models import NotWorthRow, Proposal, ProposeOptions, ProposeReport
 from .modules import ModuleIndex, load_fx_nodes
 from .onnx_graph import OnnxGraph
 from .plugged import load_carve, plugged_proposals, plugin_nodes
@@ -91,7 +91,7 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         warnings += judge.warnings
         props = plugged + new
     if opts.kernelgen is not None and not opts.plugins:
-        _ask_kernelgen(props, opts.kernelgen, m.arch, m.precision, warnings)
+        _ask_kernelgen(props, rows, opts.kernelgen, m.arch, m.precision, warnings)
     cand_ms = sum(p.ms for p in props if not p.already_plugged)
     plugged_ms = sum(p.ms for p in props if p.already_plugged)
     return ProposeReport(
@@ -104,9 +104,11 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         options=opts, summary=summary_line(props, att.total_ms, word, m.simulated), warnings=warnings)
 
 
-def _ask_kernelgen(props: list[Proposal], kernelgen: str, arch: str | None, precision: str,
-                   warnings: list[str]) -> None:
-    """Ask the selected generator about every new proposal (no GPU, no carve: the sketch only)."""
+def _ask_kernelgen(props: list[Proposal], rows: list[NotWorthRow], kernelgen: str, arch: str | None,
+                   precision: str, warnings: list[str]) -> None:
+    """Ask the selected generator about every new proposal (no GPU, no carve: the sketch only), and about
+    the families left out as at roofline: a generator of the user's own may take only those (naive-dw's
+    depthwise convs), and the user should hear that ``--roofline`` hides them rather than see no taker."""
     from ..errors import YtkError
     from ..runtime import runtime
     from ..stages.supports import check_sketch
@@ -124,6 +126,12 @@ def _ask_kernelgen(props: list[Proposal], kernelgen: str, arch: str | None, prec
         ans = check_sketch(p.sketch, None, spec, precision, selection=sel)
         p.supported, p.support_why, p.support_certain, p.support_backend = (ans.supported, ans.why, ans.certain,
                                                                              ans.backend)
+    for row in rows:
+        answers = [check_sketch(sk, None, spec, precision, selection=sel) for sk in row.sketches]
+        if answers:
+            taken = [a for a in answers if a.supported]
+            row.supported = bool(taken)
+            row.support_why, row.support_backend = (taken or answers)[0].why, (taken or answers)[0].backend
 
 
 def _mark_overlaps(regions: list[Any], carve: Any, pnodes: set[str]) -> None:

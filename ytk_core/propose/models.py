@@ -136,6 +136,11 @@ class NotWorthRow(_Model):
     ms: float
     reason: str
     members: list[str] = Field(default_factory=list, description="family labels or module paths in this row")
+    sketches: list[RegionSketch] = Field(default_factory=list, exclude=True)  # at roofline: what to ask a generator
+    supported: bool | None = Field(None, description="at roofline: would the selected kernel generator take a "
+                                                     "family of this row (None: not asked)")
+    support_why: str = ""
+    support_backend: str = ""
 
 
 class ClassRow(_Model):

@@ -128,11 +128,14 @@ def spatial_suffix(sig: dict[str, Any]) -> str:
 
 
 def unique(names: list[str], suffixes: list[str]) -> list[str]:
-    """Make names unique: first by a shape suffix, then by a counter."""
+    """Make names unique: first by a shape suffix (where the suffixes tell the names apart), then by a
+    counter. Each name gets its suffix at most once: sites of one shape (per-site proposals of regions
+    that bake their own weights) differ only by the counter."""
     out = list(names)
-    for i, n in enumerate(out):
-        if out.count(n) > 1:
-            for j in [j for j, m in enumerate(out) if m == n]:
+    for n in set(names):
+        same = [j for j, m in enumerate(names) if m == n]
+        if len(same) > 1 and len({suffixes[j] for j in same}) > 1:
+            for j in same:
                 out[j] = _ident(f"{n}{suffixes[j]}") if suffixes[j] else n
     seen: dict[str, int] = {}
     for i, n in enumerate(out):
@@ -142,3 +145,28 @@ def unique(names: list[str], suffixes: list[str]) -> list[str]:
         else:
             seen[n] = 1
     return out
+
+
+def unique_labels(labels: list[str], spatial: list[list[object]], paths: list[list[str]]) -> list[str]:
+    """Tell apart rows of WHAT TO PLUG that would read the same: by their spatial size where it differs,
+    else by their modules (a region that bakes its own weights is proposed once per site)."""
+    out = list(labels)
+    for label in set(labels):
+        same = [j for j, x in enumerate(labels) if x == label]
+        if len(same) < 2:
+            continue
+        by_shape = len({tuple(spatial[j]) for j in same}) == len(same) and all(spatial[j] for j in same)
+        for j in same:
+            where = "x".join(str(v) for v in spatial[j]) if by_shape else f"at {_path_pattern(paths[j])}"
+            out[j] = f"{label}  {where}"
+    return out
+
+
+def _path_pattern(paths: list[str]) -> str:
+    """One module path, or the paths with the parts that differ as ``*`` (``stages.3.blocks.*.mixer``)."""
+    split = [p.split(".") for p in paths if p]
+    if not split:
+        return "<root>"
+    if len({len(parts) for parts in split}) > 1:
+        return f"{paths[0]}, ..."
+    return ".".join(parts[0] if len(set(parts)) == 1 else "*" for parts in zip(*split))

@@ -18,7 +18,7 @@ from .families import Family, fold, group_families, tag_ambiguous
 from .globs import synthesize
 from .models import NotWorthRow, Proposal, ProposeOptions, RooflineFigures, SiteTime
 from .modules import ModuleIndex
-from .naming import op_label, remainder_label, spatial_suffix, unique
+from .naming import op_label, remainder_label, spatial_suffix, unique, unique_labels
 from .onnx_graph import OnnxGraph
 from .regions import Region
 from .roofline import region_cost, roofline
@@ -88,16 +88,19 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
     tag_ambiguous(worth)
     names = unique([f.default_name for f in worth], [spatial_suffix(f.sig) for f in worth])
     names = [_avoid(n, taken_names) for n in names]
+    labels = unique_labels([f.label for f in worth], [list(f.sig.get("spatial") or []) for f in worth],
+                           [[r.path for r in f.regions] for f in worth])
+    labels, roof_labels = _apart_from_roofline(worth, labels, at_roof)
     props = []
-    for f, name in zip(worth, names):
+    for f, name, label in zip(worth, names, labels):
         props.append(Proposal(
-            name=name, namespace=j.options.namespace, label=f.label, selector=j.selector(f, name), ops_name=f.cls,
+            name=name, namespace=j.options.namespace, label=label, selector=j.selector(f, name), ops_name=f.cls,
             around=f.around, kind=f.kind, dynamic=f.dynamic,
             families=[m.label for m in f.members] if f.dynamic else [f.label],
             sites=[j.site(r) for r in f.regions], ms=f.ms, ms_per_site=[r.ms for r in f.regions],
             roofline=j.roofline(f.regions, f.ms), sketch=sketch_of(f)))
     props.sort(key=lambda p: -p.ms)
-    rows += _roofline_rows(j, at_roof, roof)
+    rows += _roofline_rows(j, at_roof, roof, roof_labels)
     if small:
         ms = sum(f.ms for f in small)
         rows.append(NotWorthRow(label=f"families under {j.options.min_ms:.3g} ms", category="under_threshold",
@@ -141,7 +144,28 @@ def _avoid(name: str, taken: set[str]) -> str:
     return out
 
 
-def _roofline_rows(j: Judge, at_roof: list[Family], roof: dict[int, RooflineFigures | None]) -> list[NotWorthRow]:
+def _apart_from_roofline(worth: list[Family], labels: list[str],
+                         at_roof: list[Family]) -> tuple[list[str], dict[int, str]]:
+    """A family proposed and one of another spatial size left out as at roofline read the same ("depthwise
+    3x3 s1  (C=32)" in both tables): add the spatial size to both. Returns the proposal labels and, by
+    ``id(family)``, the at-roofline families' labels that changed."""
+    roof_labels: dict[int, str] = {}
+    plain = [f.label for f in worth]
+
+    def shape(f: Family) -> str:
+        return "x".join(str(v) for v in f.sig.get("spatial") or [])
+
+    for f in at_roof:
+        if f.dynamic or f.regions[0].gemm_like or not shape(f) or f.label not in plain:
+            continue
+        roof_labels[id(f)] = f"{f.label}  {shape(f)}"
+        labels = [f"{lab}  {shape(w)}" if lab == w.label == f.label and not w.dynamic and shape(w) else lab
+                  for lab, w in zip(labels, worth)]
+    return labels, roof_labels
+
+
+def _roofline_rows(j: Judge, at_roof: list[Family], roof: dict[int, RooflineFigures | None],
+                   roof_labels: dict[int, str] | None = None) -> list[NotWorthRow]:
     rows = []
     gemms = [f for f in at_roof if f.regions[0].gemm_like]
     others = [f for f in at_roof if not f.regions[0].gemm_like]
@@ -156,15 +180,17 @@ def _roofline_rows(j: Judge, at_roof: list[Family], roof: dict[int, RooflineFigu
     if gemms:
         rows.append(NotWorthRow(label="1x1 / dense GEMMs", category="roofline",
                                 sites=sum(len(f.regions) for f in gemms), ms=sum(f.ms for f in gemms),
-                                reason=reason(gemms), members=[f.label for f in gemms]))
+                                reason=reason(gemms), members=[f.label for f in gemms],
+                                sketches=[sketch_of(f) for f in gemms]))
     by_op: dict[str, list[Family]] = defaultdict(list)
     for f in others:
         by_op[op_label(f.kind, f.cls, f.sig)].append(f)
     for fs in sorted(by_op.values(), key=lambda fs: -sum(f.ms for f in fs)):
-        label = fs[0].label if len(fs) == 1 else \
+        label = (roof_labels or {}).get(id(fs[0]), fs[0].label) if len(fs) == 1 else \
             remainder_label(fs[0].kind, fs[0].cls, [f.sig for f in fs]).replace("  (dynamic remainder)", "")
         rows.append(NotWorthRow(label=label, category="roofline", sites=sum(len(f.regions) for f in fs),
-                                ms=sum(f.ms for f in fs), reason=reason(fs), members=[f.label for f in fs]))
+                                ms=sum(f.ms for f in fs), reason=reason(fs), members=[f.label for f in fs],
+                                sketches=[sketch_of(f) for f in fs]))
     return rows
 
 

@@ -78,10 +78,19 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
     for p in asked:
         verdict = ("yes" if p.support_certain else "likely") if p.supported else "no"
         rows.append([p.name, verdict, p.support_why])
-    if not rows:
-        return []
-    backend = asked[0].support_backend or "kernelgen"
-    return columns([f"KERNEL GENERATOR ({backend})", "TAKES IT", "why"], rows, set())
+    lines = []
+    if rows:
+        backend = asked[0].support_backend or "kernelgen"
+        lines = columns([f"KERNEL GENERATOR ({backend})", "TAKES IT", "why"], rows, set())
+    # a generator that takes every proposal has enough to do; one that refuses some (a generator of the
+    # user's own for one op) should hear which families it would take that --roofline left out
+    refused = not asked or any(not p.supported for p in asked)
+    for row in r.not_worth if refused else []:
+        if row.category == "roofline" and row.supported:
+            lines.append(f"{row.support_backend or 'the kernel generator'} would also take {row.label} "
+                         f"({row.ms:.3g} ms, {row.support_why}), left out below as at roofline: "
+                         f"--roofline 1 lists it")
+    return lines
 
 
 def not_worth_lines(r: ProposeReport, top: int) -> list[str]:

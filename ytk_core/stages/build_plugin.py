@@ -119,7 +119,7 @@ def run_build_plugin(arch: str, plugin_name: str, source: Path, output: Path, bu
     if not rep.ok:
         raise YtkError(f"{source} breaks the plugin contract, so it was not built:\n  - " + "\n  - ".join(rep.errors))
     for w in rep.warnings:
-        rt.log.warning(w)
+        rt.warn_once(w)
     sel = rt.select("builder", builder, target)
     placeholder = simulated_kernel(copy.meta)
     if placeholder and not sel.backend.info.simulated:

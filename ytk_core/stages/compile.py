@@ -115,7 +115,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
                                            allow_unverified, progress=lambda m: task.update(description=m))
         warnings += more
     for w in warnings:
-        rt.log.warning(w)
+        rt.warn_once(w)
     plugin_nodes: dict[str, list[str]] = {}
     for node_name, pf in match.matches.items():
         plugin_nodes.setdefault(pf.description.name, []).append(node_name)

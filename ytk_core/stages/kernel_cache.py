@@ -34,21 +34,25 @@ def enabled() -> bool:
 
 
 def baked_digest(pt2: Path | None) -> str:
-    """A digest of the tensors a region's ``.pt2`` bakes in (its weights and constants, by content, not by
-    name): two regions with the same ops and shapes but different baked values (per-site families such as
-    Swin blocks' bias tables) are different problems. '' when there is no readable .pt2."""
+    """A digest of the tensors a region's ``.pt2`` bakes in (its weights and constants, by content and by
+    the slot each fills, ``weights/weight_0``, ..., whatever folder the archive was written from): two
+    regions with the same ops and shapes but different baked values (per-site families such as Swin
+    blocks' bias tables) are different problems, and so are two that bake the same values in other slots
+    (a model whose two same-shape weights are swapped: its kernel would compute the other region). ''
+    when there is no readable .pt2."""
     import zipfile
 
     if pt2 is None:
         return ""
     try:
         with zipfile.ZipFile(pt2) as z:
-            parts = sorted(hashlib.sha256(z.read(i)).hexdigest() for i in z.infolist()
+            parts = sorted(f"{i.filename.split('/data/', 1)[1]}:{hashlib.sha256(z.read(i)).hexdigest()}"
+                           for i in z.infolist()
                            if ("/data/weights/" in i.filename or "/data/constants/" in i.filename)
                            and not i.filename.endswith(".json"))
     except (OSError, zipfile.BadZipFile):
         return ""
-    return hashlib.sha256("".join(parts).encode()).hexdigest()[:24]
+    return hashlib.sha256(";".join(parts).encode()).hexdigest()[:24]
 
 
 _FINGERPRINTS: dict[str, str] = {}

@@ -284,7 +284,7 @@ def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, p
             out.warnings.append(f"report.json unreadable: {e}")
     for w in rep.warnings:
         out.warnings.append(w)
-        runtime().log.warning(w)
+        runtime().warn_once(w)
     if not rep.ok:
         rejected = src_path.with_name(src_path.name + ".rejected")
         shutil.move(str(src_path), rejected)
@@ -319,18 +319,16 @@ def run_kernelgen_export(model: Path, output: Path) -> Path:
 
     import torch
 
+    from ..frontend.export import export_program
     from ..frontend.loader import load_model
 
     rt = runtime()
     with rt.context(None, "export").progress(f"loading {model}"):
         lm = load_model(Path(model))
     with rt.context(None, "export").progress(f"torch.export {model}"):
-        try:
-            ep = torch.export.export(lm.model, lm.args, strict=False)
-        except Exception as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            raise UsageError(f"torch.export of {model} failed: {type(e).__name__}: {first}. kernelgen needs a "
-                             "model torch.export can trace (no data-dependent Python control flow).") from None
+        # prepare's export: torch's own stderr output held back, the failing module and line named, and a
+        # forward that raises in plain torch too reported as the model's error
+        ep = export_program(lm.model, lm.args, lm.path)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp.pt2", dir=output.parent)  # torch wants .pt2

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs import StageContext
+from ytk_hookspecs.errors import BadConfig
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError, report_path
 from ytk_hookspecs.models import (ArchSpec, Candidate, CandidateScore, KernelGenRequest, KernelGenResult,
                                   KernelPerf, KernelReport, PluginMeta, SupportAnswer, SupportRequest,
@@ -189,6 +190,19 @@ def _job_dir(ctx: StageContext, job_id: str) -> Path:
     return Path(ctx.workdir) / "mock-kernelgen" / job_id
 
 
+def _config_fraction(raw: str | None, default: float) -> float:
+    """``--config mock_bandwidth_fraction``: a value it cannot use is the user's typo (exit 2), not a failed job."""
+    if raw is None:
+        return default
+    try:
+        fraction = float(raw)
+    except ValueError:
+        fraction = float("nan")
+    if not 0 < fraction <= 1:
+        raise BadConfig(f"--config mock_bandwidth_fraction={raw}: a fraction of the memory floor in (0, 1]")
+    return fraction
+
+
 def submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
     cand = request.candidate
     blob = json.dumps({"c": cand.model_dump(mode="json") if cand else None, "cfg": request.config,
@@ -201,15 +215,10 @@ def submit(request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
             "`ytk embedded prepare --plugin`), and none was found for this .pt2"))
     if not cand.sites:
         return KernelGenResult(job_id=job_id, status="failed", message=f"region {cand.name} has no sites")
-    try:
-        fraction = float(request.config.get("mock_bandwidth_fraction", SIMULATED_FRACTION[region_kind(cand)]))
-        if not 0 < fraction <= 1:
-            raise ValueError("mock_bandwidth_fraction must be in (0, 1]")
-        defect = request.config.get("mock_defect", "")
-        if defect and defect not in DEFECTS:
-            raise ValueError(f"mock_defect={defect}: one of {', '.join(DEFECTS)}")
-    except ValueError as e:
-        return KernelGenResult(job_id=job_id, status="failed", message=f"bad --config: {e}")
+    fraction = _config_fraction(request.config.get("mock_bandwidth_fraction"), SIMULATED_FRACTION[region_kind(cand)])
+    defect = request.config.get("mock_defect", "")
+    if defect and defect not in DEFECTS:
+        raise BadConfig(f"--config mock_defect={defect}: the mock plants one of {', '.join(DEFECTS)}")
     sm = _sm(request)
     with ctx.progress(f"mock kernelgen {cand.name} (simulated)"):
         try:

@@ -10,7 +10,7 @@ import pytest
 from tests.stages.carved_fixture import ARCH, PLUGIN, make_fixture
 from ytk_backend_mock import builder, kernelgen
 from ytk_hookspecs import StageContext, shape_expr
-from ytk_hookspecs.errors import StageError
+from ytk_hookspecs.errors import BadConfig, StageError
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import (BuildRequest, CandidatesFile, KernelGenRequest, KernelReport, Reoptimization,
                                   SiteInfo, TensorInfo)
@@ -102,8 +102,8 @@ def test_submit_writes_source_report_and_fetch_returns_it(cand, tmp_path):
     again = kernelgen.fetch(res.job_id, tmp_path / "again.module_source.py", ctx)
     assert again and again.status == "done" and (tmp_path / "again.module_source.py").read_text() == out.read_text()
     assert kernelgen.fetch("mock-unknown", tmp_path / "n.py", ctx) is None
-    bad = kernelgen.submit(req.model_copy(update={"config": {"mock_bandwidth_fraction": "2"}}), ctx)
-    assert bad.status == "failed"
+    with pytest.raises(BadConfig, match=r"mock_bandwidth_fraction=2: .*\(0, 1\]"):
+        kernelgen.submit(req.model_copy(update={"config": {"mock_bandwidth_fraction": "2"}}), ctx)
 
 
 def test_builder_makes_a_self_describing_so(cand, tmp_path):
