@@ -18,6 +18,7 @@ inputs = activation then the lifted weight and bias.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import shutil
 import tempfile
@@ -145,6 +146,7 @@ def _template() -> Path:
     from ytk_hookspecs.models import CandidatesFile, PluginEntry, PluginsFile
 
     root = Path(tempfile.mkdtemp(prefix="ytk-carved-fixture-"))
+    atexit.register(shutil.rmtree, root, True)  # one per test session: gone when the session ends
     (root / "model.py").write_text(MODEL_PY)
     lm = load_model(root / "model.py")
     sd = {k: v.detach().numpy() for k, v in lm.model.state_dict().items()}
