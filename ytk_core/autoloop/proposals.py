@@ -30,7 +30,7 @@ def propose_round(ws: Workspace, rnd: RoundRecord) -> None:
     fresh = [p for p in fresh if p.selector not in refused_sels]
     reopt = _reoptimizable(ws, report.plugged)
     if not worth and not reopt:
-        rnd.note = _nothing_to_try(ws, fresh, refused)
+        rnd.note = _nothing_to_try(ws, fresh, refused, report)
         rnd.candidates = refused
         rnd.stage = "done"
         ws.stop(rnd.note)
@@ -53,21 +53,35 @@ def _propose(ws: Workspace) -> Any:
     assert best is not None
     prep = ws.path(best.prepare_dir)
     plugins_json = prep / "plugins.json"
-    opts: dict[str, Any] = {"min_ms": ws.limits.gain_ms(), "precision": ws.state.precision}
+    opts: dict[str, Any] = {"min_ms": ws.limits.gain_ms(), "precision": ws.state.precision,
+                            "roofline_fraction": ws.limits.roofline}
     if "kernelgen" in ProposeOptions.model_fields:
         opts["kernelgen"] = ws.state.backends.kernelgen
     return propose(ws.path(best.bundle), prep / "model.onnx", prep / "fx_nodes.json",
                    plugins_json if plugins_json.is_file() else None, ProposeOptions(**opts))
 
 
-def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord]) -> str:
+def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord], report: Any = None) -> str:
     """Why a round has no candidate: the note it ends with, and the loop's stop reason."""
+    hidden = _roofline_takers(ws, report)
     if fresh:
         top = max(p.ms for p in fresh)
-        return f"best remaining candidate is worth {top:.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}"
+        return (f"best remaining candidate is worth {top:.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}"
+                + hidden)
     if refused:
-        return "every candidate worth a job is one the carve or the kernel generators refuse"
-    return "no candidate left to try (every proposal is plugged already or was dropped earlier)"
+        return "every candidate worth a job is one the carve or the kernel generators refuse" + hidden
+    return "no candidate left to try (every proposal is plugged already or was dropped earlier)" + hidden
+
+
+def _roofline_takers(ws: Workspace, report: Any) -> str:
+    """'' or what the generator would take that --roofline leaves out (a generator of the user's own may
+    serve only such families, and the user should hear which flag lets the loop try them)."""
+    rows = [r for r in getattr(report, "not_worth", []) or [] if getattr(r, "supported", None)]
+    if not rows or ws.limits.roofline >= 1:
+        return ""
+    names = ", ".join(r.label for r in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+    return (f"; the kernel generator would take {names}, left out as at roofline by --roofline "
+            f"{ws.limits.roofline:g}: --roofline 1 lets the loop try them")
 
 
 def _refused_by_propose(ws: Workspace, rnd: RoundRecord, proposals: list[Any]) -> list[PluginRecord]:

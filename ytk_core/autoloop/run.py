@@ -28,7 +28,7 @@ def _resolve_arch(arch: str) -> str:
 
 def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice,
                  max_rounds: int, min_gain: str | float, max_jobs: int, time_budget: str | None,
-                 on_change: str = "ask", worker: str | None = None) -> AutoloopReport:
+                 on_change: str = "ask", worker: str | None = None, roofline: float = 0.5) -> AutoloopReport:
     """``min_gain``: milliseconds (``0.1``, ``"0.1ms"``) or a share of the baseline (``"1%"``).
     ``on_change``: what a workdir whose inputs or backend versions changed does: ``ask`` (stop and say
     so), ``resume`` (go on with the recorded results) or ``fresh`` (discard them and start over).
@@ -38,6 +38,8 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
         raise UsageError(f"-p {precision!r}: expected fp16 or fp32")
     if max_rounds < 1 or max_jobs < 1:
         raise UsageError("--max-rounds and --max-jobs must be at least 1")
+    if not 0 < roofline <= 1:
+        raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
     min_gain_t = Threshold.parse(min_gain, "--min-gain-ms")
     model = Path(model)
     if not model.is_file():
@@ -51,7 +53,8 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
     if worker is not None:
         arch, flags = _on_worker(worker, arch, flags)
     limits = AutoloopLimits(max_rounds=max_rounds, min_gain_ms=None if min_gain_t.relative else min_gain_t.value,
-                            min_gain_pct=min_gain_t.value if min_gain_t.relative else None, time_budget_s=budget)
+                            min_gain_pct=min_gain_t.value if min_gain_t.relative else None, time_budget_s=budget,
+                            roofline=roofline)
     with WorkdirLock(workdir):
         clean_stale(workdir)
         if on_change == "fresh":
@@ -87,7 +90,7 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
                 raise UsageError(f"{workdir} was started with {role} backend {st.backends.roles()[role]!r}, not "
                                  f"{name!r}; use a new --workdir")
         new_gain = min_gain.ms(st.baseline.ms) if st.baseline else None
-        if st.finished and (limits.max_rounds > st.limits.max_rounds or
+        if st.finished and (limits.max_rounds > st.limits.max_rounds or limits.roofline > st.limits.roofline or
                             (new_gain is not None and st.limits.min_gain_ms is not None
                              and new_gain < st.limits.min_gain_ms)):
             st.finished, st.stop_reason = False, ""  # looser limits: keep going from the best engine

@@ -145,6 +145,8 @@ class AutoloopLimits(_M):
     min_gain_pct: float | None = Field(None, ge=0, le=100, description="--min-gain-ms given as a share of the "
                                        "baseline engine's latency")
     time_budget_s: float | None = Field(None, ge=0, description="wall seconds, checked between rounds")
+    roofline: float = Field(0.5, gt=0, le=1, description="propose's --roofline: a family measured at this fraction "
+                            "of its roofline bound or better is not worth a kernel")
 
     @model_validator(mode="before")
     @classmethod

@@ -30,6 +30,9 @@ def autoloop(
                                              "than this: milliseconds (0.1, 0.1ms) or a share of the baseline "
                                              "engine's latency (1%)")] = "1%",
     max_jobs: Annotated[int, typer.Option("--max-jobs", help="kernel generation jobs in flight")] = 4,
+    roofline: Annotated[float, typer.Option(
+        "--roofline", help="as propose's: a family measured at this fraction of its roofline bound or better is "
+                           "not worth a kernel (1: only one at the bound itself)")] = 0.5,
     time_budget: Annotated[Optional[str], typer.Option(
         "--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="go on with the workdir's recorded results even though "
@@ -58,7 +61,8 @@ def autoloop(
     rep = run_autoloop(model, arch, precision, workdir,
                        BackendChoice(engine=engine, kernelgen=kernelgen, builder=builder),
                        max_rounds, min_gain_ms, max_jobs, time_budget,
-                       on_change="fresh" if fresh else "resume" if resume else "ask", worker=resolve_worker(worker))
+                       on_change="fresh" if fresh else "resume" if resume else "ask", worker=resolve_worker(worker),
+                       roofline=roofline)
     exported: list[Path] = []
     if export is not None and rep.ship is not None:
         from ..autoloop.report import export_outputs
