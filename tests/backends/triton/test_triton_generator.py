@@ -118,3 +118,76 @@ def test_without_a_gpu_the_job_fails_with_the_reason(tmp_path: Path) -> None:
     res = generate(KernelGenRequest(reference=pt2, gpu="H200", output=tmp_path / "x.module_source.py",
                                     plugin_name="NormGelu"), tmp_path / "work")
     assert res.status == "failed" and "local CUDA GPU: no CUDA GPU here" in res.message
+
+
+class _Storage:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def nbytes(self) -> int:
+        return self.n
+
+
+class _FakeTensor:
+    """What record_case reads of a CUDA tensor: its address, its storage's size and its device."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.ptr, self.size = ptr, nbytes
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def untyped_storage(self) -> _Storage:
+        return _Storage(self.size)
+
+
+def test_recording_turns_launches_into_a_shape_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recording machinery without a GPU: Triton's launcher class is stubbed, the allocator's history is
+    given, and a kernel loaded before recording began is found among the live CompiledKernels."""
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia import driver as nvdriver
+    from triton.compiler.compiler import CompiledKernel
+
+    from ytk_backend_triton.record import record_case, recording
+
+    monkeypatch.setattr(nvdriver.CudaLauncher, "__call__", lambda self, *a: None)  # no launch on a CPU
+    kernels = []
+    for handle, name in ((0x1000, "k_relu"), (0x2000, "k_add")):
+        ck = CompiledKernel.__new__(CompiledKernel)
+        ck.function, ck.module = handle, None  # no module: nothing for its __del__ to unload
+        ck.src = SimpleNamespace(signature={"x": "*fp16", "y": "*fp16", "n": "i32", "XBLOCK": "constexpr"})
+        ck.metadata = SimpleNamespace(name=name, tensordesc_meta=None)
+        kernels.append(ck)
+    x = _FakeTensor(0x10000, 4096)
+    out = _FakeTensor(0xA0000, 4096)      # the output: allocated during the call, returned
+    # 0x90000: an intermediate, allocated and freed during the call; 0xA0000: the output it returns
+    trace = [{"action": "alloc", "addr": 0x90000, "size": 4096}, {"action": "alloc", "addr": 0xA0000, "size": 4096},
+             {"action": "free_requested", "addr": 0x90000, "size": 4096}]
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: {"device_traces": [trace]})
+
+    def fn(inp):  # type: ignore[no-untyped-def]
+        launcher = nvdriver.CudaLauncher.__new__(nvdriver.CudaLauncher)
+        launcher(2, 1, 1, 0, 0x1000, None, None, None, None, inp, _FakeTensor(0x90000 + 64, 0), 2048, 1024)
+        launcher(2, 1, 1, 0, 0x2000, None, None, None, None, _FakeTensor(0x90000 + 64, 0), out, 2048, 1024)
+        return out
+
+    with recording() as rec:
+        case, outs, used = record_case(fn, [x], [1, 16, 8, 16], rec)
+    assert outs == [out] and set(used) == {0x1000, 0x2000}
+    assert case.workspace_bytes == 4096 and case.extents == [1, 16, 8, 16]
+    first, second = case.launches
+    assert first.kernel == "h1000" and first.grid == (2, 1, 1)
+    assert [(a.kind, a.index, a.offset) for a in first.args[:2]] == [("input", 0, 0), ("workspace", 0, 64)]
+    assert first.args[2].kind == "scalar" and first.args[2].value == 2048 and len(first.args) == 3  # constexpr out
+    assert [(a.kind, a.offset) for a in second.args[:2]] == [("workspace", 64), ("output", 0)]
+    # a pointer into memory the call did not allocate (a constant kept inside the compiled graph) is refused
+    with recording() as rec:
+        with pytest.raises(UnsupportedRegion, match="no input, output or buffer"):
+            record_case(lambda inp: (nvdriver.CudaLauncher.__new__(nvdriver.CudaLauncher)(
+                1, 1, 1, 0, 0x1000, None, None, None, None, inp, _FakeTensor(0x5, 0), 1, 1), out)[1], [x], [1], rec)
+    del kernels
