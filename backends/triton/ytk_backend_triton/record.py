@@ -224,6 +224,10 @@ def check_output_code(codes: list[str]) -> None:
                                                 "which a plugin cannot embed")
 
 
+def _hashable(v: Any) -> Any:
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
+
 def kernel_binaries(handles: dict[str, Any], sms: list[int], local_sm: int) -> list[KernelBinary]:
     """The plan's kernels: the local SM's cubin as compiled, other SMs compiled again from the same source."""
     import dataclasses
@@ -240,7 +244,9 @@ def kernel_binaries(handles: dict[str, Any], sms: list[int], local_sm: int) -> l
         for sm in sms:
             if sm == local_sm:
                 continue
-            opts = {k: getattr(md, k) for k in names if hasattr(md, k) and k not in ("arch", "backend_name")}
+            # the options the kernel was compiled with, as Triton's options class takes them (metadata keeps
+            # tuples as JSON lists)
+            opts = {k: _hashable(getattr(md, k)) for k in names if hasattr(md, k) and k not in ("arch", "backend_name")}
             try:
                 by_sm[sm] = triton.compile(ck.src, target=GPUTarget("cuda", sm, 32), options=opts)
             except Exception as e:  # Triton's own compile error for that SM

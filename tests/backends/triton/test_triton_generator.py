@@ -17,6 +17,8 @@ from ytk_hookspecs.errors import UnsupportedRegion
 sys.path.insert(0, str(Path(__file__).parents[1] / "templates"))
 from templates_fixtures import candidate, export_region  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+
 
 def test_the_contract_follows_the_sites() -> None:
     shapes = [[(1, 32, 8, 8), (32, 32, 1, 1)], [(2, 32, 4, 6), (32, 32, 1, 1)]]
@@ -191,3 +193,21 @@ def test_recording_turns_launches_into_a_shape_case(monkeypatch: pytest.MonkeyPa
             record_case(lambda inp: (nvdriver.CudaLauncher.__new__(nvdriver.CudaLauncher)(
                 1, 1, 1, 0, 0x1000, None, None, None, None, inp, _FakeTensor(0x5, 0), 1, 1), out)[1], [x], [1], rec)
     del kernels
+
+
+def test_kernels_seen_on_the_local_gpu_are_compiled_again_for_the_target_sm() -> None:
+    """kernel_binaries on a real CompiledKernel (built here for sm_90, as the H200 would have): the sm_87 cubin
+    comes from the same source and options, and both land in one KernelBinary."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from test_triton_launcher import relu_fp16
+    from ytk_backend_triton.record import kernel_binaries
+
+    sig = {"x_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"}
+    ck = triton.compile(ASTSource(fn=relu_fp16, signature=sig, constexprs={"BLOCK": 128}),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
+    (kb,) = kernel_binaries({"h77": ck}, sms=[87, 90], local_sm=90)
+    assert kb.id == "h77" and kb.name == ck.metadata.name and kb.num_warps == 2 and kb.user_params == 3
+    assert sorted(kb.cubins) == [87, 90] and kb.cubin(90) == ck.asm["cubin"] and kb.cubin(87) != kb.cubin(90)
