@@ -211,3 +211,13 @@ def test_kernels_seen_on_the_local_gpu_are_compiled_again_for_the_target_sm() ->
     (kb,) = kernel_binaries({"h77": ck}, sms=[87, 90], local_sm=90)
     assert kb.id == "h77" and kb.name == ck.metadata.name and kb.num_warps == 2 and kb.user_params == 3
     assert sorted(kb.cubins) == [87, 90] and kb.cubin(90) == ck.asm["cubin"] and kb.cubin(87) != kb.cubin(90)
+
+
+def test_the_compile_options_are_ones_this_torch_knows() -> None:
+    # torch.compile rejects an unknown inductor option when it compiles: checked here on the CPU
+    from ytk_backend_triton.record import compile_options
+
+    opts = compile_options("max-autotune")
+    assert opts["max_autotune_gemm_backends"] == "TRITON" and opts["max_autotune_conv_backends"] == "TRITON"
+    f = torch.compile(lambda x: torch.relu(x) * 2, dynamic=False, options=opts)
+    assert torch.equal(f(torch.ones(4)), torch.full((4,), 2.0))
