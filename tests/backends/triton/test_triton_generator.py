@@ -221,3 +221,18 @@ def test_the_compile_options_are_ones_this_torch_knows() -> None:
     assert opts["max_autotune_gemm_backends"] == "TRITON" and opts["max_autotune_conv_backends"] == "TRITON"
     f = torch.compile(lambda x: torch.relu(x) * 2, dynamic=False, options=opts)
     assert torch.equal(f(torch.ones(4)), torch.full((4,), 2.0))
+
+
+def test_compiling_a_case_reaches_the_check_of_inductors_output(tmp_path: Path) -> None:
+    # on the CPU inductor writes C++ (cpp_fused_*), which the job refuses as it refuses cuBLAS or ATen calls:
+    # the compile path before the recording (contract, kernel inputs, the wrapper, run_and_get_code) runs here
+    from ytk_backend_triton.generate import _compile_cases
+    from ytk_hookspecs.admission import low_precision
+
+    program = torch.export.export(_NormGelu(), (torch.randn(1, 16, 4, 4),)).module()
+    logical = [[torch.randn(1, 16, 4, 4)]]
+    meta = contract("NormGelu", "yasp", "1", ["activation"], [[(1, 16, 4, 4)]], [[(1, 16, 4, 4)]], ["float16"],
+                    "tensorrt")
+    with pytest.raises(UnsupportedRegion, match="cpp_fused_.* \\(not a Triton kernel\\)"):
+        _compile_cases(logical, meta, low_precision(program, "fp16"), ["activation"], "default",
+                       torch.device("cpu"), None, [], {})
