@@ -134,8 +134,15 @@ def _run(request: KernelGenRequest, workdir: Path, job_id: str, name: str, candi
         raise UnsupportedRegion("the region's program cannot be made fp16")
     g = torch.Generator().manual_seed(0)
     logical = [[torch.randn(s, generator=g) for s in case] for case in shapes]
-    with torch.no_grad():
-        outs0 = [[tuple(o.shape) for o in _as_list(program(*case))] for case in logical]
+    outs0 = []
+    for case in logical:
+        try:
+            with torch.no_grad():
+                outs0.append([tuple(o.shape) for o in _as_list(program(*case))])
+        except Exception as e:  # a program exported for other shapes than a site's (guards), or one that fails
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise UnsupportedRegion(f"the region's program does not run at site shapes "
+                                    f"{[list(t.shape) for t in case]}: {type(e).__name__}: {first}") from None
     in_dtypes = ["float16"] * len(roles)
     meta = contract(name, candidate.namespace if candidate else "yasp", candidate.version if candidate else "1",
                     roles, shapes, outs0, in_dtypes, request.deployment_target)

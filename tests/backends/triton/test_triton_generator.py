@@ -236,3 +236,35 @@ def test_compiling_a_case_reaches_the_check_of_inductors_output(tmp_path: Path) 
     with pytest.raises(UnsupportedRegion, match="cpp_fused_.* \\(not a Triton kernel\\)"):
         _compile_cases(logical, meta, low_precision(program, "fp16"), ["activation"], "default",
                        torch.device("cpu"), None, [], {})
+
+
+def test_the_job_reads_its_region_and_sites_before_any_gpu_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    # the GPU taken for the CPU: generate() loads the .pt2 and the candidate's two site shapes, builds the
+    # contract and compiles the first case, which on the CPU ends at the output-code check, as a failed job
+    from types import SimpleNamespace
+
+    import ytk_hookspecs.admission as admission
+    from ytk_backend_triton.generate import generate
+    from ytk_hookspecs.models import KernelGenRequest
+
+    monkeypatch.setattr(admission, "local_cuda", lambda sm=None: (torch.device("cpu"), "CPU stand-in"))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(major=9, minor=0))
+    shapes = [[(2, 16, 4, 6)], [(3, 16, 2, 3)]]
+    dims = {"x": {0: torch.export.Dim("N"), 2: torch.export.Dim("H"), 3: torch.export.Dim("W")}}
+    ep = torch.export.export(_NormGelu(), (torch.randn(*shapes[0][0]),), dynamic_shapes=dims)  # as the carve does
+    torch.export.save(ep, str(tmp_path / "NormGelu.pt2"))
+    pt2 = tmp_path / "NormGelu.pt2"
+
+    def job(p: Path):  # type: ignore[no-untyped-def]
+        cand = candidate("NormGelu", p, tmp_path, shapes, [s[0] for s in shapes], ["activation"], {"layer_norm": 1})
+        return generate(KernelGenRequest(reference=p, gpu="H200", output=tmp_path / "NormGelu.module_source.py",
+                                         candidate=cand, prepare_dir=tmp_path, plugin_name="NormGelu",
+                                         arch="arm64-sm87-dos6010-cu114-trt86"), tmp_path / "work")
+
+    res = job(pt2)
+    assert res.status == "failed" and res.message.startswith("triton cannot plug region NormGelu: inductor runs cpp_")
+    # a program exported for one shape only cannot serve the other site: said so, not a crash
+    static = export_region(_NormGelu(), (torch.randn(*shapes[0][0]),), tmp_path / "Static.pt2")
+    res = job(static)
+    assert res.status == "failed" and "does not run at site shapes [[3, 16, 2, 3]]" in res.message
