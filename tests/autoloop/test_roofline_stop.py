@@ -23,14 +23,20 @@ def _row(label: str, supported: bool | None) -> NotWorthRow:
 
 
 def test_a_taker_left_out_as_at_roofline_is_named_with_the_flag() -> None:
-    report = SimpleNamespace(not_worth=[_row("depthwise 7x7 s1 (C=96)", True), _row("gemm 96x384", False)])
+    refused = [SimpleNamespace(supported=False)]  # the generator refuses what propose lists
+    report = SimpleNamespace(not_worth=[_row("depthwise 7x7 s1 (C=96)", True), _row("gemm 96x384", False)],
+                             proposals=refused)
     why = _nothing_to_try(_ws(0.5), [], [], report)
     assert why.startswith("no candidate left to try")
     assert "would take depthwise 7x7 s1 (C=96), left out as at roofline by --roofline 0.5" in why
     assert "--roofline 1 lets the loop try them" in why and "gemm" not in why
     # no taker among them, or the rule already off: nothing more to say
-    assert "roofline" not in _nothing_to_try(_ws(0.5), [], [], SimpleNamespace(not_worth=[_row("gemm", False)]))
+    assert "roofline" not in _nothing_to_try(_ws(0.5), [], [], SimpleNamespace(not_worth=[_row("gemm", False)],
+                                                                               proposals=refused))
     assert "roofline" not in _nothing_to_try(_ws(1.0), [], [], report)
+    # a generator that takes every proposal (the mock) is no generator of hidden families: no line
+    takes_all = SimpleNamespace(not_worth=report.not_worth, proposals=[SimpleNamespace(supported=True)])
+    assert "roofline" not in _nothing_to_try(_ws(0.5), [], [], takes_all)
 
 
 def test_the_roofline_limit_is_checked_and_old_states_read() -> None:

@@ -74,10 +74,13 @@ def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord]
 
 
 def _roofline_takers(ws: Workspace, report: Any) -> str:
-    """'' or what the generator would take that --roofline leaves out (a generator of the user's own may
-    serve only such families, and the user should hear which flag lets the loop try them)."""
+    """'' or what the generator would take that --roofline leaves out, when it refuses some of what propose
+    lists (a generator of the user's own may serve only such families, and the user should hear which flag
+    lets the loop try them; one that takes everything, such as the mock, needs no such line)."""
     rows = [r for r in getattr(report, "not_worth", []) or [] if getattr(r, "supported", None)]
-    if not rows or ws.limits.roofline >= 1:
+    refuses = any(getattr(p, "supported", None) is False for p in getattr(report, "proposals", []) or [])
+    # as propose: only a generator that refuses some of what propose lists may be one that serves only these
+    if not rows or not refuses or ws.limits.roofline >= 1:
         return ""
     names = ", ".join(r.label for r in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
     return (f"; the kernel generator would take {names}, left out as at roofline by --roofline "
