@@ -14,31 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
-
-
-def _time(fn: Any, iters: int = 50) -> float:
-    import torch
-
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    s.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    with torch.cuda.stream(s):
-        for a, b in ev:
-            a.record()
-            g.replay()
-            b.record()
-    s.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in ev)
 
 
 def _site_inputs(cand: Any, program: Any) -> list[list[Any]]:
@@ -84,6 +62,7 @@ def main() -> int:
     a = ap.parse_args()
     import torch
 
+    from ytk_backend_triton.generate import _time_torch  # the generators' own timing: graph replays, median
     from ytk_hookspecs.models import CandidatesFile
     from ytk_hookspecs.pt2 import load_exported
 
@@ -103,12 +82,12 @@ def main() -> int:
         sites = _site_inputs(c, prog)
         row: dict[str, Any] = {"candidate": c.name, "family": c.ops_name, "sites": len(sites)}
         with torch.no_grad():
-            row["torch_ms"] = sum(_time(lambda ins=ins: prog(*ins)) for ins in sites)
+            row["torch_ms"] = sum(_time_torch(prog, ins) for ins in sites)
             try:
                 opts = {"max_autotune": True, "max_autotune_gemm_backends": "TRITON",
                         "max_autotune_conv_backends": "TRITON", "triton.cudagraphs": False}
                 cm = torch.compile(prog, dynamic=False, options=opts)
-                row["compile_ms"] = sum(_time(lambda ins=ins: cm(*ins)) for ins in sites)
+                row["compile_ms"] = sum(_time_torch(cm, ins) for ins in sites)
             except Exception as e:  # inductor's own failure is a row's data
                 row["compile_ms"], row["compile_note"] = None, f"{type(e).__name__}: {str(e)[:80]}"
             outs = [prog(*ins) for ins in sites]

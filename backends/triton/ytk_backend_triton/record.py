@@ -219,7 +219,7 @@ def check_output_code(codes: list[str]) -> None:
             for node in ast.walk(fn):
                 if isinstance(node, ast.Call):
                     name = ast.unparse(node.func)
-                    if _NOT_TRITON.search(name + "(") or name.endswith(".copy_"):
+                    if _NOT_TRITON.search(name + "("):
                         raise UnsupportedRegion(f"inductor runs {name} for this region (not a Triton kernel), "
                                                 "which a plugin cannot embed")
 
