@@ -130,3 +130,55 @@ def test_the_gate_runs_in_a_child_whose_death_or_hang_is_a_rejection(suite_dir, 
     rec = adm._run_isolated(so, sha256_file(so), "DwS", cand, prep, "fp16", None)
     assert rec.status == "rejected" and "did not finish" in rec.reason
     assert record_for(so).status == "rejected"
+
+
+@needs_nvcc
+def test_a_gate_session_reuses_one_child_and_starts_a_fresh_one_after_a_rejection(suite_dir, monkeypatch,
+                                                                                   tmp_path) -> None:
+    """The autoloop gates a round's plugins in one child (torch and the CUDA context are loaded once); a
+    rejection, a death or a hang ends that child, so the next plugin is judged in a fresh process."""
+    from tests.conftest import has_cuda
+
+    import ytk_core.stages.admission as adm
+    from ytk_hookspecs.models import CandidatesFile
+
+    if has_cuda():
+        pytest.skip("on a GPU machine the child runs the real gate (the GPU tests above)")
+    work, prep = suite_dir
+    admission_suite.run_one("exact", work, prep, admission_suite.local_arch())
+    so = work / "exact" / "DwS.so"
+    cand = CandidatesFile.read(prep / "candidates.json").candidates[0]
+    copies = []
+    for i in range(3):  # three plugins (copies of one, each its own file)
+        c = tmp_path / f"P{i}.so"
+        c.write_bytes(so.read_bytes())
+        copies.append(c)
+    broken = tmp_path / "Broken.so"
+    broken.write_bytes(b"not an ELF file")
+
+    def gate(path: Path, digest: str | None = None) -> AdmissionRecord:
+        return adm._run_isolated(path, digest or sha256_file(path), path.stem, cand, prep, "fp16", None)
+
+    with adm.gate_session() as session:
+        recs = [gate(c) for c in copies]
+        assert [r.status for r in recs] == ["unverified"] * 3 and session.children == 1
+        assert gate(broken).status == "rejected" and session.children == 1
+        assert gate(copies[0]).status == "unverified" and session.children == 2  # fresh after the rejection
+        changed = gate(copies[1], digest="0" * 64)
+        assert changed.status == "rejected" and "changed while it was being gated" in changed.reason
+        assert gate(copies[2]).status == "unverified" and session.children == 3
+
+    with adm.gate_session() as session:  # a child that dies mid-plugin: that plugin is rejected, the next runs
+        monkeypatch.setattr(adm, "_child_command", lambda: [sys.executable, "-c", (
+            "import sys; sys.stdin.readline(); print('killed by the kernel', file=sys.stderr); sys.exit(7)")])
+        dead = gate(copies[0])
+        assert dead.status == "rejected" and "died" in dead.reason and "exit 7" in dead.reason
+        assert "killed by the kernel" in dead.reason
+        monkeypatch.undo()
+        assert gate(copies[1]).status == "unverified" and session.children == 2
+
+    with adm.gate_session() as session:  # a hang: killed, rejected, and the next plugin gets a fresh child
+        monkeypatch.setattr(adm, "CHILD_TIMEOUT_S", 0.05)
+        assert "did not finish" in gate(copies[0]).reason
+        monkeypatch.setattr(adm, "CHILD_TIMEOUT_S", 600)
+        assert gate(copies[1]).status == "unverified" and session.children == 2

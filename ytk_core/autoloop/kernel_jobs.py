@@ -18,7 +18,7 @@ from ytk_hookspecs.models import ArchSpec, CandidatesFile, Reoptimization
 from ytk_hookspecs.models.base import sha256_file
 
 from ..errors import KernelJobFailed
-from ..stages.admission import AdmissionRefused
+from ..stages.admission import AdmissionRefused, gate_session
 from .control import checkpoint
 from .isolate import describe, must_stop, one_line
 from .state import PluginRecord, RoundRecord, file_ok
@@ -160,10 +160,20 @@ class KernelJobs:
                 "a real engine loads only admitted plugins")
 
     def build_round(self, rnd: RoundRecord) -> None:
+        ws = self.ws
+        prep = ws.path(rnd.prepare_dir or "")
+        with gate_session():  # one gate process for the round's plugins, not one per plugin
+            self._build_each(rnd, prep)
+        if not ws.active(rnd):
+            rnd.note = "no plugin could be built"
+            ws.advance(rnd, "done")
+            return
+        ws.advance(rnd, "compile")
+
+    def _build_each(self, rnd: RoundRecord, prep: Path) -> None:
         from ..stages.build_plugin import run_build_plugin
 
         ws, state = self.ws, self.ws.state
-        prep = ws.path(rnd.prepare_dir or "")
         for c in ws.active(rnd):
             if c.status == "built" and file_ok(ws.workdir, c.so, c.so_sha256):
                 continue
@@ -192,8 +202,3 @@ class KernelJobs:
             c.status, c.so, c.so_sha256 = "built", so_rel, out.sha256
             ws.save()
             checkpoint(f"{rnd.index}:build-job")
-        if not ws.active(rnd):
-            rnd.note = "no plugin could be built"
-            ws.advance(rnd, "done")
-            return
-        ws.advance(rnd, "compile")

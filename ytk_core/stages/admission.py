@@ -24,10 +24,19 @@ more than half is rejected as a measurement bug or a cheat. The verdict is writt
 
 from __future__ import annotations
 
+import json
+import queue
 import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -64,13 +73,20 @@ def record_for(so: Path) -> AdmissionRecord | None:
     return rec if rec.so_sha256 == sha256_file(so) else None
 
 
+def _verdict(so: Path, digest: str) -> AdmissionRecord | None:
+    """The verdict beside ``so`` about the bytes whose sha256 is ``digest`` (the file may have changed since)."""
+    try:
+        rec = AdmissionRecord.read(AdmissionRecord.path_for(so))
+    except Exception:
+        return None
+    return rec if rec.so_sha256 == digest else None
+
+
 def _unverified(so: Path, digest: str, name: str, reason: str) -> AdmissionRecord:
     rec = AdmissionRecord(plugin_name=name, so_sha256=digest, status="unverified", reason=reason,
                           error_budget=ERROR_BUDGET)
     rec.write(AdmissionRecord.path_for(so))
     return rec
-
-
 
 
 def admit(so: Path, cand: Candidate | None, prep: Path | None, precision: str,
@@ -96,37 +112,124 @@ def admit(so: Path, cand: Candidate | None, prep: Path | None, precision: str,
 def _run_isolated(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precision: str,
                   progress: Callable[[str], None] | None) -> AdmissionRecord:
     """:func:`_run` in a child process: a kernel that faults (an illegal address leaves the CUDA context
-    unusable) or hangs takes down the child, never the caller; its death is the verdict."""
-    import json
-    import subprocess
-    import sys
-    import tempfile
+    unusable) or hangs takes down the child, never the caller; its death is the verdict. Inside
+    :func:`gate_session` the session's child is reused; otherwise a child serves this plugin alone."""
+    job = {"so": str(so), "digest": digest, "name": name, "prep": str(prep), "precision": precision,
+           "candidate": cand.model_dump(mode="json")}
+    session = _SESSION.get()
+    if session is not None:
+        return session.gate(job, progress)
+    with GateSession() as one:
+        return one.gate(job, progress)
 
-    with tempfile.TemporaryDirectory(prefix="ytk-admission-") as td:
-        job = Path(td) / "job.json"
-        job.write_text(json.dumps({"so": str(so), "digest": digest, "name": name, "prep": str(prep),
-                                   "precision": precision, "candidate": cand.model_dump(mode="json")}))
-        err = Path(td) / "stderr.txt"
+
+#: the session :func:`gate_session` opened in this context, if any
+_SESSION: ContextVar["GateSession | None"] = ContextVar("ytk_gate_session", default=None)
+#: a line the child prints when one plugin's verdict is written
+_DONE = "@@ytk-gate-verdict"
+
+
+@contextmanager
+def gate_session() -> Iterator["GateSession"]:
+    """Gate every plugin admitted inside this block in one child process, started at the first plugin that
+    needs it: the child imports torch and opens its CUDA context once, not once per plugin (seconds each).
+    A plugin the child rejects, or one that kills or hangs it, ends that child; the next plugin gets a fresh
+    one, so no plugin is judged in a process another kernel may have corrupted."""
+    if _SESSION.get() is not None:  # nested: the outer session serves
+        yield _SESSION.get()  # type: ignore[misc]
+        return
+    with GateSession() as session:
+        token = _SESSION.set(session)
+        try:
+            yield session
+        finally:
+            _SESSION.reset(token)
+
+
+class GateSession:
+    """A child process running the gate (``python -m ytk_core.stages.admission --serve``): one job (JSON)
+    per line on its stdin; its stdout carries progress lines and, when the verdict is written beside the
+    .so, a line starting with ``@@ytk-gate-verdict``."""
+
+    def __init__(self) -> None:
+        self.children = 0  # how many child processes this session started
+        self._proc: Any = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._td = tempfile.TemporaryDirectory(prefix="ytk-admission-")
+        self._err = Path(self._td.name) / "stderr.txt"
+
+    def __enter__(self) -> "GateSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop()
+        self._td.cleanup()
+
+    def _start(self) -> None:
+        self._lines = queue.Queue()
+        with open(self._err, "w") as ef:
+            self._proc = subprocess.Popen(_child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=ef, text=True)
+        self.children += 1
+        threading.Thread(target=_pump_lines, args=(self._proc.stdout, self._lines), daemon=True).start()
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def gate(self, job: dict[str, Any], progress: Callable[[str], None] | None) -> AdmissionRecord:
+        """Gate one plugin (``job`` as :func:`_serve` reads it); returns the verdict written beside its .so."""
+        so, digest, name = Path(job["so"]), job["digest"], job["name"]
         AdmissionRecord.path_for(so).unlink(missing_ok=True)
-        with open(err, "w") as ef:
-            proc = subprocess.Popen([sys.executable, "-m", "ytk_core.stages.admission", str(job)],
-                                    stdout=subprocess.PIPE, stderr=ef, text=True)
-            pump = threading.Thread(target=_pump, args=(proc.stdout, progress), daemon=True)
-            pump.start()
+        if self._proc is None or self._proc.poll() is not None:
+            self._stop()
+            self._start()
+        proc = self._proc
+        try:
+            proc.stdin.write(json.dumps(job) + "\n")
+            proc.stdin.flush()
+        except OSError:
+            pass  # the child is gone: its end of the stream below says so
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        answered = False
+        while True:
             try:
-                rc = proc.wait(timeout=CHILD_TIMEOUT_S)
-            except subprocess.TimeoutExpired:  # a kernel that never returns
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:  # a kernel that never returns
                 proc.kill()
                 proc.wait()
-                pump.join(timeout=5)
+                self._proc = None
                 return _rejected(so, digest, name, [f"the gate's process did not finish in {CHILD_TIMEOUT_S} s "
                                                     "(a kernel that never returns?) and was killed"])
-            pump.join(timeout=5)
-        rec = record_for(so)
-        if rc == 0 and rec is not None:
+            if line is None:
+                break
+            if line.startswith(_DONE):
+                answered = True
+                break
+            if progress and line.strip():
+                progress(line.strip())
+        rec = _verdict(so, digest)
+        if answered and rec is not None:
+            if rec.status == "rejected":  # its kernel may have left the child's CUDA context unusable
+                self._stop()
             return rec
-        tail = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()][-1:]
-        if rc == 0:
+        rc = proc.wait()
+        self._proc = None
+        tail = [ln for ln in self._err.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+        if answered or rc == 0:
             why = "the gate finished but left no readable verdict"
         else:
             why = (f"the gate's process died while running the kernel (exit {rc})"
@@ -134,23 +237,52 @@ def _run_isolated(so: Path, digest: str, name: str, cand: Candidate, prep: Path,
         return _rejected(so, digest, name, [why])
 
 
-def _pump(stream: Any, progress: Callable[[str], None] | None) -> None:
-    """Forward the child's progress lines (its stdout) until it closes."""
-    for line in stream:
-        if progress and line.strip():
-            progress(line.strip())
+def _child_command() -> list[str]:
+    return [sys.executable, "-m", "ytk_core.stages.admission", "--serve"]
 
 
-def _child(job_path: str) -> int:
-    """The child's side of :func:`_run_isolated`: run the gate, write the verdict, exit 0."""
-    import json
+def _pump_lines(stream: Any, lines: "queue.Queue[str | None]") -> None:
+    """Forward the child's stdout lines until it closes (then None)."""
+    try:
+        for line in stream:
+            lines.put(line.rstrip("\n"))
+    finally:
+        lines.put(None)
 
-    job = json.loads(Path(job_path).read_text())
+
+def _serve() -> int:
+    """The child's side of :class:`GateSession`: gate each job read from stdin, write its verdict, print the
+    done line; stop after a rejection (a fresh process judges the next plugin) or at the end of stdin."""
+    private = Path(tempfile.mkdtemp(prefix="ytk-gate-"))
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            rec = _gate_job(json.loads(line), private)
+            print(_DONE, rec.status, flush=True)
+            if rec.status == "rejected":
+                break
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    return 0
+
+
+def _gate_job(job: dict[str, Any], private: Path) -> AdmissionRecord:
+    """One plugin in the child. The .so is loaded from a private copy named by its sha256: the dynamic loader
+    keeps a library by its path, so a plugin rebuilt at the same path must not find the old code loaded."""
     so, digest, name = Path(job["so"]), job["digest"], job["name"]
-    here = local_cuda(read_plugin_description(so).sm)
+    copy = private / f"{digest}.so"
+    if not copy.is_file():
+        shutil.copyfile(so, copy)
+    if sha256_file(copy) != digest:
+        copy.unlink()
+        return _rejected(so, digest, name, [f"{so} changed while it was being gated; build it again"])
+    try:
+        here = local_cuda(read_plugin_description(copy).sm)
+    except PluginInfoError as e:
+        return _rejected(so, digest, name, [str(e)])
     if isinstance(here, str):
-        _unverified(so, digest, name, f"the gate needs a GPU that runs it: {here}")
-        return 0
+        return _unverified(so, digest, name, f"the gate needs a GPU that runs it: {here}")
     device, gpu_name = here
     cand = Candidate.model_validate(job["candidate"])
 
@@ -158,11 +290,10 @@ def _child(job_path: str) -> int:
         print(msg, flush=True)
 
     try:
-        _run(so, digest, name, cand, Path(job["prep"]), job["precision"], device, gpu_name, say)
+        return _run(so, digest, name, cand, Path(job["prep"]), job["precision"], device, gpu_name, say, load=copy)
     except Exception as e:  # a gate that cannot finish admits nothing
-        _rejected(so, digest, name, [f"the gate could not run it: {type(e).__name__}: "
-                                     f"{' '.join(str(e).split())[:300]}"], device=gpu_name)
-    return 0
+        return _rejected(so, digest, name, [f"the gate could not run it: {type(e).__name__}: "
+                                            f"{' '.join(str(e).split())[:300]}"], device=gpu_name)
 
 
 def _rejected(so: Path, digest: str, name: str, problems: list[str], device: str = "",
@@ -174,13 +305,13 @@ def _rejected(so: Path, digest: str, name: str, problems: list[str], device: str
 
 
 def _run(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precision: str, device: Any,
-         gpu_name: str, progress: Callable[[str], None] | None) -> AdmissionRecord:
+         gpu_name: str, progress: Callable[[str], None] | None, load: Path | None = None) -> AdmissionRecord:
     from ytk_hookspecs.admission import (DEFAULT_REPEATS, AdmissionCase, check_case, copy_floor_ms, kernel_inputs,
                                          low_precision, reference_and_tolerance, time_replays)
     from ytk_hookspecs.launcher import LauncherLibrary
     from ytk_hookspecs.pt2 import load_exported
 
-    lib = LauncherLibrary(so)
+    lib = LauncherLibrary(load or so)
     program = load_exported(prep / str(cand.files.pt2)).module().to(device)
     low = low_precision(program, precision)
     sites = _site_inputs(cand, prep)
@@ -291,18 +422,6 @@ def _seeded(captured: list[Any], roles: list[str], dist: str, seed: int) -> list
     return out
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def gate_plugins(plugins: list[tuple[Path, str]], onnx: Path, precision: str, allow_unverified: bool,
                  progress: Callable[[str], None] | None = None) -> tuple[dict[str, str], list[str]]:
     """Before a real engine loads ``plugins`` ((path, name) pairs): each must be admitted. A .so without a
@@ -320,27 +439,26 @@ def gate_plugins(plugins: list[tuple[Path, str]], onnx: Path, precision: str, al
             cands = {}
     status: dict[str, str] = {}
     warnings: list[str] = []
-    for path, name in plugins:
-        rec = record_for(path)
-        if rec is None or rec.status == "unverified":
-            rec = admit(path, cands.get(name), cj.parent if name in cands else None, precision, progress)
-        status[name] = rec.status
-        if rec.status == "rejected":
-            problems = [p for c in rec.cases for p in c.problems] or [rec.reason]
-            raise AdmissionRefused(f"plugin {name} ({path}) was rejected by the admission gate, so no engine may "
-                                   f"load it (every case in {AdmissionRecord.path_for(path)}):\n  - "
-                                   + "\n  - ".join(problems[:8]))
-        if rec.status == "unverified":
-            msg = f"plugin {name} ({path}) is unverified: {rec.reason}"
-            if not allow_unverified:
-                raise AdmissionRefused(msg + ". A real engine loads only admitted plugins: run this on a GPU of "
-                                       "the plugin's SM with the carved ONNX's candidates.json beside it, or pass "
-                                       "--allow-unverified to load it unchecked", exit_code=2)
-            warnings.append(msg + " (loaded unchecked: --allow-unverified)")
+    with gate_session():  # one gate process for every plugin that needs a verdict
+        for path, name in plugins:
+            rec = record_for(path)
+            if rec is None or rec.status == "unverified":
+                rec = admit(path, cands.get(name), cj.parent if name in cands else None, precision, progress)
+            status[name] = rec.status
+            if rec.status == "rejected":
+                problems = [p for c in rec.cases for p in c.problems] or [rec.reason]
+                raise AdmissionRefused(f"plugin {name} ({path}) was rejected by the admission gate, so no engine may "
+                                       f"load it (every case in {AdmissionRecord.path_for(path)}):\n  - "
+                                       + "\n  - ".join(problems[:8]))
+            if rec.status == "unverified":
+                msg = f"plugin {name} ({path}) is unverified: {rec.reason}"
+                if not allow_unverified:
+                    raise AdmissionRefused(msg + ". A real engine loads only admitted plugins: run this on a GPU of "
+                                           "the plugin's SM with the carved ONNX's candidates.json beside it, or pass "
+                                           "--allow-unverified to load it unchecked", exit_code=2)
+                warnings.append(msg + " (loaded unchecked: --allow-unverified)")
     return status, warnings
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.exit(_child(sys.argv[1]))
+    sys.exit(_serve() if sys.argv[1:] == ["--serve"] else 2)
