@@ -1,6 +1,7 @@
 """Scale-out on Ray: ``ytk worker gaia --ray local`` starts a Ray instance on this machine and sends every
 job to it as a task asking for no GPU and one CPU (CPU-only here: the nvcc builder compiles, nothing runs).
-N builds submitted at once all finish, each exactly once, with a Ray worker process killed mid-way."""
+N builds submitted at once all finish, each exactly once, with a Ray worker process killed mid-way, after the
+service's request threads have been retired (Ray must not live on one of them)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def ray_task_pids() -> list[int]:
     return pids
 
 
+def outlive_idle_request_threads(h) -> None:  # type: ignore[no-untyped-def]
+    """Make the service's request thread pool retire its idle threads, as a busy service's does: a burst of
+    requests at once (several threads), 11 s of quiet (anyio retires a thread idle for 10 s when another
+    is taken), one more request. Ray's processes are killed with the thread that started them
+    (PR_SET_PDEATHSIG), so a Ray started on a request thread would die here, silently, seconds later."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(r.status_code == 200 for r in pool.map(lambda _: h.get("/v1/health"), range(16)))
+    time.sleep(11)
+    assert h.get("/v1/health").status_code == 200
+    time.sleep(1)
+
+
 def test_n_builds_at_once_each_finish_once_with_a_ray_worker_killed(region, tmp_path):
     _, src = region
     svc = Service(tmp_path / "state", "--ray", "local", "--ray-num-gpus", "0", "--ray-num-cpus", "1",
@@ -46,7 +61,8 @@ def test_n_builds_at_once_each_finish_once_with_a_ray_worker_killed(region, tmp_
     try:
         with svc.http() as h:
             info = h.get("/v1/info").json()
-        assert info["dispatcher"] == "ray"
+            assert info["dispatcher"] == "ray"
+            outlive_idle_request_threads(h)
         clients = []
         for i in range(N):
             name = f"Region{i}"

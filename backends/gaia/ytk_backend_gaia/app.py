@@ -85,7 +85,9 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
         store.recover()
         for msg in store.skipped:
             log.warning(f"gaia: skipping an unreadable job record: {msg}")
-        await run_in_threadpool(dispatcher.start)
+        # On this thread, which lives as long as the service: Ray's GCS and raylet die with the thread that
+        # started them (PR_SET_PDEATHSIG), and a request thread is retired after 10 s idle.
+        dispatcher.start()
         again = sorted((r for r in store.all() if r.state in ("queued", "interrupted")), key=lambda r: r.created)
         for rec in again:
             if rec.state == "interrupted":
@@ -94,7 +96,7 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
         log.info("gaia service ready", jobs=len(store.all()), queued_again=len(again), dispatcher=dispatcher.kind,
                  generators=",".join(settings.generators), builder=settings.builder, state_dir=str(settings.state_dir))
         yield
-        await run_in_threadpool(dispatcher.stop)
+        dispatcher.stop()
 
     app = FastAPI(title="ytk Gaia service", version=__version__, lifespan=lifespan,
                   description="Kernel generation and plugin builds for `ytk kernelgen compile --kernelgen gaia` "
