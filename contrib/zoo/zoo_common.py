@@ -154,7 +154,12 @@ def build(zoo: ZooEntry, size: tuple[int, int, int]) -> nn.Module:
         raise RuntimeError(f"{zoo.name}: no module of {zoo.constructor} has a fused_attn switch; fix its registry "
                            "entry's fused_attn")
     _randomise_norms(model)
-    return model.eval()
+    model.eval()
+    if zoo.deploy:
+        from timm.utils.model import reparameterize_model
+
+        model = reparameterize_model(model, inplace=True)
+    return model
 
 
 def zoo_model(name: str) -> tuple[Callable[[], nn.Module], Callable[[], tuple[torch.Tensor]]]:

@@ -13,7 +13,7 @@ self-attention).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +47,7 @@ class ZooEntry:
     multiple: int = 32
     kwargs: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    deploy: bool = False  # built, then re-parameterised for inference (timm's reparameterize_model)
 
     @property
     def path(self) -> Path:
@@ -124,6 +125,15 @@ ZOO: list[ZooEntry] = [
     _tv("regnet_y_400mf", "RegNet", False, note="grouped 3x3 convs + squeeze-excite"),
     _tv("resnext50_32x4d", "ResNeXt", False, note="grouped 3x3 convs (32 groups)"),
 ]
+
+#: The inference form of the re-parameterisable models, as they are shipped: timm's ``reparameterize_model``
+#: merges the training-time branches and folds every BatchNorm into its conv or Linear (same function,
+#: fewer and different regions). The training forms above stay in the corpus: they test the carve on
+#: multi-branch graphs, and a user may export a model without re-parameterising it.
+DEPLOYED = ("mobileone_s0", "repvit_m0_9", "fastvit_t8", "efficientvit_m0", "levit_128s", "tiny_vit_5m_224")
+ZOO += [replace(e, name=f"{e.name}_deploy", deploy=True,
+                note=f"`{e.name}` re-parameterised for inference (timm reparameterize_model)")
+        for e in ZOO if e.name in DEPLOYED]
 
 #: The fast subset CI runs: a depthwise CNN, a ConvNeXt and a ViT (sdpa attention). Linear attention
 #: (efficientvit_b0) would double its time; the e2e tests carve the worked example's LiteMLA already.

@@ -25,7 +25,7 @@ BENCH = REPO / "benchmarks" / "zoo.py"
 if str(ZOO_DIR) not in sys.path:
     sys.path.append(str(ZOO_DIR))  # appended: the zoo's module names must not shadow anything else
 
-from zoo_registry import SUBSETS, ZOO, entry  # noqa: E402
+from zoo_registry import DEPLOYED, SUBSETS, ZOO, entry  # noqa: E402
 
 _MISSING = [m for m in ("timm", "torchvision") if importlib.util.find_spec(m) is None]
 needs_zoo_extra = pytest.mark.skipif(
@@ -148,6 +148,34 @@ def test_deit_attention_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
     with pytest.raises(RuntimeError, match="fused_attn"):  # a wrong registry flag is caught, not ignored
         build(dataclasses.replace(entry("mobilenetv2_050"), fused_attn=True), (1, 64, 96))
+
+
+@needs_zoo_extra
+def test_a_deploy_entry_is_its_model_re_parameterised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``<name>_deploy`` is the same network (same seed, same function) in the inference form it is shipped
+    in: timm's re-parameterisation merged its branches and folded its BatchNorms."""
+    import torch
+    from torch import nn
+    from zoo_common import zoo_model
+
+    monkeypatch.setenv("YTK_EXAMPLE_SIZE", "1x64x96")
+    deployed = [e for e in ZOO if e.deploy]
+    assert {e.name for e in deployed} == {f"{n}_deploy" for n in DEPLOYED} and len(deployed) >= 5
+
+    def norms(m: nn.Module) -> int:
+        return sum(isinstance(q, nn.modules.batchnorm._BatchNorm) for q in m.modules())
+
+    for name in ("repvit_m0_9", "levit_128s"):  # a conv net and a Linear+BN transformer
+        outs, counts = [], []
+        for variant in (name, f"{name}_deploy"):
+            model_fn, args_fn = zoo_model(variant)
+            model = model_fn()
+            assert not model.training
+            counts.append(norms(model))
+            with torch.no_grad():
+                outs.append(model(*args_fn()))
+        assert counts[0] > 0 and counts[1] == 0, (name, counts)
+        torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4 * float(outs[0].abs().max()))
 
 
 # -- the table ----------------------------------------------------------------------------------------------
