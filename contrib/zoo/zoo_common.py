@@ -29,6 +29,7 @@ from zoo_registry import ZooEntry, entry
 #: Seeds: the weights of every model and its input are the same on every run and machine.
 WEIGHT_SEED = 0
 INPUT_SEED = 2
+CALIBRATION_SEED = 3
 
 _TORCHVISION_SHIM: Any = None  # the Library that keeps the two schemas alive (see below)
 
@@ -119,6 +120,34 @@ def _randomise_norms(model: nn.Module) -> None:
                     mod.bias.copy_(torch.randn(mod.bias.shape, generator=gen) * 0.1)
 
 
+def _calibrate_batch_norms(model: nn.Module, zoo: ZooEntry, size: tuple[int, int, int]) -> None:
+    """Give every BatchNorm the running statistics of the data it sees, as training leaves them: one pass
+    over a seeded input (batch 2) with only the BatchNorms in training mode. For the entries that ask for it
+    (``calibrate_norms``): with random weights and made-up statistics, MobileOne's activations grow block by
+    block where its branches are summed (2e16 at the small size, far past fp16's 65504, so no fp16 engine
+    could be checked against it); with the statistics of their input its BatchNorms normalise again, and
+    the seeded affines keep none of them a no-op. Not applied to every model: where a BatchNorm sees a
+    nearly constant channel (attention in LeViT, EfficientViT), the calibrated variance is tiny and any
+    other input is blown up instead. A model built for its input size is calibrated at that size, any
+    other at 128x192."""
+    norms = [m for m in model.modules()
+             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not norms:
+        return
+    h, w = (size[1], size[2]) if zoo.img_size or zoo.fixed_hw else (128, 192)
+    x = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(CALIBRATION_SEED))
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average: after one pass, exactly that pass's statistics
+        m.train()
+    with torch.no_grad():
+        model(x)
+    for m, momentum in zip(norms, momenta):
+        m.momentum = momentum
+    model.eval()
+
+
 def set_fused_attn(model: nn.Module, enable: bool) -> int:
     """Point every timm attention module at F.scaled_dot_product_attention (True) or at its explicit
     ``q @ k.T -> softmax -> @ v`` path (False); returns how many modules were switched.
@@ -155,6 +184,8 @@ def build(zoo: ZooEntry, size: tuple[int, int, int]) -> nn.Module:
                            "entry's fused_attn")
     _randomise_norms(model)
     model.eval()
+    if zoo.calibrate_norms:
+        _calibrate_batch_norms(model, zoo, size)
     if zoo.deploy:
         from timm.utils.model import reparameterize_model
 

@@ -48,6 +48,7 @@ class ZooEntry:
     kwargs: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     deploy: bool = False  # built, then re-parameterised for inference (timm's reparameterize_model)
+    calibrate_norms: bool = False  # BatchNorm statistics from a seeded pass (zoo_common._calibrate_batch_norms)
 
     @property
     def path(self) -> Path:
@@ -80,7 +81,9 @@ ZOO: list[ZooEntry] = [
     _timm("mnasnet_050", "MnasNet", True),
     _timm("ghostnet_050", "GhostNet", True),
     _timm("lcnet_050", "PP-LCNet", True),
-    _timm("mobileone_s0", "MobileOne", True, note="multi-branch as built (not re-parameterised)"),
+    _timm("mobileone_s0", "MobileOne", True, calibrate_norms=True,
+          note="multi-branch as built (not re-parameterised); BatchNorm statistics from a seeded pass, or its "
+               "random-weight activations pass fp16's range"),
     _timm("repvit_m0_9", "RepViT", True),
     _timm("fastvit_t8", "FastViT", True, note="RepMixer token mixing, no attention"),
     # grouped / dense CNNs

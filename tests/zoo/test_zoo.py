@@ -178,6 +178,36 @@ def test_a_deploy_entry_is_its_model_re_parameterised(monkeypatch: pytest.Monkey
         torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-4 * float(outs[0].abs().max()))
 
 
+@needs_zoo_extra
+def test_mobileone_activations_stay_in_fp16_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With made-up BatchNorm statistics MobileOne's summed branches reach 2e16 at the small size; its entry
+    calibrates them on a seeded pass, and nothing is a no-op for it."""
+    import dataclasses
+
+    import torch
+    from zoo_common import build, input_size
+
+    monkeypatch.setenv("YTK_EXAMPLE_SIZE", "1x64x96")
+    zoo = entry("mobileone_s0")
+    assert zoo.calibrate_norms and entry("mobileone_s0_deploy").calibrate_norms
+    peaks = []
+    for e in (zoo, dataclasses.replace(zoo, calibrate_norms=False)):
+        model, peak = build(e, input_size(e)), [0.0]
+
+        def hook(_m, _i, out, peak=peak):  # type: ignore[no-untyped-def]
+            if isinstance(out, torch.Tensor):
+                peak[0] = max(peak[0], float(out.abs().max()))
+
+        for m in model.modules():
+            m.register_forward_hook(hook)
+        with torch.no_grad():
+            model(torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(2)))
+        peaks.append(peak[0])
+    assert peaks[0] < 1000 < 65504 < peaks[1], peaks
+    bn = next(m for m in build(zoo, (1, 64, 96)).modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+
+
 # -- the table ----------------------------------------------------------------------------------------------
 def _bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("YTK_")}
