@@ -336,6 +336,18 @@ def test_the_report_says_where_the_time_went(finished):
     assert table.count("\n| 0 |") == 1 and "\n| 1 |" in table
 
 
+def test_the_time_table_shows_the_gates_share_of_build():
+    from types import SimpleNamespace
+
+    from ytk_core.autoloop.report import _time_table
+    from ytk_core.autoloop.state import RoundRecord
+
+    rnd = RoundRecord(index=1, stage_s={"propose": 1.0, "build": 92.7, "compile": 10.0}, admission_s=55.04)
+    table = "\n".join(_time_table(SimpleNamespace(round0_s={}, rounds=[rnd])))  # type: ignore[arg-type]
+    assert "| 1 | 1.0 | - | - | 92.7 (55.0) | 10.0 | - | - | 103.7 |" in table
+    assert "admission gate" in table
+
+
 def test_resume_with_changed_inputs_asks_and_the_user_chooses(tmp_path):
     """A new input size must not reprint the old result: the resume says what changed; --resume goes on with
     the recorded results, --fresh starts over."""

@@ -162,8 +162,11 @@ class KernelJobs:
     def build_round(self, rnd: RoundRecord) -> None:
         ws = self.ws
         prep = ws.path(rnd.prepare_dir or "")
-        with gate_session():  # one gate process for the round's plugins, not one per plugin
-            self._build_each(rnd, prep)
+        with gate_session() as gate:  # one gate process for the round's plugins, not one per plugin
+            try:
+                self._build_each(rnd, prep)
+            finally:
+                rnd.admission_s = round(rnd.admission_s + gate.seconds, 2)
         if not ws.active(rnd):
             rnd.note = "no plugin could be built"
             ws.advance(rnd, "done")

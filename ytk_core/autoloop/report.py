@@ -163,13 +163,16 @@ def _time_table(state: AutoloopState) -> list[str]:
                              for k, _ in _STAGE_COLUMNS] + [f"{sum(r0.values()):.1f}"])
     for r in state.rounds:
         if r.stage_s:
-            rows.append([str(r.index)] + [f"{r.stage_s[k]:.1f}" if k in r.stage_s else "-" for k, _ in _STAGE_COLUMNS]
-                        + [f"{sum(r.stage_s.values()):.1f}"])
+            cells = [f"{r.stage_s[k]:.1f}" if k in r.stage_s else "-" for k, _ in _STAGE_COLUMNS]
+            if r.admission_s and "build" in r.stage_s:
+                b = [k for k, _ in _STAGE_COLUMNS].index("build")
+                cells[b] += f" ({r.admission_s:.1f})"
+            rows.append([str(r.index)] + cells + [f"{sum(r.stage_s.values()):.1f}"])
     if not rows:
         return []
     return ["## Time per stage (s)", "", "Round 0's carve column is the model's trace and export; compile includes "
-            "writing the engine bundle.", "", _md_table(["round"] + [c for _, c in _STAGE_COLUMNS] + ["total"], rows),
-            ""]
+            "writing the engine bundle; in brackets, the part of build the admission gate took.", "",
+            _md_table(["round"] + [c for _, c in _STAGE_COLUMNS] + ["total"], rows), ""]
 
 
 def dropped_label(c: PluginRecord) -> str:

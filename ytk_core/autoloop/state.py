@@ -93,6 +93,7 @@ class RoundRecord(_M):
     candidates: list[PluginRecord] = Field(default_factory=list)
     compiles: list[CompileRecord] = Field(default_factory=list)
     stage_s: dict[str, float] = Field(default_factory=dict, description="wall seconds spent in each stage")
+    admission_s: float = Field(0.0, description="of the build stage's seconds, those the admission gate took")
     result_bundle: str | None = None
     result_ms: float | None = None
     gain_ms: float | None = None

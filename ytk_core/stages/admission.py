@@ -153,6 +153,7 @@ class GateSession:
 
     def __init__(self) -> None:
         self.children = 0  # how many child processes this session started
+        self.seconds = 0.0  # wall time spent gating, child starts included
         self._proc: Any = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._td = tempfile.TemporaryDirectory(prefix="ytk-admission-")
@@ -192,6 +193,13 @@ class GateSession:
 
     def gate(self, job: dict[str, Any], progress: Callable[[str], None] | None) -> AdmissionRecord:
         """Gate one plugin (``job`` as :func:`_serve` reads it); returns the verdict written beside its .so."""
+        t0 = time.monotonic()
+        try:
+            return self._gate(job, progress)
+        finally:
+            self.seconds += time.monotonic() - t0
+
+    def _gate(self, job: dict[str, Any], progress: Callable[[str], None] | None) -> AdmissionRecord:
         so, digest, name = Path(job["so"]), job["digest"], job["name"]
         AdmissionRecord.path_for(so).unlink(missing_ok=True)
         if self._proc is None or self._proc.poll() is not None:
