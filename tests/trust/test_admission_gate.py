@@ -182,3 +182,31 @@ def test_a_gate_session_reuses_one_child_and_starts_a_fresh_one_after_a_rejectio
         assert "did not finish" in gate(copies[0]).reason
         monkeypatch.setattr(adm, "CHILD_TIMEOUT_S", 600)
         assert gate(copies[1]).status == "unverified" and session.children == 2
+
+
+@pytest.mark.gpu
+def test_a_gate_session_on_the_gpu_admits_in_one_child_and_judges_after_a_rejection_in_a_fresh_one(
+        suite_dir, tmp_path) -> None:
+    """The real gate through one session, as the autoloop's build round runs it: two good plugins in one
+    child, a planted wrong one rejected (and its child ended), the next good one admitted in a fresh child."""
+    import ytk_core.stages.admission as adm
+    from ytk_hookspecs.models import CandidatesFile
+
+    work, prep = suite_dir
+    arch = admission_suite.local_arch()
+    assert admission_suite.run_one("exact", work, prep, arch)["verdict"] == "admitted"
+    assert admission_suite.run_one("zeros", work, prep, arch)["verdict"] == "rejected"
+    exact, zeros = work / "exact" / "DwS.so", work / "zeros" / "DwS.so.rejected"
+    cand = CandidatesFile.read(prep / "candidates.json").candidates[0]
+    files = {}
+    for name, src in (("A", exact), ("B", exact), ("Z", zeros), ("C", exact)):
+        files[name] = tmp_path / f"{name}.so"
+        files[name].write_bytes(src.read_bytes())
+    with adm.gate_session() as session:
+        got = {}
+        for name, so in files.items():
+            got[name] = adm._run_isolated(so, sha256_file(so), "DwS", cand, prep, "fp16", None).status
+            got[name + "#children"] = session.children
+    assert got == {"A": "admitted", "A#children": 1, "B": "admitted", "B#children": 1,
+                   "Z": "rejected", "Z#children": 1, "C": "admitted", "C#children": 2}, got
+    assert session.seconds > 0
