@@ -79,6 +79,11 @@ class BundlePlugin(BaseModel):
 
 
 class BundleManifest(Versioned):
+    """``manifest.json``. Schema 2 added ``taps_exposed_as`` and ``taps_note`` (manifests of schema 1 still read,
+    with neither said)."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     ytk_version: str = __version__
     arch: str
@@ -93,6 +98,9 @@ class BundleManifest(Versioned):
     plugins: list[BundlePlugin] = Field(default_factory=list)
     members: dict[str, str] = Field(default_factory=dict, description="member name -> sha256")
     label: str = ""
+    taps_exposed_as: str | None = Field(None, description="a bundle compiled with debug taps: how its engine exposed "
+                                                          "them (network outputs, or TensorRT debug tensors)")
+    taps_note: str = Field("", description="why the taps were exposed that way, when not the engine's first choice")
 
     @property
     def display_name(self) -> str:

@@ -120,3 +120,31 @@ def test_kernel_report_schema_2_reads_schema_1(tmp_path):
     (tmp_path / "newer.report.json").write_text(json.dumps(old))
     with pytest.raises(ArtifactError, match="newer ytk"):
         KernelReport.read(tmp_path / "newer.report.json")
+
+
+def test_compile_request_and_result_schema_2_read_schema_1(tmp_path):
+    """CompileRequest gained debug_outputs and CompileResult debug_outputs_as/_note in schema 2: files of schema 1
+    still read (with none said), newer ones are refused."""
+    from ytk_hookspecs.models import DEBUG_TENSORS, CompileRequest, CompileResult
+
+    req = CompileRequest(onnx=tmp_path / "m.onnx", npz=tmp_path / "m.npz", arch="a", precision="fp16",
+                         workdir=tmp_path, debug_outputs=["h", "d"])
+    res = CompileResult(engine=tmp_path / "e.plan", backend="tensorrt", backend_version="10.14.1", simulated=False,
+                        device="GPU", debug_outputs_as=DEBUG_TENSORS)
+    for model, field, cls in ((req, "debug_outputs", CompileRequest), (res, "debug_outputs_as", CompileResult)):
+        back = cls.read(model.write(tmp_path / f"{cls.__name__}.json"))
+        assert back.schema_version == 2 and getattr(back, field) == getattr(model, field)
+        old = model.model_dump(mode="json")
+        old.pop(field)
+        old.pop("debug_outputs_note", None)
+        old["schema_version"] = 1
+        (tmp_path / "old.json").write_text(json.dumps(old))
+        assert getattr(cls.read(tmp_path / "old.json"), field) in ([], None)
+        old["schema_version"] = 3
+        (tmp_path / "newer.json").write_text(json.dumps(old))
+        with pytest.raises(ArtifactError, match="newer ytk"):
+            cls.read(tmp_path / "newer.json")
+    with pytest.raises(ArtifactError, match="debug_outputs_as"):
+        bad = res.model_dump(mode="json") | {"debug_outputs_as": "debug outputs"}
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        CompileResult.read(tmp_path / "bad.json")

@@ -163,3 +163,135 @@ def test_the_taps_reference_is_not_the_model_reference_and_must_match_it(ytk, ta
         np.savez(other, **{k: z[k] for k in z.files}, extra_marker=np.zeros(1, np.float32))
     r = ytk("embedded", "verify", other, bundle, "--no-host")
     assert r.code == 5 and "captured by another prepare" in r.stderr
+
+
+# -- how the engine is told of the taps, and how it exposed them -------------------------------------------------
+def _record_requests(monkeypatch) -> list:  # type: ignore[no-untyped-def]
+    """Every CompileRequest the mock engine is handed."""
+    from ytk_backend_mock import engine
+
+    seen: list = []
+    real = engine.compile_engine
+
+    def spy(request, ctx):  # type: ignore[no-untyped-def]
+        seen.append(request)
+        return real(request, ctx)
+
+    monkeypatch.setattr(engine, "compile_engine", spy)
+    return seen
+
+
+def test_the_engine_is_told_which_outputs_are_taps(ytk, tapped, tmp_path, monkeypatch):
+    """CompileRequest.debug_outputs: the taps.json tensors the ONNX has as outputs only for the taps (not the
+    model's own outputs, not a model input), in graph-output order; the mock engine keeps them as outputs and the
+    bundle says so."""
+    import onnx
+
+    from ytk_core.bundle import EngineBundle
+    from ytk_core.stages.taps import TapsFile
+
+    seen = _record_requests(monkeypatch)
+    bundle = EngineBundle.open(_engine(ytk, tapped, tmp_path / "tapped.tgz", {}))
+    (req,) = seen
+    taps = TapsFile.read(tapped / "taps.json")
+    with np.load(tapped / "model.reference.npz") as z:
+        own = set(z.files)
+    graph_outputs = [o.name for o in onnx.load(str(tapped / "model.onnx")).graph.output]
+    assert taps.model_outputs is not None and set(taps.model_outputs) == own
+    assert req.debug_outputs and req.debug_outputs == [o for o in graph_outputs if o not in own]
+    assert set(req.debug_outputs) == {t.tensor for t in taps.taps if not t.graph_input} - own
+    assert bundle.manifest.taps_exposed_as == "network outputs" and bundle.manifest.taps_note == ""
+    assert set(req.debug_outputs) <= set(bundle.outputs())  # still returned under their names
+
+
+def test_an_untapped_compile_tells_the_engine_of_no_taps(ytk, tapped, tmp_path, monkeypatch):
+    import onnx
+
+    from ytk_core.bundle import EngineBundle
+
+    plain = _untapped_copy(tapped, tmp_path / "plain")
+    seen = _record_requests(monkeypatch)
+    sos = [a for n in REGIONS for a in ("--custom-plugin", tapped / f"{n}.so")]
+    _engine(ytk, tapped, tmp_path / "tapped.tgz", {})  # builds the .so files
+    seen.clear()
+    r = ytk("embedded", "compile", "-a", ORIN, "-p", "fp16", "--onnx", plain / "model.onnx", "--npz",
+            plain / "model.npz", "-o", tmp_path / "plain.tgz", *sos, "--engine", "mock")
+    assert r.code == 0, r.stderr[-2000:]
+    (req,) = seen
+    assert req.debug_outputs == []
+    m = EngineBundle.open(tmp_path / "plain.tgz").manifest
+    with np.load(tapped / "model.reference.npz") as z:
+        own = set(z.files)
+    assert m.taps_exposed_as is None and {o.name for o in onnx.load(str(plain / "model.onnx")).graph.output} == own
+
+
+def _untapped_copy(tapped: Path, dst: Path) -> Path:
+    """The same carve without the taps: the tapped ONNX with only the model's own outputs, no taps.json."""
+    import onnx
+
+    from ytk_core.stages.taps import TapsFile
+
+    import shutil
+
+    shutil.copytree(tapped, dst, ignore=shutil.ignore_patterns("taps.json", "model.taps.npz", "*.tgz"))
+    model = onnx.load(str(tapped / "model.onnx"))
+    own = set(TapsFile.read(tapped / "taps.json").model_outputs or [])
+    kept = [o for o in model.graph.output if o.name in own]
+    del model.graph.output[:]
+    model.graph.output.extend(kept)
+    onnx.save(model, str(dst / "model.onnx"))
+    return dst
+
+
+def test_a_taps_file_of_schema_1_still_compiles_with_its_taps_as_outputs(ytk, tapped, tmp_path, monkeypatch):
+    """A taps.json written before it named the model's outputs: read, its taps compiled as plain outputs (the
+    engine is told of none), with a warning saying to prepare again."""
+    import json as json_
+    import shutil
+
+    from ytk_core.bundle import EngineBundle
+    from ytk_core.stages.taps import TapsFile
+
+    _engine(ytk, tapped, tmp_path / "first.tgz", {})  # builds the .so files
+    old = tmp_path / "old"
+    shutil.copytree(tapped, old)
+    data = json_.loads((tapped / "taps.json").read_text())
+    data.pop("model_outputs")
+    data["schema_version"] = 1
+    (old / "taps.json").write_text(json_.dumps(data))
+    assert TapsFile.read(old / "taps.json").model_outputs is None
+    seen = _record_requests(monkeypatch)
+    sos = [a for n in REGIONS for a in ("--custom-plugin", tapped / f"{n}.so")]
+    r = ytk("embedded", "compile", "-a", ORIN, "-p", "fp16", "--onnx", old / "model.onnx", "--npz", old / "model.npz",
+            "-o", tmp_path / "old.tgz", *sos, "--engine", "mock")
+    assert r.code == 0, r.stderr[-2000:]
+    assert seen[0].debug_outputs == [] and "written by an older ytk" in r.stderr
+    b = EngineBundle.open(tmp_path / "old.tgz")
+    assert b.taps() is not None and b.manifest.taps_exposed_as == "network outputs"
+
+
+def test_verify_sets_the_tapped_latency_beside_the_untapped_one(ytk, tapped, tmp_path):
+    """With the untapped engine of the same plugins among the bundles, verify gives what the taps cost; without
+    it, the note says to compile one."""
+    tapped_tgz = _engine(ytk, tapped, tmp_path / "tapped.tgz", {})
+    plain = _untapped_copy(tapped, tmp_path / "plain")
+    sos = [a for n in REGIONS for a in ("--custom-plugin", tapped / f"{n}.so")]
+    r = ytk("embedded", "compile", "-a", ORIN, "-p", "fp16", "--onnx", plain / "model.onnx", "--npz",
+            plain / "model.npz", "-o", tmp_path / "plain.tgz", *sos, "--engine", "mock")
+    assert r.code == 0, r.stderr[-2000:]
+    r = ytk("embedded", "verify", tapped / "model.reference.npz", tmp_path / "plain.tgz", tapped_tgz, "--no-host",
+            "--json")
+    assert r.code == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    (v,) = rep["taps"]
+    rows = {row["implementation"]: row for row in rep["rows"]}
+    u = v["untapped"]
+    assert v["exposed_as"] == "network outputs" and u["untapped"] != v["implementation"]
+    assert u["untapped_p50_ms"] == rows[u["untapped"]]["p50_ms"] and u["tapped_p50_ms"] == rows[v["implementation"]][
+        "p50_ms"]
+    assert u["ratio"] == pytest.approx(u["tapped_p50_ms"] / u["untapped_p50_ms"])
+    r = ytk("embedded", "verify", tapped / "model.reference.npz", tmp_path / "plain.tgz", tapped_tgz, "--no-host")
+    assert "taps exposed as network outputs" in r.stdout and "tapped vs untapped:" in r.stdout
+    assert "as an extra output" in r.stdout and "verify both bundles together" not in r.stdout
+    r = ytk("embedded", "verify", tapped / "model.reference.npz", tapped_tgz, "--no-host")
+    assert "tapped vs untapped:" not in r.stdout and "verify both bundles together" in r.stdout

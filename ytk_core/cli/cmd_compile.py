@@ -80,6 +80,9 @@ def print_summary(out, top: int = 5) -> None:  # type: ignore[no-untyped-def]
     if out.plugin_nodes:
         parts = [f"{name} x{len(nodes)}" for name, nodes in sorted(out.plugin_nodes.items())]
         stdout.print(f"plugins  {len(out.plugin_nodes)} resolved: {', '.join(parts)}", highlight=False, markup=False)
+    if m.taps_exposed_as:
+        note = f" ({m.taps_note})" if m.taps_note else ""
+        stdout.print(f"taps     debug taps exposed as {m.taps_exposed_as}{note}", highlight=False, markup=False)
     if top > 0:
         tab = Table(title=f"slowest layers{sim}", title_justify="left")
         tab.add_column("ms", justify="right")

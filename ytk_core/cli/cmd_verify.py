@@ -52,6 +52,8 @@ def _f(v: float | None, fmt: str = ".3f") -> str:
 
 def render(rep, out) -> None:  # type: ignore[no-untyped-def]
     """The benchmark table, speedups, per-layer tops and the numerics table."""
+    from ytk_hookspecs.models import DEBUG_TENSORS
+
     p = dict(highlight=False, markup=False)
     t = Table(title="latency (ms)", title_justify="left")
     for col in ("Implementation", "Iterations", "Min", "Mean", "p50", "p95", "p99", "Max"):
@@ -104,8 +106,18 @@ def render(rep, out) -> None:  # type: ignore[no-untyped-def]
                        _f(n.cosine, ".6f"), "PASS" if n.passed else f"FAIL: {n.detail}")
         out.print(tt)
         out.print(f"{'DRIFT' if v.plugin else 'taps'}: {v.reason}", **p)
+        if v.exposed_as:
+            out.print(f"taps exposed as {v.exposed_as}" + (f": {v.exposure_note}" if v.exposure_note else ""), **p)
+        if v.untapped is not None:
+            u = v.untapped
+            out.print(f"tapped vs untapped: {v.implementation} {u.tapped_p50_ms:.3f} ms against {u.untapped} "
+                      f"{u.untapped_p50_ms:.3f} ms (p50), {u.ratio:.2f}x the untapped latency", **p)
     if rep.taps:
-        out.print("note: a tapped engine materialises every plugin boundary, which can change what it fuses; its "
-                  "latency is not the untapped engine's (compile the same carve without --debug-taps for that)", **p)
+        how = ("as a debug tensor (no extra binding, but markDebug keeps the tensor unfused) or as an output"
+               if any(v.exposed_as == DEBUG_TENSORS for v in rep.taps) else "as an extra output")
+        untapped = ("" if all(v.untapped for v in rep.taps) else
+                    " (compile the same carve without --debug-taps and verify both bundles together for that)")
+        out.print(f"note: a tapped engine materialises every plugin boundary {how}, which can change what it fuses; "
+                  f"its latency is not the untapped engine's{untapped}", **p)
     for line in rep.problems:
         out.print(f"FAIL: {line}", **p)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ytk_hookspecs.models import (ArtifactError, CompileRequest, CompileResult, PluginArtifact, ProfileRequest,
-                                  ProfileResult, sha256_file)
+from ytk_hookspecs.models import (NETWORK_OUTPUTS, ArtifactError, CompileRequest, CompileResult, PluginArtifact,
+                                  ProfileRequest, ProfileResult, sha256_file)
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE, RAW_PROFILE, TAPS, TAPS_REFERENCE,
@@ -121,14 +121,22 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         plugin_nodes.setdefault(pf.description.name, []).append(node_name)
     artifacts = [PluginArtifact(path=pf.path.resolve(), sha256=sha256_file(pf.path), description=pf.description)
                  for pf in plugins]
+    tapped = _taps_of(onnx) is not None
+    taps, taps_warning = debug_outputs(onnx)
+    if taps_warning:
+        rt.warn_once(taps_warning)
+        warnings.append(taps_warning)
     workdir = output.parent / f".{output.name}.build-{rt.run_id}"
     try:
         req = CompileRequest(onnx=onnx.resolve(), npz=npz.resolve(), arch=target.spec, precision=prec,  # type: ignore[arg-type]
-                             plugins=artifacts, workdir=workdir.resolve())
+                             plugins=artifacts, workdir=workdir.resolve(), debug_outputs=taps)
         cres = sel.backend.impl.compile(req, rt.context(sel, "compile", workdir))
         if not isinstance(cres, CompileResult):
             raise BackendError(f"engine backend {sel.name!r} returned {type(cres).__name__} from compile, "
                                "not a CompileResult")
+        if cres.debug_outputs_note:
+            rt.warn_once(cres.debug_outputs_note)
+            warnings.append(cres.debug_outputs_note)
         pres = sel.backend.impl.profile(ProfileRequest(compile=cres, request=req, iterations=iterations,
                                                        warmup=warmup), rt.context(sel, "profile", workdir))
         if not isinstance(pres, ProfileResult):
@@ -140,6 +148,8 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
             arch=target.spec, precision=prec, engine_backend=cres.backend, engine_version=cres.backend_version,
             device=pres.device, simulated=pres.simulated, onnx=onnx.name, onnx_sha256=sha256_file(onnx),
             npz_sha256=sha256_file(npz), label=label,
+            taps_exposed_as=(cres.debug_outputs_as or NETWORK_OUTPUTS) if tapped else None,
+            taps_note=cres.debug_outputs_note,
             plugins=[BundlePlugin(name=a.description.name, namespace=a.description.namespace,
                                   version=a.description.version, sha256=a.sha256, file=a.path.name,
                                   engine_api=a.description.engine_api,
@@ -165,24 +175,48 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
                           engine_selection=sel.describe(), warnings=warnings, plugin_nodes=plugin_nodes)
 
 
-def tap_members(onnx: Path) -> dict[str, Path | bytes]:
-    """The taps of an ONNX prepared with --debug-taps (``taps.json`` naming this ONNX, beside it), as
-    bundle members; none otherwise."""
+def _taps_of(onnx: Path) -> tuple[Any, Path] | None:
+    """The ``TapsFile`` of an ONNX prepared with --debug-taps (``taps.json`` naming this ONNX, beside it) and
+    its path; None otherwise."""
     from .taps import TAPS_FILE, TapsFile
 
     tf_path = Path(onnx).parent / TAPS_FILE
     if not tf_path.is_file():
-        return {}
+        return None
     try:
         tf = TapsFile.read(tf_path)
     except ArtifactError as e:
         raise UsageError(f"{e}; prepare again with --debug-taps, or remove it to compile without taps") from None
-    if tf.onnx != Path(onnx).name:
+    return (tf, tf_path) if tf.onnx == Path(onnx).name else None
+
+
+def tap_members(onnx: Path) -> dict[str, Path | bytes]:
+    """The taps of an ONNX prepared with --debug-taps, as bundle members; none otherwise."""
+    found = _taps_of(onnx)
+    if found is None:
         return {}
+    tf, tf_path = found
     ref = Path(onnx).parent / tf.reference
     if not ref.is_file():
         raise UsageError(f"{tf_path} names its reference {ref}, which is missing; prepare again with --debug-taps")
     return {TAPS: tf_path.read_bytes(), TAPS_REFERENCE: ref}
+
+
+def debug_outputs(onnx: Path) -> tuple[list[str], str]:
+    """The graph outputs of ``onnx`` that are debug taps, for ``CompileRequest.debug_outputs``, and a warning
+    when there are taps the engine cannot be told of (a taps.json of schema 1)."""
+    found = _taps_of(onnx)
+    if found is None:
+        return [], ""
+    tf, tf_path = found
+    if tf.model_outputs is None:
+        return [], (f"{tf_path} was written by an older ytk and does not say which outputs are the model's own: its "
+                    "taps are compiled as plain outputs (on TensorRT 10 too); prepare again with --debug-taps to have "
+                    "them exposed as debug tensors")
+    import onnx as onnx_lib
+
+    graph_outputs = [o.name for o in onnx_lib.load(str(onnx), load_external_data=False).graph.output]
+    return tf.debug_outputs(graph_outputs), ""
 
 
 def _unused_message(unused: list[PluginFile], nodes: list[CustomNode], onnx: Path) -> str:

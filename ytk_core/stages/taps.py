@@ -7,15 +7,21 @@ engine bundle, so ``verify`` scores every tap of a tapped bundle whatever refere
 walks the plugins in graph order: the first one whose output is out of tolerance while every input
 it reads is still within it is the region that drifted.
 
-Extra outputs can change what an engine fuses (a tapped tensor must be materialised), so a tapped
-engine's latency is not the plugged engine's: compile the same carve without ``--debug-taps`` for
-the latency, and read the two rows side by side in verify.
+The core tells the engine which graph outputs are taps (``CompileRequest.debug_outputs``, from
+``taps.json``): mock and torch keep them as outputs; TensorRT 8.6 as network outputs; TensorRT 10 builds
+the ONNX without them and marks each as a debug tensor (no extra binding), reading it back through a
+debug listener (``backends/tensorrt``, docs/tensorrt.md). Either way the engine returns them in its
+outputs under their names, and the bundle's manifest says how they were exposed.
+
+A tapped tensor must be materialised, as an output or as a debug tensor (``markDebug`` keeps it
+unfused), so a tapped engine's latency is not the plugged engine's: compile the same carve without
+``--debug-taps`` and verify both bundles together; verify puts the two latencies side by side.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,13 +53,40 @@ class Tap(BaseModel):
 
 
 class TapsFile(Versioned):
-    """``taps.json`` beside a tapped ONNX: the taps in graph order and where their fp32 reference is."""
+    """``taps.json`` beside a tapped ONNX: the taps in graph order and where their fp32 reference is.
+
+    Schema 2 added ``model_outputs``, which tells the taps the ONNX has as outputs apart from the model's own
+    (:meth:`debug_outputs`); a schema-1 file still reads, and its taps stay plain outputs."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     onnx: str
     reference: str = TAPS_REFERENCE
     taps: list[Tap]
     model_reference_sha256: str = Field("", description="sha256 of the model.reference.npz of the same prepare: "
                                                         "verify checks the REF it is given is that one")
+    model_outputs: list[str] | None = Field(None, description="the carved ONNX's outputs before the taps were added "
+                                                              "(the model's own); None in a schema-1 file")
+
+    def debug_outputs(self, graph_outputs: list[str]) -> list[str]:
+        """The graph outputs that are there only as taps, in graph-output order (what an engine is told in
+        ``CompileRequest.debug_outputs``); none for a schema-1 file, which does not say which were the model's."""
+        if self.model_outputs is None:
+            return []
+        tapped = {t.tensor for t in self.taps if not t.graph_input}
+        own = set(self.model_outputs)
+        return [o for o in graph_outputs if o in tapped and o not in own]
+
+
+class TapLatency(BaseModel):
+    """A tapped engine's latency beside the untapped engine of the same plugins, both among the bundles verified."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    untapped: str = Field(description="the untapped bundle's implementation (its row in the latency table)")
+    untapped_p50_ms: float
+    tapped_p50_ms: float
+    ratio: float = Field(description="tapped p50 / untapped p50: what exposing the taps costs")
 
 
 class TapVerdict(BaseModel):
@@ -70,6 +103,13 @@ class TapVerdict(BaseModel):
     numerics: list[OutputNumerics] = Field(default_factory=list, description="every tap, in graph order")
     boundaries: list[str] = Field(default_factory=list, description="per tap: which plugin's input or output")
     problem: str = Field("", description="why these taps cannot be trusted against the reference given")
+    exposed_as: str | None = Field(None, description="how the engine exposed the taps: network outputs (extra "
+                                                     "bindings) or TensorRT debug tensors; None for a bundle that "
+                                                     "does not say (compiled before ytk recorded it: outputs)")
+    exposure_note: str = Field("", description="why the taps were exposed that way, when not the engine's first "
+                                               "choice")
+    untapped: TapLatency | None = Field(None, description="the untapped engine of the same plugins, when it was "
+                                                          "verified too")
 
 
 def _figures(n: OutputNumerics) -> str:
@@ -113,6 +153,7 @@ def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path, model_referen
                     taps.append(Tap(tensor=name, plugin=node.op_type, onnx_node=node.name, node_order=order, io=io,
                                     index=i, graph_input=name in graph_inputs))
                     infos[name] = (_ONNX_DTYPES.get(info.dtype, 1), list(info.shape))
+    model_outputs = [o.name for o in graph.output]
     for t in taps:
         if t.tensor not in outputs and not t.graph_input:
             elem, shape = infos[t.tensor]
@@ -125,7 +166,7 @@ def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path, model_referen
     tmp.replace(buf)
     from ytk_hookspecs.models import sha256_file
 
-    tf = TapsFile(onnx=Path(onnx_path).name, taps=taps,
+    tf = TapsFile(onnx=Path(onnx_path).name, taps=taps, model_outputs=model_outputs,
                   model_reference_sha256=sha256_file(model_reference) if model_reference else "")
     tf.write(Path(prepare_dir) / TAPS_FILE)
     return tf

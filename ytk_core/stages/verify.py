@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import tarfile
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned, sha256_file
 
-from ..bundle import EngineBundle
+from ..bundle import TAPS, BundleManifest, EngineBundle
 from ..errors import UsageError
 from ..runtime import runtime
 from .host_timing import HostTiming, find_prepare_manifest, time_torch_host
 from .inputs import existing_file
 from .numerics import OutputNumerics, compare, tolerance_for, unexpected
-from .taps import TapVerdict, judge
+from .taps import TapLatency, TapVerdict, judge
 
 
 class LatencyRow(BaseModel):
@@ -67,7 +68,12 @@ class BundleLayers(BaseModel):
 
 
 class VerifyReport(Versioned):
-    """What verify measured and scored; ``--json`` prints it, autoloop keeps it."""
+    """What verify measured and scored; ``--json`` prints it, autoloop keeps it.
+
+    Schema 2 added ``exposed_as``, ``exposure_note`` and ``untapped`` to each of ``taps`` (reports of schema 1 still
+    read, with none of them said)."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     reference: str
     rows: list[LatencyRow]
@@ -160,6 +166,7 @@ def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_r
     if tapped is not None:  # the taps are the bundle's own extra outputs, scored apart from the model's
         taps, tap_ref = tapped
         verdict = judge(impl, taps, tap_ref, outs, tol)
+        verdict.exposed_as, verdict.exposure_note = m.taps_exposed_as, m.taps_note
         if taps.model_reference_sha256 and ref_sha and ref_sha != taps.model_reference_sha256:
             verdict.problem = (f"{impl}: its debug taps were captured by another prepare than the reference given "
                                "(a different model.reference.npz); prepare again with --debug-taps, or pass that "
@@ -169,6 +176,14 @@ def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_r
     scored = [compare(impl, name, outs.get(name), r, tol) for name, r in ref.items()]
     scored += [unexpected(impl, name, got, tol) for name, got in outs.items() if name not in ref]
     return row, top, scored, verdict
+
+
+def _same_plugged_engine(a: BundleManifest, b: BundleManifest) -> bool:
+    """Two bundles of the same engine, target and plugins (one tapped, one not: the same carve)."""
+    def key(m: BundleManifest) -> tuple[object, ...]:
+        return (m.engine_backend, m.engine_version, m.arch, m.precision, m.device, m.simulated,
+                sorted(p.sha256 for p in m.plugins))
+    return key(a) == key(b)
 
 
 def _problems(reference: Path, ref: dict[str, np.ndarray], numerics: list[OutputNumerics],
@@ -245,6 +260,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     bundle_rows: list[LatencyRow] = []
     impls: list[str] = []
     verdicts: list[TapVerdict] = []
+    tapped: list[tuple[TapVerdict, EngineBundle, LatencyRow]] = []
     progress = runtime().context(None, "verify").progress("scoring bundles", total=len(bundles))
     with progress as task:
         for b, label in zip(bundles, _labels(bundles)):
@@ -252,12 +268,19 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
                                                       ref_sha=ref_sha)
             if verdict is not None:
                 verdicts.append(verdict)
+                tapped.append((verdict, b, row))
             impls.append(row.implementation)
             bundle_rows.append(row)
             layer_tops.append(top)
             numerics.extend(scored)
             task.advance()
     rows.extend(bundle_rows)
+    for verdict, b, row in tapped:  # the latency the taps cost, where the untapped engine was verified too
+        same = [r for other, r in zip(bundles, bundle_rows) if not other.has(TAPS) and _same_plugged_engine(
+            b.manifest, other.manifest)]
+        if same:
+            verdict.untapped = TapLatency(untapped=same[0].implementation, untapped_p50_ms=same[0].p50_ms,
+                                          tapped_p50_ms=row.p50_ms, ratio=row.p50_ms / same[0].p50_ms)
     # the same engine run another way, measured beside each bundle (the torch engine's op-by-op run of an
     # inductor-mode bundle): rows of their own, and the gain of every later bundle against the first's
     alt_rows: list[list[LatencyRow]] = []

@@ -22,6 +22,18 @@ inference: the per-iteration figures survive in the log even when ``--exportTime
 Files are named relative to the working directory trtexec runs in: ``--loadInputs`` splits its value on
 ``,`` and ``:``, so no absolute path (which may hold either) ever reaches it.
 
+Debug taps on TensorRT 10 (:mod:`.debug_taps`): the build takes an ONNX without the taps as outputs and
+``--markDebug=a,b`` (names separated by commas); the timed run stays as above (a debug tensor whose
+debug state is off costs no copy), and one more run reads them::
+
+    trtexec --loadEngine=engine.plan --dynamicPlugins=a.so ... --loadInputs=... --iterations=1 --warmUp=0
+            --duration=0 --saveDebugTensors=a:debug/0.bin,b:debug/1.bin
+
+trtexec turns the debug state of every ``--saveDebugTensors`` tensor on for all the inferences of its
+run, and its listener synchronises the stream and copies each to the host every time
+(``samples/common/sampleInference.cpp``, ``debugTensorWriter.cpp``): in the timed run that would be
+timed too. The option splits on ``,`` and then on the last ``:``, so the file names hold neither.
+
 Plugin libraries go with ``--dynamicPlugins`` on TensorRT 8.6 and later (``IPluginRegistry::loadLibrary``:
 TensorRT calls the library's ``getPluginCreators``/``getCreators``), with ``--plugins`` before (a plain
 ``dlopen``). Both runs need them: the engine holds plugin layers the loading run must resolve again.
@@ -49,6 +61,7 @@ class BuildPlan:
     int8: bool = False
     workspace_mib: int | None = None
     extra: Sequence[str] = field(default_factory=tuple)
+    debug_tensors: Sequence[str] = ()  # --markDebug (TensorRT 10 trtexec that has it; see debug_taps)
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,32 @@ def build_command(plan: BuildPlan) -> list[str]:
         cmd.append(f"--shapes={plan.shapes}")
     if plan.workspace_mib:
         cmd.append(f"--memPoolSize=workspace:{plan.workspace_mib}M")
+    if plan.debug_tensors:
+        cmd.append(f"--markDebug={','.join(plan.debug_tensors)}")
     return cmd + list(plan.extra)
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    """One inference that writes the debug tensors' raw bytes (``--saveDebugTensors``)."""
+
+    trtexec: str
+    engine: str
+    plugins: Sequence[Path]
+    version: TrtVersion
+    load_inputs: str
+    files: Sequence[tuple[str, str]]  # (tensor, file relative to the run directory)
+    shapes: str = ""
+
+
+def capture_command(plan: CapturePlan) -> list[str]:
+    cmd = [plan.trtexec, f"--loadEngine={plan.engine}", *plugin_args(plan.plugins, plan.version)]
+    if plan.load_inputs:
+        cmd.append(f"--loadInputs={plan.load_inputs}")
+    if plan.shapes:
+        cmd.append(f"--shapes={plan.shapes}")
+    return cmd + ["--iterations=1", "--warmUp=0", "--duration=0",
+                  f"--saveDebugTensors={','.join(f'{name}:{path}' for name, path in plan.files)}"]
 
 
 def measure_command(plan: MeasurePlan) -> list[str]:

@@ -4,7 +4,9 @@ trtexec is looked for, first found wins: ``$YTK_TRTEXEC``, then ``PATH``, then `
 then where DRIVE OS, JetPack and the NGC containers put it (``/usr/src/tensorrt/bin``) and
 ``/usr/local/tensorrt/bin``. A run also honours ``trtexec = ...`` under ``[backends.tensorrt]`` in
 ytk.toml, first of all (the availability check sees only the environment). Its version is
-read from the ``[TensorRT vNNNN]`` banner that even ``trtexec --help`` prints, so probing needs no GPU.
+read from the ``[TensorRT vNNNN]`` banner that even ``trtexec --help`` prints, so probing needs no GPU; the
+same help lists its flags, one ``  --name`` per line, which says what this trtexec takes (``--markDebug``
+and ``--saveDebugTensors`` are in some TensorRT 10 releases and not in 8.6).
 The package is found without importing it first (``importlib.util.find_spec``), then imported once for
 its ``__version__``; neither is ever claimed present without being found.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -34,6 +37,11 @@ class TrtexecTool:
     path: str
     version: TrtVersion | None
     banner: str = ""
+    flags: frozenset[str] = frozenset()  # the options its --help lists (empty: the help could not be read)
+
+    def takes(self, *flags: str) -> bool:
+        """Whether this trtexec's help lists every one of ``flags``."""
+        return all(f in self.flags for f in flags)
 
 
 @dataclass
@@ -78,21 +86,30 @@ def find_trtexec(configured: str | None = None) -> tuple[str | None, str]:
                   + f" or in {', '.join(STANDARD_TRTEXEC)}")
 
 
+_HELP_FLAG = re.compile(r"^\s{1,8}(--[A-Za-z][A-Za-z0-9]*)\b", re.M)
+
+
+def help_flags(text: str) -> frozenset[str]:
+    """The options a ``trtexec --help`` lists: each at the start of its line (``  --markDebug   Specify ...``;
+    an alias after a comma, ``--versionCompatible, --vc``, is not needed here)."""
+    return frozenset(_HELP_FLAG.findall(text))
+
+
 @functools.lru_cache(maxsize=16)
-def _trtexec_version(path: str, mtime_ns: int) -> tuple[TrtVersion | None, str]:
+def _trtexec_version(path: str, mtime_ns: int) -> tuple[TrtVersion | None, str, frozenset[str]]:
     try:
         p = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                            errors="replace")
     except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"`{path} --help` failed ({type(e).__name__})"
+        return None, f"`{path} --help` failed ({type(e).__name__})", frozenset()
     text = p.stdout + p.stderr
     banner = next((ln for ln in text.splitlines() if "TensorRT.trtexec" in ln), "")
-    return TrtVersion.from_log(text), banner
+    return TrtVersion.from_log(text), banner, help_flags(text)
 
 
 def trtexec_tool(path: str) -> TrtexecTool:
-    version, banner = _trtexec_version(path, Path(path).stat().st_mtime_ns)
-    return TrtexecTool(path=path, version=version, banner=banner)
+    version, banner, flags = _trtexec_version(path, Path(path).stat().st_mtime_ns)
+    return TrtexecTool(path=path, version=version, banner=banner, flags=flags)
 
 
 def python_tensorrt() -> tuple[TrtVersion | None, str]:

@@ -8,7 +8,10 @@ write the engine inspector's JSON (what ``--exportLayerInfo`` writes), then time
 with CUDA events, profile the layers with an ``IProfiler`` and write the profile in trtexec's
 ``--exportProfile`` form, so both runners leave the same files. Device memory and events come from
 torch. TensorRT's messages are logged in trtexec's ``[E] [TRT] ...`` shape, so :mod:`.explain` reads
-them the same way.
+them the same way. Debug taps on TensorRT 10 (:mod:`.debug_taps`): the network is parsed from the ONNX
+without them as outputs and each is marked with ``INetworkDefinition.mark_debug``; after the timed runs
+one more ``execute_async_v3`` with an ``IDebugListener`` set (``set_debug_listener``) and the taps' debug
+state on (``set_tensor_debug_state``) copies each out during its callback.
 
 Not run here (no TensorRT on the machines this was written on): see docs/tensorrt.md.
 """
@@ -25,9 +28,11 @@ import numpy as np
 
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.errors import StageError
-from ytk_hookspecs.models import CompileRequest, CompileResult, ProfileRequest, ProfileResult, write_text_atomic
+from ytk_hookspecs.models import (DEBUG_TENSORS, CompileRequest, CompileResult, ProfileRequest, ProfileResult,
+                                  write_text_atomic)
 
 from . import __version__
+from .debug_taps import DERIVED_ONNX, derive_onnx, device_copy, host_copy, mark_debug_tensors, plan_python, pointer
 from .explain import LoadContext, explain, last_error
 from .io_files import binding_dtype, graph_io, read_npz, write_outputs_npz
 from .options import EngineOptions
@@ -92,6 +97,13 @@ def compile_engine(request: CompileRequest, ctx: StageContext, version: TrtVersi
     log = run_dir / BUILD_LOG
     lines = [f"ytk tensorrt engine {__version__}: tensorrt {version} (Python API)"]
     t0 = time.perf_counter()
+    taps = plan_python(list(request.debug_outputs), version, trt, ["--int8"] if opts.int8 else [])
+    onnx = Path(request.onnx)
+    if taps.as_debug_tensors:  # TensorRT 10: parsed without the taps as outputs, each marked a debug tensor
+        onnx = derive_onnx(onnx.resolve(), taps.debug_tensors, run_dir / DERIVED_ONNX)
+    if taps.exposed_as:
+        lines.append(f"[ytk] {len(request.debug_outputs)} debug tap(s) exposed as {taps.exposed_as}"
+                     f"{': ' + taps.note if taps.note else ''}")
     try:
         logger = _logger(lines)
         _load_plugins([Path(p.path) for p in request.plugins], lines)
@@ -99,8 +111,13 @@ def compile_engine(request: CompileRequest, ctx: StageContext, version: TrtVersi
         flags = 0 if version.major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
         network = builder.create_network(flags)
         parser = trt.OnnxParser(network, logger)
-        if not parser.parse_from_file(str(request.onnx)):
+        if not parser.parse_from_file(str(onnx)):
             lines += [f"[E] [TRT] {parser.get_error(i).desc()}" for i in range(parser.num_errors)]
+            raise _Failed()
+        missing = mark_debug_tensors(network, taps.debug_tensors) if taps.as_debug_tensors else []
+        if missing:
+            lines.append(f"[E] [ytk] the parsed network has no tensor {', '.join(missing)} to mark as a debug tensor "
+                         "(INetworkDefinition.mark_debug)")
             raise _Failed()
         config = builder.create_builder_config()
         if request.precision == "fp16":
@@ -137,7 +154,8 @@ def compile_engine(request: CompileRequest, ctx: StageContext, version: TrtVersi
     device = _device_name()
     return CompileResult(engine=engine_path, backend="tensorrt", backend_version=str(version), simulated=False,
                          device=device, layer_info=layer_info, build_log=log, build_s=time.perf_counter() - t0,
-                         extra={"runner": "python", "tensorrt": str(version)})
+                         debug_outputs_as=taps.exposed_as, debug_outputs_note=taps.note,
+                         extra={"runner": "python", "tensorrt": str(version), "onnx_built": str(onnx)})
 
 
 def _device_name() -> str:
@@ -187,6 +205,8 @@ def profile_engine(request: ProfileRequest, ctx: StageContext, version: TrtVersi
         context.set_input_shape(t.name, tuple(a.shape))
         context.set_tensor_address(t.name, keep[t.name].data_ptr())
     for t in outputs:
+        if request.compile.debug_outputs_as == DEBUG_TENSORS and t.name in creq.debug_outputs:
+            continue  # a debug tensor, no binding: read by _debug_tensors
         shape = tuple(context.get_tensor_shape(t.name))
         dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(t.name)))
         keep[t.name] = torch.empty(shape, dtype=_torch_dtype(dtype), device=dev)
@@ -206,7 +226,10 @@ def profile_engine(request: ProfileRequest, ctx: StageContext, version: TrtVersi
             b.synchronize()
             times.append(a.elapsed_time(b))
             task.advance()
-    values = {t.name: keep[t.name].float().cpu().numpy() for t in outputs}
+    debug = set(creq.debug_outputs) if request.compile.debug_outputs_as == DEBUG_TENSORS else set()
+    values = {t.name: keep[t.name].float().cpu().numpy() for t in outputs if t.name not in debug}
+    if debug:
+        values.update(_debug_tensors(trt, context, stream, list(creq.debug_outputs), lines, log))
     samples: dict[str, list[float]] = {}
     order: list[str] = []
 
@@ -233,6 +256,56 @@ def profile_engine(request: ProfileRequest, ctx: StageContext, version: TrtVersi
     npz = write_outputs_npz(values, outputs, run_dir / OUTPUTS, "the engine's output tensors")
     return ProfileResult(layers=_layers(profile, request.compile.layer_info), iterations_ms=times, outputs=npz,
                          raw_profile=profile, device=request.compile.device, simulated=False)
+
+
+def _debug_tensors(trt: Any, context: Any, stream: Any, taps: list[str], lines: list[str],
+                   log: Path) -> dict[str, np.ndarray]:
+    """One more inference with a debug listener set and the taps' debug state on (off again after it): each tap
+    is copied out during its callback, the only time its buffer is valid."""
+    import torch
+
+    got: dict[str, np.ndarray] = {}
+    errors: list[str] = []
+    wanted = set(taps)
+
+    class Listener(trt.IDebugListener):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            trt.IDebugListener.__init__(self)
+
+        def process_debug_tensor(self, addr: Any, location: Any, dtype: Any, shape: Any, name: str,
+                                 stream_handle: Any) -> bool:
+            if name not in wanted:
+                return True
+            try:
+                np_dtype = np.dtype(trt.nptype(dtype))
+                dims = tuple(int(d) for d in shape)
+                where = pointer(addr)
+                got[name] = (device_copy(where, np_dtype, dims, int(stream_handle or 0))
+                             if location == trt.TensorLocation.DEVICE else host_copy(where, np_dtype, dims))
+            except Exception as e:  # noqa: BLE001  -- raised in TensorRT's callback: kept, reported after it
+                errors.append(f"{name}: {type(e).__name__}: {str(e)[:200]}")
+            return True
+
+    listener = Listener()
+    context.set_debug_listener(listener)
+    refused = [t for t in taps if not context.set_tensor_debug_state(t, True)]
+    if refused:
+        raise StageError(f"TensorRT: set_tensor_debug_state refused {', '.join(refused)} (not debug tensors of this "
+                         f"engine?); log: {log}")
+    with torch.cuda.stream(stream):
+        ok = context.execute_async_v3(stream.cuda_stream)
+        stream.synchronize()
+    for t in taps:
+        context.set_tensor_debug_state(t, False)
+    if not ok:
+        raise StageError(f"TensorRT: execute_async_v3 failed reading the debug tensors: "
+                         f"{last_error(chr(10).join(lines))}")
+    if errors:
+        raise StageError(f"TensorRT: could not copy debug tensor {errors[0]}")
+    missing = [t for t in taps if t not in got]
+    if missing:
+        raise StageError(f"TensorRT called the debug listener for none of {', '.join(missing)}; log: {log}")
+    return got
 
 
 def export_profile_text(order: list[str], samples: dict[str, list[float]], count: int) -> str:

@@ -2,24 +2,31 @@
 
 Everything a run writes stays in ``<workdir>/tensorrt/``: the engine, trtexec's export files, the raw
 inputs and ``build.log`` (both runs' command lines and output, appended in order), which the core
-puts into the engine bundle.
+puts into the engine bundle. With debug taps on a TensorRT 10 trtexec that marks and saves debug
+tensors (:mod:`.debug_taps`) it also holds the ONNX built without them and, after a third run, their
+raw files in ``debug/``.
 """
 
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.errors import StageError
-from ytk_hookspecs.models import (ArchSpec, CompileRequest, CompileResult, LayerTime, PluginArtifact,
-                                  ProfileRequest, ProfileResult)
+from ytk_hookspecs.models import (DEBUG_TENSORS, ArchSpec, CompileRequest, CompileResult, LayerTime,
+                                  PluginArtifact, ProfileRequest, ProfileResult)
 
 from . import __version__
-from .commands import BuildPlan, MeasurePlan, build_command, load_inputs_spec, measure_command, shapes_spec
+from .commands import (BuildPlan, CapturePlan, MeasurePlan, build_command, capture_command, load_inputs_spec,
+                       measure_command, shapes_spec)
+from .debug_taps import DEBUG_DIR, DERIVED_ONNX, capture_files, derive_onnx, plan_trtexec, read_raw, tap_tensors
 from .explain import LoadContext, explain, last_error
 from .io_files import graph_io, read_npz, write_input_files, write_outputs_npz
 from .options import EngineOptions
@@ -116,14 +123,23 @@ def compile_engine(request: CompileRequest, ctx: StageContext, target: Target, o
     log = run_dir / BUILD_LOG
     log.write_text(f"ytk tensorrt engine {__version__}: trtexec {target.tool.path}, TensorRT {version}"
                    f"{'' if target.version_known else ' (assumed from the arch spec: trtexec printed no version)'}\n")
-    for stale in (ENGINE, LAYER_INFO):
+    for stale in (ENGINE, LAYER_INFO, DERIVED_ONNX):
         (run_dir / stale).unlink(missing_ok=True)
     plugins = [Path(p.path).resolve() for p in request.plugins]
+    taps = plan_trtexec(list(request.debug_outputs), version, target.tool,
+                        (["--int8"] if opts.int8 else []) + list(opts.build_args), Path(request.onnx))
+    onnx = Path(request.onnx).resolve()
+    if taps.as_debug_tensors:  # TensorRT 10: built without the taps as outputs, each marked a debug tensor
+        onnx = derive_onnx(onnx, taps.debug_tensors, run_dir / DERIVED_ONNX)
+    if taps.exposed_as:
+        with log.open("a", encoding="utf-8") as f:
+            f.write(f"[ytk] {len(request.debug_outputs)} debug tap(s) exposed as {taps.exposed_as}"
+                    f"{': ' + taps.note if taps.note else ''}\n")
     cmd = build_command(BuildPlan(
-        trtexec=target.tool.path, onnx=Path(request.onnx).resolve(), engine=ENGINE, layer_info=LAYER_INFO,
+        trtexec=target.tool.path, onnx=onnx, engine=ENGINE, layer_info=LAYER_INFO,
         precision=request.precision, plugins=plugins, version=version,
         shapes=_dynamic_shapes(Path(request.onnx), Path(request.npz)), int8=opts.int8,
-        workspace_mib=opts.workspace_mib, extra=opts.build_args))
+        workspace_mib=opts.workspace_mib, extra=opts.build_args, debug_tensors=taps.debug_tensors))
     load = LoadContext(version=version, flag=version.plugin_flag)
     t0 = time.perf_counter()
     with ctx.progress(f"trtexec: building the TensorRT {version} engine"):
@@ -143,10 +159,11 @@ def compile_engine(request: CompileRequest, ctx: StageContext, target: Target, o
                  plugins=len(plugins), build_s=round(build_s, 1))
     return CompileResult(engine=engine, backend="tensorrt", backend_version=str(version), simulated=False,
                          device=selected_device(out) or "GPU (trtexec named none)", layer_info=layer_info,
-                         build_log=log, build_s=build_s,
+                         build_log=log, build_s=build_s, debug_outputs_as=taps.exposed_as,
+                         debug_outputs_note=taps.note,
                          extra={"runner": "trtexec", "trtexec": target.tool.path, "tensorrt": str(version),
                                 "command": shlex.join(cmd), "layers": len(info.layers),
-                                "detailed_layer_info": info.detailed})
+                                "detailed_layer_info": info.detailed, "onnx_built": str(onnx)})
 
 
 def pick_iterations(times: list[TimingRecord], warmup_ms: float, warmup: int, iterations: int,
@@ -176,10 +193,11 @@ def profile_engine(request: ProfileRequest, ctx: StageContext, target: Target, o
     dynamic = [(name, shape) for (name, _, shape), t in zip(files, inputs) if not t.static]
     for stale in (PROFILE, TIMES, OUTPUTS_JSON):
         (run_dir / stale).unlink(missing_ok=True)
+    engine_arg = ENGINE if engine.name == ENGINE else str(engine)
+    plugins = [Path(p.path).resolve() for p in creq.plugins]
+    load_inputs = load_inputs_spec([(name, f"{INPUTS}/{fname}") for name, fname, _ in files])
     cmd = measure_command(MeasurePlan(
-        trtexec=target.tool.path, engine=ENGINE if engine.name == ENGINE else str(engine),
-        plugins=[Path(p.path).resolve() for p in creq.plugins], version=version,
-        load_inputs=load_inputs_spec([(name, f"{INPUTS}/{fname}") for name, fname, _ in files]),
+        trtexec=target.tool.path, engine=engine_arg, plugins=plugins, version=version, load_inputs=load_inputs,
         iterations=request.iterations + request.warmup, warmup_ms=opts.warmup_ms, times=TIMES, profile=PROFILE,
         outputs=OUTPUTS_JSON, shapes=shapes_spec(dynamic), cuda_graph=opts.cuda_graph, spin_wait=opts.spin_wait,
         extra=opts.run_args))
@@ -196,10 +214,39 @@ def profile_engine(request: ProfileRequest, ctx: StageContext, target: Target, o
         raise StageError(str(e)) from None
     except FileNotFoundError as e:
         raise StageError(f"trtexec ran but did not write {e.filename}; log: {log}") from None
+    if request.compile.debug_outputs_as == DEBUG_TENSORS and creq.debug_outputs:
+        capture = CapturePlan(trtexec=target.tool.path, engine=engine_arg, plugins=plugins, version=version,
+                              load_inputs=load_inputs, files=capture_files(creq.debug_outputs),
+                              shapes=shapes_spec(dynamic))
+        values.update(_debug_tensors(capture, run_dir, log, creq, opts, ctx))
     npz = write_outputs_npz(values, outputs, run_dir / OUTPUTS, str(run_dir / OUTPUTS_JSON))
     ctx.log.info("tensorrt engine profiled", layers=len(layers), median_ms=sorted(iterations)[len(iterations) // 2])
     return ProfileResult(layers=layers, iterations_ms=iterations, outputs=npz, raw_profile=run_dir / PROFILE,
                          device=selected_device(out) or request.compile.device, simulated=False)
+
+
+def _debug_tensors(plan: CapturePlan, run_dir: Path, log: Path, creq: CompileRequest, opts: EngineOptions,
+                   ctx: StageContext) -> dict[str, np.ndarray]:
+    """One more inference, untimed, with the taps' debug state on: trtexec writes each tap's raw bytes."""
+    tensors = tap_tensors(Path(creq.onnx), [name for name, _ in plan.files])
+    shutil.rmtree(run_dir / DEBUG_DIR, ignore_errors=True)
+    (run_dir / DEBUG_DIR).mkdir(parents=True)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"[ytk] reading {len(plan.files)} debug tensor(s) in a run of their own (the timed run leaves their "
+                "debug state off)\n")
+    with ctx.progress(f"trtexec: reading {len(plan.files)} debug tensor(s)"):
+        rc, out = _run(capture_command(plan), run_dir, log, opts.run_timeout_s, "run")
+    if rc != 0:
+        raise _failure("read the debug tensors", rc, out, log, list(creq.plugins), Path(creq.onnx), creq.precision,
+                       LoadContext(version=plan.version, flag=plan.version.plugin_flag))
+    values = {}
+    for name, rel in plan.files:
+        path = run_dir / rel
+        if not path.is_file():
+            raise StageError(f"trtexec wrote no {rel} for debug tensor {name!r} (--saveDebugTensors): the engine has "
+                             f"no debug tensor of that name; log: {log}")
+        values[name] = read_raw(path, tensors[name])
+    return values
 
 
 def _iterations(run_dir: Path, out: str, request: ProfileRequest, opts: EngineOptions) -> list[float]:

@@ -8,8 +8,8 @@ from .base import ArtifactError, Versioned, sha256_file, write_bytes_atomic, wri
 from .build import BuildRequest, BuildResult, EngineApi, PluginDescription
 from .carve import (PLUGIN_DOMAIN, Candidate, CandidateFiles, CandidatesFile, CarveRequest, CarveResult,
                     LiftMode, PluginEntry, PluginsFile, RegionOp, SiteInfo)
-from .engine import (CompileRequest, CompileResult, LayerTime, PluginArtifact, Precision, ProfileRequest,
-                     ProfileResult)
+from .engine import (DEBUG_TENSORS, NETWORK_OUTPUTS, CompileRequest, CompileResult, LayerTime, PluginArtifact,
+                     Precision, ProfileRequest, ProfileResult, TapExposure)
 from .kernel import (CandidateScore, DeploymentTarget, KernelGenRequest, KernelGenResult, KernelPerf, KernelReport,
                      PluginMeta, RegionSketch, Reoptimization, SupportAnswer, SupportRequest, TensorContract)
 from .tensors import TensorInfo

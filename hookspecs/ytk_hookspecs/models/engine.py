@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,6 +11,10 @@ from .base import Versioned
 from .build import PluginDescription
 
 Precision = Literal["fp16", "fp32"]
+#: How an engine exposed the debug taps it was asked for (:attr:`CompileRequest.debug_outputs`).
+NETWORK_OUTPUTS = "network outputs"
+DEBUG_TENSORS = "TensorRT debug tensors"
+TapExposure = Literal["network outputs", "TensorRT debug tensors"]
 
 
 class PluginArtifact(BaseModel):
@@ -24,6 +28,10 @@ class PluginArtifact(BaseModel):
 
 
 class CompileRequest(Versioned):
+    """What to build. Schema 2 added ``debug_outputs`` (requests of schema 1 still read, with it empty)."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     onnx: Path
     npz: Path
     arch: str
@@ -31,10 +39,21 @@ class CompileRequest(Versioned):
     plugins: list[PluginArtifact] = Field(default_factory=list)
     workdir: Path
     options: dict[str, str] = Field(default_factory=dict)
+    debug_outputs: list[str] = Field(
+        default_factory=list,
+        description="graph outputs of ``onnx`` that are debug taps (``ytk embedded prepare --debug-taps``: plugin "
+                    "boundaries made outputs), not outputs of the model. An engine may expose them another way than "
+                    "as outputs (TensorRT 10: debug tensors) but returns their values in ProfileResult.outputs under "
+                    "these names all the same, and says how in CompileResult.debug_outputs_as")
 
 
 class CompileResult(Versioned):
-    """A built engine, ready to profile. ``layer_info`` is the engine's own raw layer dump."""
+    """A built engine, ready to profile. ``layer_info`` is the engine's own raw layer dump.
+
+    Schema 2 added ``debug_outputs_as`` and ``debug_outputs_note`` (results of schema 1 still read, with
+    neither said)."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     engine: Path
     backend: str
@@ -45,6 +64,12 @@ class CompileResult(Versioned):
     build_log: Path | None = None
     build_s: float = 0.0
     extra: dict[str, Any] = Field(default_factory=dict)
+    debug_outputs_as: TapExposure | None = Field(
+        None, description="how the request's debug_outputs were exposed: as network outputs (extra bindings, as the "
+                          "ONNX has them) or as TensorRT debug tensors (no binding; read through a debug listener); "
+                          "None when the request had none, or the engine did not say (then they are outputs)")
+    debug_outputs_note: str = Field("", description="why the debug outputs were exposed that way when the engine "
+                                                    "would rather have done otherwise (one line)")
 
 
 class LayerTime(BaseModel):

@@ -45,6 +45,8 @@ def fake_trtexec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTrtexec
     monkeypatch.delenv("YTK_TRTEXEC", raising=False)
     monkeypatch.delenv("FAKE_TRTEXEC_OUTPUTS", raising=False)
     monkeypatch.delenv("FAKE_TRTEXEC_NO_TIMES", raising=False)
+    monkeypatch.delenv("FAKE_TRTEXEC_NO_DEBUG_FLAGS", raising=False)
+    monkeypatch.delenv("FAKE_TRTEXEC_SKIP_DEBUG", raising=False)
     return FakeTrtexec(exe, record, monkeypatch)
 
 

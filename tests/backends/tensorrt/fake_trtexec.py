@@ -7,9 +7,16 @@ and only for the interfaces that TensorRT version loads), refuses what TensorRT 
 without --fp16), and writes ``--exportLayerInfo``/``--exportProfile``/``--exportTimes``/
 ``--exportOutput`` and its log in the formats of the public samples in ``tests/data/trtexec``.
 
+From TensorRT 10 it takes ``--markDebug=a,b`` at build (each name must be a tensor a node computes; the
+stand-in gives a debug tensor FP16 in an --fp16 build, else FP32, as TensorRT may) and
+``--saveDebugTensors=name:file,...`` at inference, writing each file as the tensor's raw bytes with no
+header, as ``DebugTensorWriter`` does; ``--help`` lists every flag it takes, one ``  --flag`` a line.
+
 Environment: ``FAKE_TRT_VERSION`` (banner number, default 8601), ``FAKE_TRTEXEC_RECORD`` (append each
-argv as a JSON line), ``FAKE_TRTEXEC_OUTPUTS`` (npz whose arrays become the outputs),
-``FAKE_TRTEXEC_NO_TIMES`` (ignore --exportTimes, as a trtexec without it would).
+argv as a JSON line), ``FAKE_TRTEXEC_OUTPUTS`` (npz whose arrays become the outputs, and the debug
+tensors), ``FAKE_TRTEXEC_NO_TIMES`` (ignore --exportTimes, as a trtexec without it would),
+``FAKE_TRTEXEC_NO_DEBUG_FLAGS`` (a TensorRT 10 trtexec without --markDebug/--saveDebugTensors),
+``FAKE_TRTEXEC_SKIP_DEBUG`` (debug tensors, comma-separated, it writes no file for).
 """
 
 from __future__ import annotations
@@ -52,12 +59,19 @@ def finish(ok: bool, argv: list[str]) -> None:
     sys.exit(0 if ok else 1)
 
 
-def parse_args(argv: list[str]) -> dict[str, list[str]]:
+def known_flags() -> set[str]:
     known = set(COMMON)
     if DYNAMIC:
         known |= {"--dynamicPlugins", "--setPluginsToSerialize"}
     if MAJOR >= 10:
         known |= {"--staticPlugins"}
+        if not os.environ.get("FAKE_TRTEXEC_NO_DEBUG_FLAGS"):
+            known |= {"--markDebug", "--saveDebugTensors"}
+    return known
+
+
+def parse_args(argv: list[str]) -> dict[str, list[str]]:
+    known = known_flags()
     opts: dict[str, list[str]] = {}
     for a in argv:
         key, _, value = a.partition("=")
@@ -201,9 +215,19 @@ def build(opts: dict[str, list[str]], argv: list[str]) -> None:
         shape = [d.dim_value for d in v.type.tensor_type.shape.dim]
         inputs.append({"name": v.name, "dtype": dt.str, "shape": shape})
     outputs = [{"name": v.name, "shape": [d.dim_value for d in v.type.tensor_type.shape.dim]} for v in g.output]
+    debug = []
+    if "--markDebug" in opts:
+        typed = {v.name: v for v in list(g.value_info) + list(g.output)}
+        computed = {o for n in g.node for o in n.output}
+        for name in opts["--markDebug"][0].split(","):
+            if name not in computed or name not in typed:
+                say("E", f"[stand-in] --markDebug: the network has no tensor named {name}")
+                finish(False, argv)
+            debug.append({"name": name, "shape": [d.dim_value for d in typed[name].type.tensor_type.shape.dim],
+                          "dtype": "<f2" if fp16 else "<f4"})
     engine = {"fake_trtexec": NUM, "layers": [{"Name": la["Name"], "LayerType": la["LayerType"], "nodes": la["nodes"]}
                                               for la in layers],
-              "inputs": inputs, "outputs": outputs, "plugins": plugins_used, "fp16": fp16}
+              "inputs": inputs, "outputs": outputs, "plugins": plugins_used, "fp16": fp16, "debug": debug}
     Path(opts["--saveEngine"][0]).write_text(json.dumps(engine))
     if "--exportLayerInfo" in opts:
         detailed = opts.get("--profilingVerbosity", [""])[0] == "detailed"
@@ -219,13 +243,15 @@ def build(opts: dict[str, list[str]], argv: list[str]) -> None:
 
 
 def split_spec(spec: str) -> list[tuple[str, str]]:
+    """``name:file,...`` as trtexec splits it: on ``,``, then on the last ``:`` (a name may be quoted)."""
     out, i = [], 0
     while i < len(spec):
         if spec[i] == "'":
             j = spec.index("'", i + 1)
             name, i = spec[i + 1:j], j + 1
         else:
-            j = spec.index(":", i)
+            end = spec.find(",", i)
+            j = spec.rindex(":", i, len(spec) if end < 0 else end)
             name, i = spec[i:j], j
         assert spec[i] == ":", spec
         j = spec.find(",", i + 1)
@@ -293,8 +319,19 @@ def run(opts: dict[str, list[str]], argv: list[str]) -> None:
                  f"\"medianMs\" : {fmt(p)}, \"percentage\" : {fmt(100 * p * count / total)} }}"
                  for la, p in zip(engine["layers"], per)]
         Path(opts["--exportProfile"][0]).write_text("[\n" + "\n".join(rows) + "\n]\n")
+    given_out = dict(np.load(os.environ["FAKE_TRTEXEC_OUTPUTS"])) if os.environ.get("FAKE_TRTEXEC_OUTPUTS") else {}
+    if "--saveDebugTensors" in opts:
+        debug = {t["name"]: t for t in engine.get("debug", [])}
+        for name, path in split_spec(opts["--saveDebugTensors"][0]):
+            if name not in debug:
+                say("E", f"[stand-in] --saveDebugTensors: {name} is not a debug tensor of this engine")
+                finish(False, argv)
+            if name in os.environ.get("FAKE_TRTEXEC_SKIP_DEBUG", "").split(","):
+                continue  # as if TensorRT never called the listener for it
+            t = debug[name]
+            v = given_out.get(name, np.zeros(t["shape"], np.float32)).reshape(t["shape"])
+            Path(path).write_bytes(np.ascontiguousarray(v.astype(t["dtype"])).tobytes())
     if "--exportOutput" in opts:
-        given_out = dict(np.load(os.environ["FAKE_TRTEXEC_OUTPUTS"])) if os.environ.get("FAKE_TRTEXEC_OUTPUTS") else {}
         parts = []
         for t in engine["outputs"]:
             v = given_out.get(t["name"], np.zeros(t["shape"], np.float32)).reshape(-1)
@@ -313,6 +350,8 @@ def main() -> None:
     opts = parse_args(argv)
     if "--help" in opts:
         print("=== Model Options ===\n  --onnx=<file>               ONNX model")
+        for flag in sorted(known_flags() - {"--onnx"}):
+            print(f"  {flag:<34} (stand-in)")
         finish(True, argv)
     if "--onnx" in opts:
         build(opts, argv)
