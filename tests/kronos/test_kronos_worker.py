@@ -297,3 +297,46 @@ def test_worker_help_and_no_start_without_a_token(ytk, monkeypatch):
 def test_json_models_carry_their_schema_version(worker):
     with worker.http() as h:
         assert json.loads(h.get("/v1/health").content)["schema_version"] == 1
+
+
+def test_a_tapped_compile_on_the_worker_carries_its_taps_and_verify_names_the_region(ytk, client_env, tmp_path):
+    """A prepare made with --debug-taps compiled through the worker: the job ships taps.json and the fp32 tap
+    reference beside the ONNX, the worker's engine is told the taps, and the fetched bundle names the region
+    with the planted wrong kernel, as a local compile's does."""
+    from tests.helpers import ytk_inproc
+    from tests.stages.test_debug_taps import REGIONS, _prepare
+    from ytk_core.bundle import TAPS
+
+    prep = tmp_path / "prep"
+    _prepare(lambda *a: ytk_inproc(*a), prep, "--debug-taps")
+    (prep / "model.onnx").rename(prep / "tapped.onnx")  # the user's own name: the job's ONNX is called otherwise
+    taps = json.loads((prep / "taps.json").read_text())
+    (prep / "taps.json").write_text(json.dumps({**taps, "onnx": "tapped.onnx"}))
+    sos = []
+    for name in REGIONS:
+        src, so = prep / f"{name}.module_source.py", prep / f"{name}.so"
+        cfg = ["--config", "mock_defect=shift"] if name == "Dw5" else []
+        r = ytk("kernelgen", "compile", "-r", prep / "plugin_candidates" / f"{name}.pt2", "-g", "Orin", "--config",
+                "deployment_target=tensorrt", *cfg, "-o", src, "--kernelgen", "mock")
+        assert r.code == 0, r.stderr[-2000:]
+        r = ytk("embedded", "build-plugin", "-a", ARCH, "--plugin-name", name, "-s", src, "-o", so, "--builder",
+                "mock")
+        assert r.code == 0, r.stderr[-2000:]
+        sos.append(so)
+    out = tmp_path / "remote" / "tapped.tgz"
+    worker = Worker(tmp_path / "state", None, "--max-upload-mb", "200")  # every region's reference travels
+    try:
+        args = ["embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", str(prep / "tapped.onnx"), "--npz",
+                str(prep / "model.npz"), "-o", str(out), "--worker", worker.url]
+        for so in sos:
+            args += ["--custom-plugin", str(so)]
+        r = ytk(*args)
+    finally:
+        worker.stop()
+    assert r.code == 0, r.stderr[-2000:]
+    bundle = EngineBundle.open(out)
+    assert bundle.manifest.taps_exposed_as == "network outputs" and bundle.has(TAPS)
+    r = ytk("embedded", "verify", prep / "model.reference.npz", out, "--no-host", "--json")
+    assert r.code == 5, r.stderr[-2000:]
+    (v,) = json.loads(r.stdout)["taps"]
+    assert v["plugin"] == "Dw5", v["reason"]

@@ -1,12 +1,13 @@
 """Pack one compile into the job archive the Kronos worker takes.
 
 The archive is deterministic (members in a fixed order, mtime 0, gzip without a timestamp): the same
-inputs give the same bytes, so a resumed submit under the same idempotency key carries the same
-sha256. It holds what the worker's compile reads and nothing else: the ONNX (with any external-data
-files it names), the npz, each plugin ``.so`` with its admission verdict beside it, and the carve's
-records (``plugins.json``, ``candidates.json``) with the region references a compile there needs: every
-region's for a simulated engine (it computes custom-op nodes with them), and for a real engine those of
-plugins with no admitted verdict yet, so a worker with a GPU of the plugin's SM runs the gate itself.
+inputs give the same bytes, so a resumed submit under the same idempotency key carries the same sha256.
+It holds what the worker's compile reads and nothing else: the ONNX (with any external-data files it
+names, and the debug taps of a prepare made with ``--debug-taps``), the npz, each plugin ``.so`` with
+its admission verdict beside it, and the carve's records (``plugins.json``, ``candidates.json``) with
+the region references a compile there needs: every region's for a simulated engine (it computes custom-
+op nodes with them), and for a real engine those of plugins with no admitted verdict yet, so a worker
+with a GPU of the plugin's SM runs the gate itself.
 """
 
 from __future__ import annotations
@@ -42,8 +43,29 @@ def pack_job(dest: Path, spec: JobSpec, onnx: Path, npz: Path, plugins: list[Pat
         files += _region_files(onnx, unadmitted) if unadmitted else []
     spec = spec.model_copy(update={"plugins": job_plugins})
     members: list[tuple[str, bytes | Path]] = [(JOB_SPEC, spec.model_dump_json(indent=2).encode())]
-    write_archive(dest, members + list(files))
+    write_archive(dest, members + _tap_files(onnx, spec.onnx) + list(files))
     return spec
+
+
+def _tap_files(onnx: Path, arc_onnx: str) -> list[tuple[str, bytes | Path]]:
+    """A tapped prepare's ``taps.json`` and fp32 tap reference, beside the ONNX in the archive, so the worker's
+    compile finds them as a local one does (its engine is told the taps; the bundle carries them); the taps
+    file names the archive's ONNX, which may be called otherwise than the user's."""
+    from ..stages.taps import TAPS_FILE, TAPS_REFERENCE, TapsFile
+
+    tf_path = onnx.parent / TAPS_FILE
+    if not tf_path.is_file():
+        return []
+    try:
+        tf = TapsFile.read(tf_path)
+    except Exception:  # an unreadable taps file: the local compile's check says so, before anything is sent
+        return []
+    if tf.onnx != onnx.name or not (onnx.parent / tf.reference).is_file():
+        return []
+    where = PurePosixPath(arc_onnx).parent
+    shipped = tf.model_copy(update={"onnx": PurePosixPath(arc_onnx).name, "reference": TAPS_REFERENCE})
+    return [(str(where / TAPS_FILE), shipped.model_dump_json(indent=1).encode()),
+            (str(where / TAPS_REFERENCE), onnx.parent / tf.reference)]
 
 
 def _admitted(so: Path) -> bool:
