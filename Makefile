@@ -12,7 +12,7 @@ STAMP := $(VENV)/.ytk-installed
 ZOO_STAMP := $(VENV)/.ytk-zoo-installed
 TEST_STAMP := $(VENV)/.ytk-test-installed
 
-$(STAMP): requirements/base.txt requirements/packages.txt pyproject.toml hookspecs/pyproject.toml $(wildcard backends/*/pyproject.toml)
+$(STAMP): requirements/base.txt requirements/packages.txt requirements/constraints.txt pyproject.toml hookspecs/pyproject.toml $(wildcard backends/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
 	$(BIN)/python -m pip install -q -r requirements/base.txt
