@@ -108,21 +108,26 @@ def test_the_autoloop_keeps_only_admitted_plugins_for_a_real_engine() -> None:
     assert KernelJobs._not_admitted(jobs("mock"), rec("unverified")) is None  # simulated: nothing real to gate
 
 
-@needs_nvcc
-def test_the_gate_runs_in_a_child_whose_death_or_hang_is_a_rejection(suite_dir, monkeypatch) -> None:
-    """The child-process plumbing, on any machine: a child that answers (here: no GPU, so unverified), one
-    that does not finish in time (killed, rejected)."""
+def _exact_plugin_without_a_gpu(suite_dir):  # type: ignore[no-untyped-def]
+    """The exact planted kernel built, its region, and the prepare dir: for the child-process plumbing tests,
+    which only a machine without a GPU runs (there the child answers "unverified" at once)."""
     from tests.conftest import has_cuda
-
-    import ytk_core.stages.admission as adm
     from ytk_hookspecs.models import CandidatesFile
 
     if has_cuda():
         pytest.skip("on a GPU machine the child runs the real gate (the GPU tests above)")
     work, prep = suite_dir
     admission_suite.run_one("exact", work, prep, admission_suite.local_arch())
-    so = work / "exact" / "DwS.so"
-    cand = CandidatesFile.read(prep / "candidates.json").candidates[0]
+    return work / "exact" / "DwS.so", CandidatesFile.read(prep / "candidates.json").candidates[0], prep
+
+
+@needs_nvcc
+def test_the_gate_runs_in_a_child_whose_death_or_hang_is_a_rejection(suite_dir, monkeypatch) -> None:
+    """The child-process plumbing, on any machine: a child that answers (here: no GPU, so unverified), one
+    that does not finish in time (killed, rejected)."""
+    import ytk_core.stages.admission as adm
+
+    so, cand, prep = _exact_plugin_without_a_gpu(suite_dir)
     seen: list[str] = []
     rec = adm._run_isolated(so, sha256_file(so), "DwS", cand, prep, "fp16", seen.append)
     assert rec.status == "unverified" and "no CUDA GPU here" in rec.reason
@@ -137,17 +142,9 @@ def test_a_gate_session_reuses_one_child_and_starts_a_fresh_one_after_a_rejectio
                                                                                    tmp_path) -> None:
     """The autoloop gates a round's plugins in one child (torch and the CUDA context are loaded once); a
     rejection, a death or a hang ends that child, so the next plugin is judged in a fresh process."""
-    from tests.conftest import has_cuda
-
     import ytk_core.stages.admission as adm
-    from ytk_hookspecs.models import CandidatesFile
 
-    if has_cuda():
-        pytest.skip("on a GPU machine the child runs the real gate (the GPU tests above)")
-    work, prep = suite_dir
-    admission_suite.run_one("exact", work, prep, admission_suite.local_arch())
-    so = work / "exact" / "DwS.so"
-    cand = CandidatesFile.read(prep / "candidates.json").candidates[0]
+    so, cand, prep = _exact_plugin_without_a_gpu(suite_dir)
     copies = []
     for i in range(3):  # three plugins (copies of one, each its own file)
         c = tmp_path / f"P{i}.so"

@@ -116,22 +116,23 @@ class CapturePlan:
     shapes: str = ""
 
 
-def capture_command(plan: CapturePlan) -> list[str]:
+def _run_head(plan: "CapturePlan | MeasurePlan") -> list[str]:
+    """What every inference run of a built engine starts with: the engine, its plugins, inputs and shapes."""
     cmd = [plan.trtexec, f"--loadEngine={plan.engine}", *plugin_args(plan.plugins, plan.version)]
     if plan.load_inputs:
         cmd.append(f"--loadInputs={plan.load_inputs}")
     if plan.shapes:
         cmd.append(f"--shapes={plan.shapes}")
-    return cmd + ["--iterations=1", "--warmUp=0", "--duration=0",
+    return cmd
+
+
+def capture_command(plan: CapturePlan) -> list[str]:
+    return _run_head(plan) + ["--iterations=1", "--warmUp=0", "--duration=0",
                   f"--saveDebugTensors={','.join(f'{name}:{path}' for name, path in plan.files)}"]
 
 
 def measure_command(plan: MeasurePlan) -> list[str]:
-    cmd = [plan.trtexec, f"--loadEngine={plan.engine}", *plugin_args(plan.plugins, plan.version)]
-    if plan.load_inputs:
-        cmd.append(f"--loadInputs={plan.load_inputs}")
-    if plan.shapes:
-        cmd.append(f"--shapes={plan.shapes}")
+    cmd = _run_head(plan)
     cmd += [f"--iterations={plan.iterations}", f"--warmUp={plan.warmup_ms}", "--duration=0", "--avgRuns=1",
             "--separateProfileRun", f"--exportTimes={plan.times}", f"--exportProfile={plan.profile}",
             f"--exportOutput={plan.outputs}"]

@@ -78,3 +78,17 @@ def hide_tensorrt_package(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(name="no_tensorrt_python")
 def _no_tensorrt_python(monkeypatch: pytest.MonkeyPatch) -> None:
     hide_tensorrt_package(monkeypatch)
+
+
+@pytest.fixture
+def fx(tmp_path: Path) -> Path:
+    """The stage tests' hand-built prepare dirs (base and carved), fresh per test."""
+    from tests.stages.carved_fixture import make_fixture
+
+    return make_fixture(tmp_path / "fx")
+
+
+@pytest.fixture
+def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel cache of the test's own (the engine tests build plugins)."""
+    monkeypatch.setenv("YTK_CACHE_DIR", str(tmp_path / "cache"))

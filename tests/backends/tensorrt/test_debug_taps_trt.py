@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.stages.carved_fixture import ARCH, make_fixture
+from tests.stages.carved_fixture import ARCH
 from trt_helpers import build_described_so, describe, tap_carved_fixture
 from ytk_backend_tensorrt import debug_taps
 from ytk_backend_tensorrt.commands import BuildPlan, CapturePlan, build_command, capture_command
@@ -32,6 +32,7 @@ from ytk_core.bundle import EngineBundle
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import DEBUG_TENSORS, NETWORK_OUTPUTS, ArchSpec
 
+pytestmark = pytest.mark.usefixtures("_isolated_cache")
 ARCH10 = "x86_64-sm90-linux-cu130-trt10"
 V86, V10 = TrtVersion(8, 6, 1), TrtVersion(10, 14, 1)
 TAPS = ["h", "d", "c3", "d2"]
@@ -54,15 +55,6 @@ HELP_8_6 = """&&&& RUNNING TensorRT.trtexec [TensorRT v8601] # trtexec --help
   --exportOutput=<file>       Write the output tensors to a json file (default = disabled)
 """
 
-
-@pytest.fixture
-def fx(tmp_path: Path) -> Path:
-    return make_fixture(tmp_path / "fx")
-
-
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("YTK_CACHE_DIR", str(tmp_path / "cache"))
 
 
 # -- which way, per TensorRT -------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.stages.carved_fixture import ARCH, make_fixture
+from tests.stages.carved_fixture import ARCH
 from trt_helpers import build_described_so, describe
 from ytk_backend_tensorrt.plugin import TensorRTEngine
 from ytk_core.bundle import EngineBundle
@@ -21,17 +21,8 @@ from ytk_hookspecs import StageContext
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import ArchSpec, CompileRequest, ProfileRequest
 
+pytestmark = pytest.mark.usefixtures("_isolated_cache")
 ARCH10 = "x86_64-sm90-linux-cu130-trt10"
-
-
-@pytest.fixture
-def fx(tmp_path: Path) -> Path:
-    return make_fixture(tmp_path / "fx")
-
-
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("YTK_CACHE_DIR", str(tmp_path / "cache"))
 
 
 # -- availability ----------------------------------------------------------------------------------------------
