@@ -95,6 +95,10 @@ class PluginLoader:
         try:
             self.pm.register(plugin, name=name)
         except pluggy.PluginValidationError as e:  # e.g. a hookimpl whose arguments the hook does not have
+            # pluggy < 1.7 (1.6.0 on the GPU machine) leaves a plugin that fails validation registered, with the
+            # hookimpls it checked before the failing one; 1.7 registers nothing. Disabled means disabled.
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
             self.warn(f"backend plugin {name!r} from {distribution} is disabled: {_first_line(e)}")
             return
         except Exception as e:  # a plugin object pluggy cannot even inspect

@@ -171,6 +171,25 @@ def test_a_hookimpl_with_wrong_arguments_disables_only_that_plugin():
     assert "is disabled" in w and "ytk_register_backends" in w
 
 
+def test_a_plugin_disabled_for_wrong_arguments_adds_no_cli_commands_either():
+    # pluggy 1.6 keeps the hookimpls it validated before the failing one (ytk_cli_commands sorts first)
+    bad = types.ModuleType("testplugin")
+    added = []
+
+    @hookimpl
+    def ytk_cli_commands(cli):
+        added.append("bad")
+
+    @hookimpl
+    def ytk_register_backends(reg):  # noqa: ARG001  (the hook's argument is register)
+        return None
+
+    bad.ytk_cli_commands, bad.ytk_register_backends = ytk_cli_commands, ytk_register_backends
+    mgr = BackendManager(autoload=False, extra_plugins={"bad": bad})
+    mgr.add_cli_commands(types.SimpleNamespace(worker=None, root=None))
+    assert added == [] and not mgr.pm.has_plugin("bad") and "is disabled" in _only_warning(mgr, "'bad'")
+
+
 def test_registration_exception_disables_the_plugin_and_what_it_registered():
     bad = types.ModuleType("testplugin")
     early = backend_object("early", ["builder"], build_plugin=lambda r, c: None)

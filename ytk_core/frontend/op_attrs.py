@@ -100,8 +100,18 @@ def _propagate(gm: Any, inputs: list[Any]) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+    class _Prop(FakeTensorProp):
+        """Plain numbers kept too: a depthwise conv's ``groups`` is ``sym_size(x, 1)``, and torch 2.11's
+        FakeTensorProp (the GPU machine's) stores only tensors and SymInts, where 2.13 also stores ints."""
+
+        def run_node(self, n: Any) -> Any:
+            result = super().run_node(n)
+            if "val" not in n.meta and isinstance(result, (int, float, bool)):
+                n.meta["val"] = result
+            return result
+
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(t) for t in inputs])
+    _Prop(gm, mode).propagate(*[mode.from_tensor(t) for t in inputs])
 
 
 def region_ops(gm: Any, inputs: list[Any]) -> list[RegionOp]:

@@ -89,13 +89,20 @@ def recording() -> Iterator[Recorder]:
 
 def compile_options(mode: str) -> dict[str, Any]:
     """torch.compile options: Triton-only GEMMs and convolutions (no cuBLAS/cuDNN call in the output), no CUDA
-    graphs, and launches through Triton's own launcher (which :func:`recording` sees)."""
+    graphs, launches through Triton's own launcher (which :func:`recording` sees), and the output code's kernels
+    compiled in this process (which :func:`kernel_binaries` needs to compile them again for another SM)."""
     import torch._inductor.config as cfg
 
     opts: dict[str, Any] = {"max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON",
                             "triton.cudagraphs": False}
     if hasattr(cfg, "use_static_cuda_launcher"):
         opts["use_static_cuda_launcher"] = False
+    if hasattr(cfg, "compile_threads"):
+        # A kernel inductor compiles in its worker processes (compile_threads > 1, the default on a many-core
+        # host) comes back without its Python function and globals (CachingAutotuner.prepare_for_pickle, torch
+        # 2.11 and 2.13 alike), and Triton cannot compile that source for another SM. One thread keeps the
+        # output code's kernels in this process; max-autotune's choices still compile on its own thread pool.
+        opts["compile_threads"] = 1
     if mode == "max-autotune":
         opts["max_autotune"] = True
     return opts
@@ -241,6 +248,11 @@ def kernel_binaries(handles: dict[str, Any], sms: list[int], local_sm: int) -> l
     for kid, ck in handles.items():
         md = ck.metadata
         by_sm = {local_sm: ck}
+        if any(sm != local_sm for sm in sms) and getattr(getattr(ck.src, "fn", None), "fn", None) is None:
+            # the JITFunction lost its Python function when inductor pickled it back from a compile worker
+            raise UnsupportedRegion(f"kernel {md.name} was compiled in one of inductor's worker processes and came "
+                                    "back without its Python source, so it cannot be compiled for another SM "
+                                    "(compile with compile_threads=1)")
         for sm in sms:
             if sm == local_sm:
                 continue

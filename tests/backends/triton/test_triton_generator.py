@@ -213,12 +213,37 @@ def test_kernels_seen_on_the_local_gpu_are_compiled_again_for_the_target_sm() ->
     assert sorted(kb.cubins) == [87, 90] and kb.cubin(90) == ck.asm["cubin"] and kb.cubin(87) != kb.cubin(90)
 
 
+def test_a_kernel_without_its_python_source_is_refused_for_another_sm() -> None:
+    """What inductor's compile workers send back (CachingAutotuner.prepare_for_pickle drops the JITFunction's
+    Python function and globals) cannot be compiled for sm_87: said so, not Triton's AttributeError."""
+    import copy
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from test_triton_launcher import relu_fp16
+    from ytk_backend_triton.record import kernel_binaries
+
+    sig = {"x_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"}
+    ck = triton.compile(ASTSource(fn=relu_fp16, signature=sig, constexprs={"BLOCK": 128}),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
+    stripped = copy.copy(relu_fp16)  # the module's kernel stays whole for the other tests
+    stripped.fn, stripped.__globals__, stripped.used_global_vals = None, None, None
+    ck.src = ASTSource(fn=stripped, signature=sig, constexprs={"BLOCK": 128})
+    with pytest.raises(UnsupportedRegion, match="worker processes .* cannot be compiled for another SM"):
+        kernel_binaries({"h1": ck}, sms=[87, 90], local_sm=90)
+    (kb,) = kernel_binaries({"h1": ck}, sms=[90], local_sm=90)  # the local SM alone needs no second compile
+    assert sorted(kb.cubins) == [90]
+
+
 def test_the_compile_options_are_ones_this_torch_knows() -> None:
     # torch.compile rejects an unknown inductor option when it compiles: checked here on the CPU
     from ytk_backend_triton.record import compile_options
 
     opts = compile_options("max-autotune")
     assert opts["max_autotune_gemm_backends"] == "TRITON" and opts["max_autotune_conv_backends"] == "TRITON"
+    assert opts["compile_threads"] == 1  # kernel_binaries recompiles the output code's kernels from their source
     f = torch.compile(lambda x: torch.relu(x) * 2, dynamic=False, options=opts)
     assert torch.equal(f(torch.ones(4)), torch.full((4,), 2.0))
 
