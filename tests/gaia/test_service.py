@@ -45,6 +45,16 @@ def test_openapi_health_and_the_key_on_every_route(service):
         assert h.get(f"/v1/jobs/{'0' * 32}").status_code == 404
 
 
+def test_a_port_in_use_is_one_line_and_exit_2(service, tmp_path):
+    """uvicorn logs a bind failure and exits from its own code: the service binds first and says so itself."""
+    r = run_cli("worker", "gaia", "--port", service.port, "--generator", "mock", "--state-dir", tmp_path / "s",
+                env={"YTK_GAIA_API_KEY": KEY})
+    assert r.code == 2, r.stderr
+    (line,) = errors(r.stderr)
+    assert f"cannot listen on 127.0.0.1:{service.port}: " in line and "--port" in line
+    assert "Traceback" not in r.stderr and "service ready" not in r.stderr and "sys.exit" not in r.stderr
+
+
 def test_a_full_kernel_job_and_the_same_region_again_from_the_cache(region, service, tmp_path):
     d, _ = region
     out = tmp_path / "a" / f"{PLUGIN}.module_source.py"

@@ -294,6 +294,17 @@ def test_worker_help_and_no_start_without_a_token(ytk, monkeypatch):
     assert "needs a token" in line and "YTK_KRONOS_TOKEN" in line
 
 
+def test_a_port_in_use_is_one_line_and_exit_2(worker, tmp_path):
+    """uvicorn logs a bind failure and exits from its own code: the worker binds first and says so itself."""
+    for port, says in ((worker.port, f"cannot listen on 127.0.0.1:{worker.port}: "), (99999, "--port 99999")):
+        r = run_cli("worker", "kronos", "--engine", "mock", "--port", port, "--state-dir", tmp_path / "s",
+                    env={"YTK_KRONOS_TOKEN": TOKEN})
+        assert r.code == 2, r.stderr
+        (line,) = error_lines(r.stderr)
+        assert says in line and "--port" in line
+        assert "Traceback" not in r.stderr and "worker ready" not in r.stderr and "sys.exit" not in r.stderr
+
+
 def test_json_models_carry_their_schema_version(worker):
     with worker.http() as h:
         assert json.loads(h.get("/v1/health").content)["schema_version"] == 1

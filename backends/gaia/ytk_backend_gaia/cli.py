@@ -184,16 +184,17 @@ def _backends(generators: list[str] | None, builder: str | None) -> tuple[tuple[
 
 def serve(settings: ServiceSettings, host: str, port: int) -> None:
     import structlog
-    import uvicorn
+    from ytk_hookspecs.service.server import listen, serve_on
 
     from .app import create_app
 
     # the ytk CLI configured structlog (console or JSON lines on stderr, -v, --log-format): follow it
     log = structlog.get_logger("ytk").bind(component="gaia")
+    sock = listen(host, port)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings, log)
     slots = len(settings.gpus) or settings.slots
     where = f"Ray at {settings.ray_address}" if settings.ray_address else f"{slots} slot(s)"
     log.info(f"gaia service on http://{host}:{port}", generators=",".join(settings.generators) or "none",
              builder=settings.builder or "none", jobs=where, keys=len(settings.keys))
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    serve_on(app, sock)

@@ -109,13 +109,13 @@ def _gpus(flag: str | None, simulated: bool) -> tuple[str, ...]:
 
 
 def serve(settings: WorkerSettings, host: str, port: int) -> None:
-    import uvicorn
-
     from ytk_core.runtime import runtime
+    from ytk_hookspecs.service.server import listen, serve_on
 
     from .app import create_app, worker_info
 
     log = runtime().log.bind(component="kronos")
+    sock = listen(host, port)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     info = worker_info(settings)
     if not info.engine_available:
@@ -123,4 +123,4 @@ def serve(settings: WorkerSettings, host: str, port: int) -> None:
     app = create_app(settings, info, log)
     log.info(f"kronos worker on http://{host}:{port}", engine=settings.engine, slots=settings.slots,
              arch=info.arch, max_upload_mb=round(settings.max_upload_bytes / MB, 3))
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    serve_on(app, sock)
