@@ -193,6 +193,12 @@ def serve(settings: ServiceSettings, host: str, port: int) -> None:
     sock = listen(host, port)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings, log)
+    if settings.ray_address:  # here, not in the app's start-up: a cluster that cannot be had is one line
+        try:
+            app.state.dispatcher.start()
+        except BaseException:
+            sock.close()
+            raise
     slots = len(settings.gpus) or settings.slots
     where = f"Ray at {settings.ray_address}" if settings.ray_address else f"{slots} slot(s)"
     log.info(f"gaia service on http://{host}:{port}", generators=",".join(settings.generators) or "none",
