@@ -88,6 +88,21 @@ def test_a_full_kernel_job_and_the_same_region_again_from_the_cache(region, serv
         assert h.get(f"/v1/jobs/{cached['id']}/files/module_source.py").content == out.read_bytes()
 
 
+def test_the_local_kernel_cache_never_answers_for_the_service(region, service, tmp_path):
+    """With the client's kernel cache on (the default), a kernel the service made once must not be handed out
+    for a job the service would answer differently: here a generator it does not offer, in ytk.toml."""
+    d, _ = region
+    env = {**client_env(service.url), "YTK_KERNEL_CACHE": "1", "YTK_CACHE_DIR": str(tmp_path / "cache")}
+    r = run_cli(*compile_args(d, tmp_path / "a" / f"{PLUGIN}.module_source.py"), env=env)
+    assert r.code == 0, r.stderr
+    toml = tmp_path / "ytk.toml"
+    toml.write_text('[backends.gaia]\ngenerator = "templates"\n')
+    r = run_cli(*compile_args(d, tmp_path / "b" / f"{PLUGIN}.module_source.py"), env={**env, "YTK_CONFIG": str(toml)})
+    assert r.code == 2, r.stdout + r.stderr
+    (line,) = errors(r.stderr)
+    assert "offers no generator 'templates'" in line
+
+
 def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):
     r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
                 env=client_env(service.url, key="not-the-key-at-all-0000"))
