@@ -103,6 +103,23 @@ def test_the_local_kernel_cache_never_answers_for_the_service(region, service, t
     assert "offers no generator 'templates'" in line
 
 
+def test_bad_client_settings_are_one_line_and_exit_2(region, service, tmp_path):
+    """A setting the client cannot use is bad input (exit 2) naming where it came from, never "not available"
+    (exit 3) or a typo quietly ignored."""
+    toml = tmp_path / "ytk.toml"
+    cases = [({"YTK_GAIA_RETRY_S": "soon"}, None, "YTK_GAIA_RETRY_S (or [backends.gaia] retry_s) = 'soon'"),
+             ({}, '[backends.gaia]\ngenrator = "mock"\n', "unknown key(s) genrator (known: url, api_key"),
+             ({"YTK_GAIA_URL": ""}, '[backends.gaia]\nurl = "gpu-box:8471"\n', "[backends.gaia] url 'gpu-box:8471'")]
+    for env, text, says in cases:
+        if text is not None:
+            toml.write_text(text)
+        r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
+                    env={**client_env(service.url), **env, **({"YTK_CONFIG": str(toml)} if text else {})})
+        assert r.code == 2, r.stderr
+        (line,) = errors(r.stderr)
+        assert says in line, line
+
+
 def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):
     r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
                 env=client_env(service.url, key="not-the-key-at-all-0000"))
