@@ -45,6 +45,19 @@ def test_openapi_health_and_the_key_on_every_route(service):
         assert h.get(f"/v1/jobs/{'0' * 32}").status_code == 404
 
 
+def test_a_keys_file_giving_two_holders_one_key_is_refused(ytk, tmp_path):
+    """The service knows a caller by the key: two names on one secret would put one holder's jobs on the
+    other's quota and in the other's log."""
+    keys = tmp_path / "keys"
+    keys.write_text("alice key-shared-0123456789\nbob key-shared-0123456789\n")
+    # (--port 99999: were the keys accepted, the service would refuse the port rather than start in-process)
+    r = ytk("worker", "gaia", "--keys-file", keys, "--generator", "mock", "--state-dir", tmp_path / "s", "--port",
+            "99999")
+    assert r.code == 2
+    (line,) = errors(r.stderr)
+    assert f"--keys-file {keys}:2: 'bob' has the same key as 'alice'" in line
+
+
 def test_a_port_in_use_is_one_line_and_exit_2(service, tmp_path):
     """uvicorn logs a bind failure and exits from its own code: the service binds first and says so itself."""
     r = run_cli("worker", "gaia", "--port", service.port, "--generator", "mock", "--state-dir", tmp_path / "s",

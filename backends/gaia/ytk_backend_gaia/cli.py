@@ -141,6 +141,10 @@ def _keys(keys_file: Path | None, workers: dict[str, Any]) -> dict[str, str]:
             name, key = parts
             if name in keys:
                 raise ServiceUsageError(f"--keys-file {keys_file}:{n}: key name {name!r} appears twice")
+            same = next((other for other, k in keys.items() if k == key), None)
+            if same is not None:  # a request would be counted as the first name's: quotas and the log
+                raise ServiceUsageError(f"--keys-file {keys_file}:{n}: {name!r} has the same key as {same!r}; "
+                                        "give each holder a key of their own")
             keys[name] = key
         where = f"--keys-file {keys_file}"
     else:
