@@ -279,6 +279,34 @@ def test_a_killed_client_resumes_by_job_id_and_a_quota_is_429(region, slow_servi
 
 
 @pytest.mark.slow
+def test_a_service_stopped_mid_job_the_client_prints_the_command_that_picks_it_up(region, tmp_path):
+    """The service stops while a client follows its job, and stays down past the retry budget: the client's one
+    line is a command to run as printed once the service is back, and the restarted service ran the job again."""
+    out = tmp_path / "out" / f"{PLUGIN}.module_source.py"
+    env = {"PYTHONPATH": str(SLOW_SITE), "YTK_TEST_SLOW_KERNELGEN_S": "6"}
+    svc = Service(tmp_path / "state", env=env)
+    try:
+        client = subprocess.Popen([ytk_exe(), *compile_args(region[0], out)], env=client_env(svc.url, retry_s="2"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job = _wait_for(lambda: next((j for j in svc.jobs() if j["state"] == "running"), None), "the job to start")
+        svc.stop()
+        _, stderr = client.communicate(timeout=60)
+    finally:
+        svc.stop()
+    assert client.returncode == 3, stderr
+    (line,) = errors(stderr)
+    printed = f"ytk kernelgen get {job['id']} -o {out} --kernelgen gaia"
+    assert printed in line, line
+    again = Service(tmp_path / "state", env=env)
+    try:
+        r = run_cli(*printed.split()[1:], "--json", env=client_env(again.url))
+        assert r.code == 0, r.stderr
+        assert r.json()["status"] == "done" and KernelSource.read(out).meta.plugin_name == PLUGIN
+    finally:
+        again.stop()
+
+
+@pytest.mark.slow
 def test_a_cancelled_job_ends_its_client_with_one_line(region, slow_service, tmp_path):
     out = tmp_path / f"{PLUGIN}.module_source.py"
     client = subprocess.Popen([ytk_exe(), *compile_args(region[0], out, "--config", "mock_bandwidth_fraction=0.4")],
