@@ -294,6 +294,17 @@ def test_worker_help_and_no_start_without_a_token(ytk, monkeypatch):
     assert "needs a token" in line and "YTK_KRONOS_TOKEN" in line
 
 
+def test_an_empty_worker_flag_is_refused_not_a_local_compile(ytk, carved, tmp_path):
+    """`--worker "$TARGET"` with TARGET unset compiled here, or on ytk.toml's worker, without a word."""
+    for args in (compile_args(carved[0] / "base", tmp_path / "x.tgz"),
+                 ["autoloop", "model.py", "-a", "auto", "--workdir", tmp_path / "al"]):
+        r = ytk(*args, "--worker", "")
+        assert r.code == 2, r.stdout + r.stderr
+        (line,) = error_lines(r.stderr)
+        assert "--worker '': expected a worker's URL" in line
+    assert not (tmp_path / "x.tgz").exists() and not (tmp_path / "al").exists()
+
+
 def test_a_port_in_use_is_one_line_and_exit_2(worker, tmp_path):
     """uvicorn logs a bind failure and exits from its own code: the worker binds first and says so itself."""
     for port, says in ((worker.port, f"cannot listen on 127.0.0.1:{worker.port}: "), (99999, "--port 99999")):
