@@ -45,6 +45,18 @@ def test_openapi_health_and_the_key_on_every_route(service):
         assert h.get(f"/v1/jobs/{'0' * 32}").status_code == 404
 
 
+def test_a_second_service_on_the_same_state_dir_is_refused(service, tmp_path):
+    """It would take the running service's jobs for interrupted ones and run them again beside it."""
+    from tests.kronos.conftest import free_port
+
+    r = run_cli("worker", "gaia", "--port", free_port(), "--generator", "mock", "--state-dir", service.state_dir,
+                env={"YTK_GAIA_API_KEY": KEY}, timeout=60)
+    assert r.code == 2, r.stderr
+    (line,) = errors(r.stderr)
+    assert f"--state-dir {service.state_dir} is in use by another running service (pid {service.proc.pid})" in line
+    assert service.jobs() is not None  # the first one serves on
+
+
 def test_a_keys_file_giving_two_holders_one_key_is_refused(ytk, tmp_path):
     """The service knows a caller by the key: two names on one secret would put one holder's jobs on the
     other's quota and in the other's log."""

@@ -305,6 +305,17 @@ def test_an_empty_worker_flag_is_refused_not_a_local_compile(ytk, carved, tmp_pa
     assert not (tmp_path / "x.tgz").exists() and not (tmp_path / "al").exists()
 
 
+def test_a_second_worker_on_the_same_state_dir_is_refused(worker):
+    """It would take the running worker's jobs for interrupted ones."""
+    from tests.kronos.conftest import free_port
+
+    r = run_cli("worker", "kronos", "--engine", "mock", "--port", free_port(), "--state-dir", worker.state_dir,
+                env={"YTK_KRONOS_TOKEN": TOKEN}, timeout=60)
+    assert r.code == 2, r.stderr
+    (line,) = error_lines(r.stderr)
+    assert f"--state-dir {worker.state_dir} is in use by another running service (pid {worker.proc.pid})" in line
+
+
 def test_a_port_in_use_is_one_line_and_exit_2(worker, tmp_path):
     """uvicorn logs a bind failure and exits from its own code: the worker binds first and says so itself."""
     for port, says in ((worker.port, f"cannot listen on 127.0.0.1:{worker.port}: "), (99999, "--port 99999")):

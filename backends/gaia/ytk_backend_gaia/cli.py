@@ -189,13 +189,14 @@ def _backends(generators: list[str] | None, builder: str | None) -> tuple[tuple[
 def serve(settings: ServiceSettings, host: str, port: int) -> None:
     import structlog
     from ytk_hookspecs.service.server import listen, serve_on
+    from ytk_hookspecs.service.store import own_state_dir
 
     from .app import create_app
 
     # the ytk CLI configured structlog (console or JSON lines on stderr, -v, --log-format): follow it
     log = structlog.get_logger("ytk").bind(component="gaia")
+    lock = own_state_dir(settings.state_dir)  # noqa: F841  -- held while the service runs
     sock = listen(host, port)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings, log)
     if settings.ray_address:  # here, not in the app's start-up: a cluster that cannot be had is one line
         try:

@@ -111,12 +111,13 @@ def _gpus(flag: str | None, simulated: bool) -> tuple[str, ...]:
 def serve(settings: WorkerSettings, host: str, port: int) -> None:
     from ytk_core.runtime import runtime
     from ytk_hookspecs.service.server import listen, serve_on
+    from ytk_hookspecs.service.store import own_state_dir
 
     from .app import create_app, worker_info
 
     log = runtime().log.bind(component="kronos")
+    lock = own_state_dir(settings.state_dir)  # noqa: F841  -- held while the worker runs
     sock = listen(host, port)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
     info = worker_info(settings)
     if not info.engine_available:
         log.warning(f"the {settings.engine} engine cannot run here: {info.engine_reason}; jobs will fail")
