@@ -95,3 +95,69 @@ def test_n_builds_at_once_each_finish_once_with_a_ray_worker_killed(region, tmp_
         assert killed not in ray_task_pids()
     finally:
         svc.stop()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process under ``pid`` (Ray's GCS, raylet, agents and workers of a ``--ray local`` service)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if stat[0] != "Z":
+                children.setdefault(int(stat[1]), []).append(int(p.name))
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_ray_service_stopped_by_sigterm_stops_cleanly_and_takes_ray_along(tmp_path):
+    """`kill PID` (the docs' `kill $(cat gaia.pid)`: the service's process alone, not its group): Ray's
+    SIGTERM handler must not turn it into a foreign sys.exit and a traceback, nor leave Ray's agents behind."""
+    svc = Service(tmp_path / "state", "--ray", "local", "--ray-num-gpus", "0", "--ray-num-cpus", "1",
+                  env={"RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0"})
+    try:
+        ray_procs = descendants(svc.proc.pid)
+        assert ray_procs, "Ray's processes run under the service"
+        svc.proc.send_signal(signal.SIGTERM)
+        svc.proc.wait(timeout=60)
+        log = svc.log.read_text()
+        assert "Traceback" not in log and "sys.exit" not in log and "error:" not in log, log[-3000:]
+        end = time.monotonic() + 30
+        while any(alive(p) for p in ray_procs) and time.monotonic() < end:
+            time.sleep(0.5)
+        assert not [p for p in ray_procs if alive(p)], "Ray's processes outlived the service"
+    finally:
+        svc.stop()
+
+
+@pytest.mark.parametrize("extra, code, says", [
+    (("--ray", "local", "--ray-num-gpus", "64"), 2, "no job could ever run (--ray-num-gpus 0"),
+    (("--ray", "127.0.0.1:{port}"), 3, "no Ray cluster answers there"),
+])
+def test_a_ray_that_cannot_serve_is_one_line_at_start(tmp_path, extra, code, says):
+    """A job asking for more than `--ray local` has would sit "running" forever; an address nobody answers
+    was minutes of Ray's retries, then a traceback."""
+    from tests.conftest import run_cli
+    from tests.kronos.conftest import free_port
+
+    args = [a.format(port=free_port()) for a in extra]
+    r = run_cli("worker", "gaia", "--port", free_port(), "--generator", "mock", "--state-dir", tmp_path / "s", *args,
+                env={"YTK_GAIA_API_KEY": "gaia-test-key-0123456789", "RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0"},
+                timeout=120)
+    assert r.code == code, r.stderr[-3000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and says in lines[0], r.stderr[-3000:]
+    assert "Traceback" not in r.stderr

@@ -45,6 +45,41 @@ def test_openapi_health_and_the_key_on_every_route(service):
         assert h.get(f"/v1/jobs/{'0' * 32}").status_code == 404
 
 
+def test_a_second_service_on_the_same_state_dir_is_refused(service, tmp_path):
+    """It would take the running service's jobs for interrupted ones and run them again beside it."""
+    from tests.kronos.conftest import free_port
+
+    r = run_cli("worker", "gaia", "--port", free_port(), "--generator", "mock", "--state-dir", service.state_dir,
+                env={"YTK_GAIA_API_KEY": KEY}, timeout=60)
+    assert r.code == 2, r.stderr
+    (line,) = errors(r.stderr)
+    assert f"--state-dir {service.state_dir} is in use by another running service (pid {service.proc.pid})" in line
+    assert service.jobs() is not None  # the first one serves on
+
+
+def test_a_keys_file_giving_two_holders_one_key_is_refused(ytk, tmp_path):
+    """The service knows a caller by the key: two names on one secret would put one holder's jobs on the
+    other's quota and in the other's log."""
+    keys = tmp_path / "keys"
+    keys.write_text("alice key-shared-0123456789\nbob key-shared-0123456789\n")
+    # (--port 99999: were the keys accepted, the service would refuse the port rather than start in-process)
+    r = ytk("worker", "gaia", "--keys-file", keys, "--generator", "mock", "--state-dir", tmp_path / "s", "--port",
+            "99999")
+    assert r.code == 2
+    (line,) = errors(r.stderr)
+    assert f"--keys-file {keys}:2: 'bob' has the same key as 'alice'" in line
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(service, tmp_path):
+    """uvicorn logs a bind failure and exits from its own code: the service binds first and says so itself."""
+    r = run_cli("worker", "gaia", "--port", service.port, "--generator", "mock", "--state-dir", tmp_path / "s",
+                env={"YTK_GAIA_API_KEY": KEY})
+    assert r.code == 2, r.stderr
+    (line,) = errors(r.stderr)
+    assert f"cannot listen on 127.0.0.1:{service.port}: " in line and "--port" in line
+    assert "Traceback" not in r.stderr and "service ready" not in r.stderr and "sys.exit" not in r.stderr
+
+
 def test_a_full_kernel_job_and_the_same_region_again_from_the_cache(region, service, tmp_path):
     d, _ = region
     out = tmp_path / "a" / f"{PLUGIN}.module_source.py"
@@ -76,6 +111,38 @@ def test_a_full_kernel_job_and_the_same_region_again_from_the_cache(region, serv
         cached = r.json()["job"]
         assert cached["state"] == "succeeded" and cached["cached_from"] == first["job_id"] and cached["attempts"] == 0
         assert h.get(f"/v1/jobs/{cached['id']}/files/module_source.py").content == out.read_bytes()
+
+
+def test_the_local_kernel_cache_never_answers_for_the_service(region, service, tmp_path):
+    """With the client's kernel cache on (the default), a kernel the service made once must not be handed out
+    for a job the service would answer differently: here a generator it does not offer, in ytk.toml."""
+    d, _ = region
+    env = {**client_env(service.url), "YTK_KERNEL_CACHE": "1", "YTK_CACHE_DIR": str(tmp_path / "cache")}
+    r = run_cli(*compile_args(d, tmp_path / "a" / f"{PLUGIN}.module_source.py"), env=env)
+    assert r.code == 0, r.stderr
+    toml = tmp_path / "ytk.toml"
+    toml.write_text('[backends.gaia]\ngenerator = "templates"\n')
+    r = run_cli(*compile_args(d, tmp_path / "b" / f"{PLUGIN}.module_source.py"), env={**env, "YTK_CONFIG": str(toml)})
+    assert r.code == 2, r.stdout + r.stderr
+    (line,) = errors(r.stderr)
+    assert "offers no generator 'templates'" in line
+
+
+def test_bad_client_settings_are_one_line_and_exit_2(region, service, tmp_path):
+    """A setting the client cannot use is bad input (exit 2) naming where it came from, never "not available"
+    (exit 3) or a typo quietly ignored."""
+    toml = tmp_path / "ytk.toml"
+    cases = [({"YTK_GAIA_RETRY_S": "soon"}, None, "YTK_GAIA_RETRY_S (or [backends.gaia] retry_s) = 'soon'"),
+             ({}, '[backends.gaia]\ngenrator = "mock"\n', "unknown key(s) genrator (known: url, api_key"),
+             ({"YTK_GAIA_URL": ""}, '[backends.gaia]\nurl = "gpu-box:8471"\n', "[backends.gaia] url 'gpu-box:8471'")]
+    for env, text, says in cases:
+        if text is not None:
+            toml.write_text(text)
+        r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
+                    env={**client_env(service.url), **env, **({"YTK_CONFIG": str(toml)} if text else {})})
+        assert r.code == 2, r.stderr
+        (line,) = errors(r.stderr)
+        assert says in line, line
 
 
 def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):
@@ -221,6 +288,34 @@ def test_a_killed_client_resumes_by_job_id_and_a_quota_is_429(region, slow_servi
     assert report_path(out).is_file() and time.monotonic() - t0 < 20
     with slow_service.http() as h:
         assert h.get(f"/v1/jobs/{job['id']}").json()["attempts"] == 1
+
+
+@pytest.mark.slow
+def test_a_service_stopped_mid_job_the_client_prints_the_command_that_picks_it_up(region, tmp_path):
+    """The service stops while a client follows its job, and stays down past the retry budget: the client's one
+    line is a command to run as printed once the service is back, and the restarted service ran the job again."""
+    out = tmp_path / "out" / f"{PLUGIN}.module_source.py"
+    env = {"PYTHONPATH": str(SLOW_SITE), "YTK_TEST_SLOW_KERNELGEN_S": "6"}
+    svc = Service(tmp_path / "state", env=env)
+    try:
+        client = subprocess.Popen([ytk_exe(), *compile_args(region[0], out)], env=client_env(svc.url, retry_s="2"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job = _wait_for(lambda: next((j for j in svc.jobs() if j["state"] == "running"), None), "the job to start")
+        svc.stop()
+        _, stderr = client.communicate(timeout=60)
+    finally:
+        svc.stop()
+    assert client.returncode == 3, stderr
+    (line,) = errors(stderr)
+    printed = f"ytk kernelgen get {job['id']} -o {out} --kernelgen gaia"
+    assert printed in line, line
+    again = Service(tmp_path / "state", env=env)
+    try:
+        r = run_cli(*printed.split()[1:], "--json", env=client_env(again.url))
+        assert r.code == 0, r.stderr
+        assert r.json()["status"] == "done" and KernelSource.read(out).meta.plugin_name == PLUGIN
+    finally:
+        again.stop()
 
 
 @pytest.mark.slow

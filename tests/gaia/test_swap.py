@@ -68,3 +68,26 @@ def test_concurrent_kernel_jobs_like_the_autoloop(region, service, tmp_path):
     assert all(r.code == 0 for r in results), [r.stderr for r in results if r.code]
     ids = {json.loads(r.stdout)["job_id"] for r in results}
     assert len(ids) == 4
+
+
+def test_the_autoloop_on_a_simulated_target_builds_simulated_plugins(monkeypatch):
+    """On a machine without a GPU the engine is the simulated Orin; pointing the client at a service (as
+    docs/gaia.md says: YTK_GAIA_URL) made the service's nvcc the automatic builder, which refuses the
+    placeholders of a mock generator there, so every region was dropped (1.00x, exit 0)."""
+    from ytk_core.autoloop.run import resolve_backends
+    from ytk_core.autoloop.state import BackendChoice
+    from ytk_core.runtime import reset_runtime
+
+    for k in ("YTK_ENGINE", "YTK_KERNELGEN", "YTK_BUILDER", "YTK_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("YTK_GAIA_URL", "http://127.0.0.1:9")  # configured is enough: choosing asks nothing
+    reset_runtime()
+    try:
+        b = resolve_backends("arm64-sm87-dos6010-cu114-trt86", BackendChoice(), remote_engine="mock")
+        assert (b.engine, b.kernelgen, b.builder) == ("mock", "gaia", "mock")
+        monkeypatch.setenv("YTK_BUILDER", "gaia")  # a builder the user names is kept
+        reset_runtime()
+        again = resolve_backends("arm64-sm87-dos6010-cu114-trt86", BackendChoice(), remote_engine="mock")
+        assert again.builder == "gaia"
+    finally:
+        reset_runtime()

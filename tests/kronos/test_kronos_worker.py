@@ -294,6 +294,39 @@ def test_worker_help_and_no_start_without_a_token(ytk, monkeypatch):
     assert "needs a token" in line and "YTK_KRONOS_TOKEN" in line
 
 
+def test_an_empty_worker_flag_is_refused_not_a_local_compile(ytk, carved, tmp_path):
+    """`--worker "$TARGET"` with TARGET unset compiled here, or on ytk.toml's worker, without a word."""
+    for args in (compile_args(carved[0] / "base", tmp_path / "x.tgz"),
+                 ["autoloop", "model.py", "-a", "auto", "--workdir", tmp_path / "al"]):
+        r = ytk(*args, "--worker", "")
+        assert r.code == 2, r.stdout + r.stderr
+        (line,) = error_lines(r.stderr)
+        assert "--worker '': expected a worker's URL" in line
+    assert not (tmp_path / "x.tgz").exists() and not (tmp_path / "al").exists()
+
+
+def test_a_second_worker_on_the_same_state_dir_is_refused(worker):
+    """It would take the running worker's jobs for interrupted ones."""
+    from tests.kronos.conftest import free_port
+
+    r = run_cli("worker", "kronos", "--engine", "mock", "--port", free_port(), "--state-dir", worker.state_dir,
+                env={"YTK_KRONOS_TOKEN": TOKEN}, timeout=60)
+    assert r.code == 2, r.stderr
+    (line,) = error_lines(r.stderr)
+    assert f"--state-dir {worker.state_dir} is in use by another running service (pid {worker.proc.pid})" in line
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(worker, tmp_path):
+    """uvicorn logs a bind failure and exits from its own code: the worker binds first and says so itself."""
+    for port, says in ((worker.port, f"cannot listen on 127.0.0.1:{worker.port}: "), (99999, "--port 99999")):
+        r = run_cli("worker", "kronos", "--engine", "mock", "--port", port, "--state-dir", tmp_path / "s",
+                    env={"YTK_KRONOS_TOKEN": TOKEN})
+        assert r.code == 2, r.stderr
+        (line,) = error_lines(r.stderr)
+        assert says in line and "--port" in line
+        assert "Traceback" not in r.stderr and "worker ready" not in r.stderr and "sys.exit" not in r.stderr
+
+
 def test_json_models_carry_their_schema_version(worker):
     with worker.http() as h:
         assert json.loads(h.get("/v1/health").content)["schema_version"] == 1

@@ -196,6 +196,14 @@ def resolve_backends(arch: str, flags: BackendChoice, remote_engine: str | None 
                 rt.log.info(f"autoloop {role}: {gen.name}", why="the kernel generator is simulated")
                 continue
         sel = rt.select(role, getattr(flags, role), spec)
+        eng = rt.manager.get(out["engine"]) if role == "builder" else None
+        if (sel.source == "auto" and eng is not None and eng.info.simulated and role in eng.info.roles
+                and not sel.backend.info.simulated):
+            # a simulated engine's plugins are simulated ones: a real builder (a Gaia service's nvcc, chosen
+            # because YTK_GAIA_URL is set) refuses a simulated generator's placeholder, and every region is dropped
+            out[role] = rt.select(role, eng.name, spec).name
+            rt.log.info(f"autoloop {role}: {eng.name}", why="the engine is simulated")
+            continue
         out[role] = sel.name
         rt.log.info(f"autoloop {role}: {sel.name}", why=sel.reason)
     return AutoloopBackends(**out)

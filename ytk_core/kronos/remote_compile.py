@@ -38,6 +38,8 @@ class RemoteJobRef(Versioned):
 
 def resolve_worker(flag: str | None) -> str | None:
     """The worker a compile goes to: ``--worker`` (``local``: none), else ``[workers] kronos`` in ytk.toml."""
+    if flag is not None and not flag.strip():  # `--worker "$UNSET"` in a script: never a quiet local compile
+        raise UsageError("--worker '': expected a worker's URL (e.g. http://target:8470) or `local`")
     if flag:
         return None if flag == LOCAL else flag
     url = (runtime().config.get("workers") or {}).get("kronos")

@@ -216,11 +216,16 @@ def _config_for(cfg: dict[str, str], sel: Any) -> dict[str, str]:
 def _run_one(sel: Any, req: KernelGenRequest, cand: Candidate | None, reference: Path, output: Path,
              cfg: dict[str, str], prec: str, warnings: list[str]) -> KernelgenOutcome:
     """One generator's job (or its cached result), checked against the region's contract."""
+    from ytk_hookspecs.models import FORWARDED_CONFIG_KEYS
+
     from . import kernel_cache
 
     rt = runtime()
     key = None
-    if cand is not None and kernel_cache.enabled():
+    # A forwarding generator (a service) runs another generator elsewhere: its own code, which keys the cache,
+    # says nothing of which one or where, so a kernel it returned is not reused here (the service has its cache).
+    forwarding = FORWARDED_CONFIG_KEYS in sel.backend.info.config_keys
+    if cand is not None and kernel_cache.enabled() and not forwarding:
         key = kernel_cache.cache_key(cand, sel.name, kernel_cache.code_fingerprint(sel.backend.impl), req.gpu,
                                      req.arch, prec, cfg, baked=kernel_cache.baked_digest(reference),
                                      reoptimize=req.reoptimize)

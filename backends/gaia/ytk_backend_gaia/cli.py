@@ -141,6 +141,10 @@ def _keys(keys_file: Path | None, workers: dict[str, Any]) -> dict[str, str]:
             name, key = parts
             if name in keys:
                 raise ServiceUsageError(f"--keys-file {keys_file}:{n}: key name {name!r} appears twice")
+            same = next((other for other, k in keys.items() if k == key), None)
+            if same is not None:  # a request would be counted as the first name's: quotas and the log
+                raise ServiceUsageError(f"--keys-file {keys_file}:{n}: {name!r} has the same key as {same!r}; "
+                                        "give each holder a key of their own")
             keys[name] = key
         where = f"--keys-file {keys_file}"
     else:
@@ -184,16 +188,24 @@ def _backends(generators: list[str] | None, builder: str | None) -> tuple[tuple[
 
 def serve(settings: ServiceSettings, host: str, port: int) -> None:
     import structlog
-    import uvicorn
+    from ytk_hookspecs.service.server import listen, serve_on
+    from ytk_hookspecs.service.store import own_state_dir
 
     from .app import create_app
 
     # the ytk CLI configured structlog (console or JSON lines on stderr, -v, --log-format): follow it
     log = structlog.get_logger("ytk").bind(component="gaia")
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    lock = own_state_dir(settings.state_dir)  # noqa: F841  -- held while the service runs
+    sock = listen(host, port)
     app = create_app(settings, log)
+    if settings.ray_address:  # here, not in the app's start-up: a cluster that cannot be had is one line
+        try:
+            app.state.dispatcher.start()
+        except BaseException:
+            sock.close()
+            raise
     slots = len(settings.gpus) or settings.slots
     where = f"Ray at {settings.ray_address}" if settings.ray_address else f"{slots} slot(s)"
     log.info(f"gaia service on http://{host}:{port}", generators=",".join(settings.generators) or "none",
              builder=settings.builder or "none", jobs=where, keys=len(settings.keys))
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    serve_on(app, sock)

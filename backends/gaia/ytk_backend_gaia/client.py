@@ -29,7 +29,7 @@ class GaiaClient(RetryingClient):
 
     def __init__(self, settings: ClientSettings, retry_s: float | None = None) -> None:
         super().__init__(settings.url, settings.api_key, settings.retry_s if retry_s is None else retry_s,
-                         url_flag="YTK_GAIA_URL")
+                         url_flag=settings.url_from)
 
     def info(self, arch: str | None = None) -> ServiceInfo:
         return self.model(ServiceInfo, self.call("GET", f"{API}/info", params={"arch": arch} if arch else {}))

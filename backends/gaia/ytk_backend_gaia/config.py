@@ -20,6 +20,7 @@ from .errors import GaiaUsageError
 
 URL_ENV, KEY_ENV, RETRY_ENV = "YTK_GAIA_URL", "YTK_GAIA_API_KEY", "YTK_GAIA_RETRY_S"
 DEFAULT_RETRY_S = 120.0
+KEYS = ("url", "api_key", "retry_s", "generator")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class ClientSettings:
     api_key: str | None
     retry_s: float
     generator: str | None
+    #: where the URL came from, for an error about it: the variable or the ytk.toml key
+    url_from: str = URL_ENV
 
 
 def client_settings(table: dict[str, Any] | None = None) -> ClientSettings | None:
@@ -37,6 +40,10 @@ def client_settings(table: dict[str, Any] | None = None) -> ClientSettings | Non
         from ytk_hookspecs.project_config import backend_table
 
         table = backend_table("gaia")
+    unknown = sorted(k for k in table if k not in KEYS)
+    if unknown:
+        raise GaiaUsageError(f"[backends.gaia] in ytk.toml: unknown key(s) {', '.join(unknown)} (known: "
+                             f"{', '.join(KEYS)})")
     url = os.environ.get(URL_ENV) or str(table.get("url") or "")
     if not url:
         return None
@@ -48,7 +55,8 @@ def client_settings(table: dict[str, Any] | None = None) -> ClientSettings | Non
                              ) from None
     key = os.environ.get(KEY_ENV) or (str(table["api_key"]) if table.get("api_key") else None)
     gen = table.get("generator")
-    return ClientSettings(url=url, api_key=key, retry_s=retry_s, generator=str(gen) if gen else None)
+    return ClientSettings(url=url, api_key=key, retry_s=retry_s, generator=str(gen) if gen else None,
+                          url_from=URL_ENV if os.environ.get(URL_ENV) else "[backends.gaia] url")
 
 
 def require_settings(table: dict[str, Any] | None) -> ClientSettings:

@@ -19,11 +19,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import ArtifactError
 from ytk_hookspecs.service.protocol import utcnow
 from ytk_hookspecs.service.queue import SlotQueue
 from ytk_hookspecs.service.store import JobStore
 
+from .errors import GaiaUsageError
 from .protocol import JobOutcome, JobRecord
 from .runner import LOG, OUT, RESULT, WORK, run_job
 from .settings import ServiceSettings
@@ -185,6 +187,25 @@ def gaia_job(archive: bytes, backend: str, top_level: tuple[str, ...], limits: t
         return outcome.model_dump_json(), files, log.getvalue()
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+def _reachable(address: str) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) that does not answer is one line now, not minutes of Ray's
+    own retries before a traceback."""
+    import socket
+
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return  # not an address this can check: ray.init says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise StageError(f"--ray {address}: no Ray cluster answers there ({e.strerror or e}); start one "
+                         "(`ray start --head`) or check the address") from None
+
+
 class RayDispatcher(Dispatcher):
     """Each job a Ray task; Ray's scheduler queues them until the resources they ask for are free."""
 
@@ -198,14 +219,48 @@ class RayDispatcher(Dispatcher):
         self.stopping = False
 
     def start(self) -> None:
+        """Start or join Ray: called by ``serve`` before the app, so a cluster that cannot be had is one line;
+        the app's start-up calls it again (a no-op then)."""
+        import signal
+
         import ray
 
-        address = self.settings.ray_address
-        ray.init(address=None if address == "local" else address, ignore_reinit_error=True,
-                 include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 namespace="ytk-gaia")
+        if self._remote is not None:
+            return
+        address = str(self.settings.ray_address)
+        if address not in ("local", "auto"):
+            _reachable(address)
+        main = threading.current_thread() is threading.main_thread()
+        sigterm = signal.getsignal(signal.SIGTERM) if main else None
+        try:
+            ray.init(address=None if address == "local" else address, ignore_reinit_error=True,
+                     include_dashboard=False, log_to_driver=False, configure_logging=False,
+                     namespace="ytk-gaia")
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise StageError(f"--ray {address}: Ray could not start or connect: {_first_line(e)}") from None
+        finally:
+            if main:  # ray.init makes SIGTERM a sys.exit(); the service stops on it as it does without Ray
+                signal.signal(signal.SIGTERM, sigterm)
+        resources = ray.cluster_resources()
+        self._check_resources(address, resources)
         self._remote = ray.remote(gaia_job)
-        self.log.info("gaia: jobs go to the Ray cluster", address=address, resources=str(ray.cluster_resources()))
+        self.log.info("gaia: jobs go to the Ray cluster", address=address, resources=str(resources))
+
+    def _check_resources(self, address: str, resources: dict[str, float]) -> None:
+        """A job asking for more GPUs or CPUs than the cluster has would wait forever, its state "running"."""
+        import ray
+
+        s = self.settings
+        gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
+        if s.ray_num_gpus <= gpus and s.ray_num_cpus <= cpus:
+            return
+        where = "Ray on this machine (--ray local)" if address == "local" else f"the Ray cluster at {address}"
+        short = (f"{where} has {gpus:g} GPU(s) and {cpus:g} CPU(s), but every job asks for "
+                 f"{s.ray_num_gpus:g} GPU and {s.ray_num_cpus:g} CPU (--ray-num-gpus, --ray-num-cpus)")
+        if address == "local":  # this machine is the whole cluster: no node can join it
+            ray.shutdown()
+            raise GaiaUsageError(f"{short}: no job could ever run (--ray-num-gpus 0 runs jobs without a GPU)")
+        self.log.warning(f"{short}: jobs wait until a node that has them joins")
 
     def stop(self) -> None:
         import ray
@@ -263,7 +318,7 @@ class RayDispatcher(Dispatcher):
             if self.stopping:
                 self.interrupted(job_id)
                 return
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            first = _first_line(e)
             self.commit(job_id, JobOutcome(state="failed", exit_code=3, error=(
                 f"the Ray task of this job failed ({type(e).__name__}: {first}; Ray ran it up to "
                 f"{s.ray_max_retries + 1} time(s))")))

@@ -107,7 +107,7 @@ def _generator(client: GaiaClient, info: ServiceInfo, wanted: str | None, reques
 
 
 def _kernel_result(client: GaiaClient, job: JobRecord, output: Path, ctx: StageContext) -> KernelGenResult:
-    job = follow(client, job, ctx)
+    job = follow(client, job, ctx, output)
     if job.state != "succeeded":
         return KernelGenResult(job_id=job.id, status="failed", message=_why(job, client))
     report = report_path(output)
@@ -199,8 +199,9 @@ def _submit(client: GaiaClient, info: ServiceInfo, ctx: StageContext, spec: Kern
     return job
 
 
-def follow(client: GaiaClient, job: JobRecord, ctx: StageContext) -> JobRecord:
-    """Poll the job to its end, its state and its log's latest line on the progress line."""
+def follow(client: GaiaClient, job: JobRecord, ctx: StageContext, output: Path | None = None) -> JobRecord:
+    """Poll the job to its end, its state and its log's latest line on the progress line (``output``: where a
+    kernel job's results go, for the command that picks it up if the service cannot be reached)."""
     label = f"gaia {job.kind} job {job.id[:12]} ({job.backend})"
     with ctx.progress(label) as task:
         client.on_retry(lambda m: task.update(description=f"{label}: {m}"))
@@ -208,10 +209,11 @@ def follow(client: GaiaClient, job: JobRecord, ctx: StageContext) -> JobRecord:
             return follow_job(client, job, label, task, lambda line: ctx.log.debug(f"gaia: {line}"),
                               lambda j, last: last[:120] if last and not j.done else "", POLL_S)
         except ServiceError as e:
-            resume = (f"ytk kernelgen get {job.id} -o <X>.module_source.py --kernelgen gaia" if job.kind ==
-                      "kernelgen" else "the same build-plugin command")
-            raise ServiceError(f"{e}, while following job {job.id}; the job goes on on the service: once it is "
-                               f"reachable, {resume} picks it up", e.kind, e.exit_code, e.status) from None
+            resume = (f"ytk kernelgen get {job.id} -o {output or '<X>.module_source.py'} --kernelgen gaia"
+                      if job.kind == "kernelgen" else "the same build-plugin command")
+            raise ServiceError(f"{e}, while following job {job.id}; the job stays on the service (one that was "
+                               f"stopped runs again when it restarts): once it is reachable, {resume} picks it up",
+                               e.kind, e.exit_code, e.status) from None
 
 
 def _why(job: JobRecord, client: GaiaClient) -> str:

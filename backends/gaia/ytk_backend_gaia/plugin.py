@@ -35,8 +35,12 @@ class GaiaBackend:
     def availability(self, arch: ArchSpec | None = None) -> Availability:
         """Available when a service is configured; whether it can serve ``arch`` is asked before each job."""
         from .config import URL_ENV, client_settings
+        from .errors import GaiaUsageError
 
-        settings = client_settings()
+        try:
+            settings = client_settings()
+        except GaiaUsageError as e:  # a service is configured, wrongly: the job says so (exit 2), not "unavailable"
+            return Availability(available=True, reason=f"Gaia service settings: {e}")
         if settings is None:
             return Availability(available=False, reason=f"no Gaia service configured ({URL_ENV} or [backends.gaia] "
                                                         "url in ytk.toml)")

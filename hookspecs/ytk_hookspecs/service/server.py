@@ -9,6 +9,7 @@ parse an HTML page or a validation dump.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import uuid
@@ -17,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import StageError
 from ..models import Versioned
 from .protocol import ErrorBody
 
@@ -52,6 +54,44 @@ def install_error_handlers(app: Any) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> Any:
         return json_response(ErrorBody(error=str(e.detail), exit_code=2 if e.status_code < 500 else 3), e.status_code)
+
+
+class CannotListen(StageError):
+    """The service's address cannot be bound (a port in use, an address not of this machine): exit 2."""
+
+    exit_code = 2
+
+
+def listen(host: str, port: int) -> Any:
+    """A socket bound to ``host:port``, before the service starts anything: a port another process holds is
+    one line naming it (uvicorn would log it, then exit from inside its own code)."""
+    import socket
+
+    if not 0 < port < 65536:
+        raise CannotListen(f"--port {port}: expected a TCP port, 1 to 65535")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise CannotListen(f"cannot listen on {host}:{port}: {e.strerror or e} (--host)") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        hint = {errno.EADDRINUSE: "another process holds it: stop that one or pick another --port",
+                errno.EADDRNOTAVAIL: "--host must be an address of this machine (0.0.0.0: every interface)"}
+        more = f" ({hint[e.errno]})" if e.errno in hint else ""
+        raise CannotListen(f"cannot listen on {host}:{port}: {e.strerror or e}{more}") from None
+    return sock
+
+
+def serve_on(app: Any, sock: Any) -> None:
+    """Serve ``app`` (uvicorn, warnings only) on a socket from :func:`listen`."""
+    import uvicorn
+
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])
 
 
 def key_name(authorization: str | None, keys: Mapping[str, str]) -> str:
