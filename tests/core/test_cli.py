@@ -180,3 +180,20 @@ def test_backends_without_a_target_judges_for_auto(ytk):
         {b["name"]: b["available"] for b in auto["backends"]}
     r = ytk("backends")
     assert f"installed ytk backends for {plain['arch']} (-a auto: " in r.stdout
+
+
+@pytest.mark.parametrize("args", [("backends",), ("backends", "--json")])
+def test_a_reader_that_goes_away_stops_ytk_quietly(args):
+    """`ytk backends | head -0`: the pipe is closed before ytk writes. A table (rich) and a JSON report (print)
+    both end quietly with SIGPIPE's status, 141, not an error line about rich's own sys.exit."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = shutil.which("ytk", path=str(Path(sys.executable).parent))
+    p = subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # ytk takes a second to start: nothing is written before this
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert "error" not in err and "Traceback" not in err, err

@@ -165,6 +165,8 @@ def _main(args: list[str]) -> int:
             return _json_error(args, e.format_message(), e.exit_code)
         return 0
     except SystemExit as e:
+        if _reader_gone(e):
+            return _stdout_closed()
         foreign = _foreign_exit(e)
         if foreign:
             # A sys.exit() in the user's code (or a library) must not decide ytk's exit status.
@@ -185,6 +187,8 @@ def _main(args: list[str]) -> int:
         _print_error(str(e))
         return _json_error(args, str(e), 2)
     except OSError as e:
+        if e.errno == errno.EPIPE:
+            return _stdout_closed()
         where = f" {e.filename}" if e.filename else ""
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             msg = (f"no space left on the device writing{where} ({e.strerror}); free some space and run the "
@@ -227,6 +231,24 @@ def _interrupted(args: list[str]) -> int:
     msg = "interrupted" + ("; run the same command again to resume where it stopped" if "autoloop" in args else "")
     stderr.print(msg, highlight=False, markup=False)
     return _json_error(args, msg, 130)
+
+
+def _reader_gone(e: SystemExit) -> bool:
+    """The exit rich raises when whoever reads ytk's output went away (``ytk ... | head``): its console turns
+    the BrokenPipeError into SystemExit(1) in ``on_broken_pipe``."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return bool(tb) and tb[-1].name == "on_broken_pipe" or isinstance(e.__context__, BrokenPipeError)
+
+
+def _stdout_closed() -> int:
+    """The reader of ytk's output closed it (``| head``): stop quietly, as a program killed by SIGPIPE does
+    (exit 141 = 128 + SIGPIPE), with stdout pointed at /dev/null so the interpreter's last flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 def _foreign_exit(e: SystemExit) -> str | None:
