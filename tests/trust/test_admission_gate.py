@@ -108,6 +108,20 @@ def test_the_autoloop_keeps_only_admitted_plugins_for_a_real_engine() -> None:
     assert KernelJobs._not_admitted(jobs("mock"), rec("unverified")) is None  # simulated: nothing real to gate
 
 
+def test_a_gate_session_that_gates_nothing_makes_nothing(tmp_path, monkeypatch) -> None:
+    """Every autoloop build round opens a session; one killed before it gates (or with nothing to gate: the
+    mock engine's plugins) must not leave a folder behind in the temp dir."""
+    import tempfile
+
+    import ytk_core.stages.admission as adm
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with adm.gate_session() as session:
+        assert session.children == 0
+    session = adm.GateSession()  # never closed, as in a process killed mid-round
+    assert list(tmp_path.iterdir()) == []
+
+
 def _exact_plugin_without_a_gpu(suite_dir):  # type: ignore[no-untyped-def]
     """The exact planted kernel built, its region, and the prepare dir: for the child-process plumbing tests,
     which only a machine without a GPU runs (there the child answers "unverified" at once)."""

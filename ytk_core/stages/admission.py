@@ -25,6 +25,7 @@ more than half is rejected as a measurement bug or a cheat. The verdict is writt
 from __future__ import annotations
 
 import json
+import os
 import queue
 import secrets
 import shutil
@@ -156,8 +157,8 @@ class GateSession:
         self.seconds = 0.0  # wall time spent gating, child starts included
         self._proc: Any = None
         self._lines: queue.Queue[str | None] = queue.Queue()
-        self._td = tempfile.TemporaryDirectory(prefix="ytk-admission-")
-        self._err = Path(self._td.name) / "stderr.txt"
+        self._td: tempfile.TemporaryDirectory[str] | None = None  # made with the first child: a session that
+        self._err = Path(os.devnull)                               # gates nothing leaves no folder behind
 
     def __enter__(self) -> "GateSession":
         return self
@@ -167,9 +168,13 @@ class GateSession:
 
     def close(self) -> None:
         self._stop()
-        self._td.cleanup()
+        if self._td is not None:
+            self._td.cleanup()
 
     def _start(self) -> None:
+        if self._td is None:
+            self._td = tempfile.TemporaryDirectory(prefix="ytk-admission-")
+            self._err = Path(self._td.name) / "stderr.txt"
         self._lines = queue.Queue()
         with open(self._err, "w") as ef:
             self._proc = subprocess.Popen(_child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
