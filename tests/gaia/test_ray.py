@@ -93,6 +93,8 @@ def test_n_builds_at_once_each_finish_once_with_a_ray_worker_killed(region, tmp_
         assert sorted(done) == sorted(j["id"] for j in jobs), "every job committed exactly once"
         assert not [e for e in events if e.get("event", "").startswith("gaia job: a late outcome")]
         assert killed not in ray_task_pids()
+        import tempfile
+        assert not list(Path(tempfile.gettempdir()).glob(f"ytk-gaia-{killed}-*")), "the killed task's scratch stays"
     finally:
         svc.stop()
 

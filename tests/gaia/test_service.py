@@ -332,3 +332,30 @@ def test_a_cancelled_job_ends_its_client_with_one_line(region, slow_service, tmp
     _, stderr = client.communicate(timeout=30)
     assert client.returncode == 3 and "Traceback" not in stderr
     assert "was cancelled on the gaia service" in errors(stderr)[0] and not out.exists()
+
+
+def test_a_ray_task_sweeps_the_scratch_of_workers_that_died(tmp_path, monkeypatch):
+    """A Ray worker killed mid-job cannot remove its scratch folder; the next task on the node does, and only
+    those whose worker is gone."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from ytk_backend_gaia import dispatch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dirs = {n: tmp_path / f"ytk-gaia-{pid}-x1" for n, pid in (("gone", gone.pid), ("alive", alive.pid),
+                                                                    ("mine", os.getpid()))}
+        dirs["other"] = tmp_path / "ytk-gaia-notapid"
+        for d in dirs.values():
+            (d / "work").mkdir(parents=True)
+        dispatch._sweep_orphans()
+        assert {n for n, d in dirs.items() if d.exists()} == {"alive", "mine", "other"}
+    finally:
+        alive.kill()
+        alive.wait()

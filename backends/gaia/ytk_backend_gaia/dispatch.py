@@ -169,13 +169,33 @@ class LocalDispatcher(Dispatcher):
         self.commit(job_id, outcome)
 
 
+#: a Ray task's scratch folder in the node's temp dir: ``ytk-gaia-<worker pid>-<random>``
+SCRATCH_PREFIX = "ytk-gaia-"
+
+
+def _sweep_orphans() -> None:
+    """Remove the scratch folders of Ray tasks whose worker process died (a killed worker cannot clean up;
+    Ray runs the task again elsewhere): any ``ytk-gaia-<pid>-*`` in this node's temp dir whose pid is gone."""
+    for d in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = d.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:  # alive, another user's
+            pass
+
+
 def gaia_job(archive: bytes, backend: str, top_level: tuple[str, ...], limits: tuple[int, int]
              ) -> tuple[str, dict[str, bytes], str]:
     """A Ray task: the job in ``archive`` run with ``backend`` in a scratch folder of whichever node runs
     it. Returns the outcome (JSON), the result files and the log."""
     from ytk_hookspecs.service.archive import ExtractLimits, safe_extract
 
-    with tempfile.TemporaryDirectory(prefix="ytk-gaia-") as td:
+    _sweep_orphans()
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as td:
         job_dir = Path(td) / "job"
         job_dir.mkdir()
         (job_dir / ARCHIVE).write_bytes(archive)
