@@ -185,8 +185,13 @@ def test_a_gate_session_reuses_one_child_and_starts_a_fresh_one_after_a_rejectio
         dead = gate(copies[0])
         assert dead.status == "rejected" and "died" in dead.reason and "exit 7" in dead.reason
         assert "killed by the kernel" in dead.reason
+        # a child that says it is done but wrote no verdict, and waits for the next plugin: ended, not waited on
+        monkeypatch.setattr(adm, "_child_command", lambda: [sys.executable, "-c", (
+            "import sys\nfor line in sys.stdin: print('@@ytk-gate-verdict admitted', flush=True)")])
+        mute = gate(copies[2])
+        assert mute.status == "rejected" and "left no readable verdict" in mute.reason
         monkeypatch.undo()
-        assert gate(copies[1]).status == "unverified" and session.children == 2
+        assert gate(copies[1]).status == "unverified" and session.children == 3
 
     with adm.gate_session() as session:  # a hang: killed, rejected, and the next plugin gets a fresh child
         monkeypatch.setattr(adm, "CHILD_TIMEOUT_S", 0.05)

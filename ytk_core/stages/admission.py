@@ -239,10 +239,17 @@ class GateSession:
             if rec.status == "rejected":  # its kernel may have left the child's CUDA context unusable
                 self._stop()
             return rec
-        rc = proc.wait()
+        if answered:  # the child is alive and waiting for the next plugin: end it
+            self._stop()
+            return _rejected(so, digest, name, ["the gate finished but left no readable verdict"])
+        try:  # its stdout closed: the child is gone, or about to be (or closed it and waits: ended here)
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
         self._proc = None
         tail = [ln for ln in self._err.read_text(errors="replace").splitlines() if ln.strip()][-1:]
-        if answered or rc == 0:
+        if rc == 0:
             why = "the gate finished but left no readable verdict"
         else:
             why = (f"the gate's process died while running the kernel (exit {rc})"
