@@ -32,6 +32,11 @@ def env_overlay(overlay: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+#: what ``[workers]`` in ytk.toml may hold (docs/guide.md, docs/gaia.md): a misspelled key would otherwise be
+#: ignored, and the command would quietly compile here or start without the token it was meant to have
+WORKER_KEYS = ("kronos", "kronos_token", "gaia_ray", "gaia_api_key")
+
+
 def find_config(start: Path | None = None) -> Path | None:
     """``$YTK_CONFIG``, else the nearest ytk.toml (backends read the same file: :mod:`ytk_hookspecs.project_config`)."""
     try:
@@ -55,4 +60,12 @@ def load_config(start: Path | None = None) -> tuple[dict[str, Any], Path | None]
     workers = data.get("workers", {})
     if not isinstance(workers, dict) or not all(isinstance(v, str) for v in workers.values()):
         raise UsageError(f"{p}: [workers] must be a table of strings, e.g.\n[workers]\nkronos = \"http://orin:8470\"")
+    unknown = sorted(set(workers) - set(WORKER_KEYS))
+    if unknown:
+        import difflib
+
+        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, WORKER_KEYS, 1)) else repr(k)
+                 for k in unknown]
+        raise UsageError(f"{p}: unknown key(s) under [workers]: {', '.join(hints)}; the known ones are "
+                         f"{', '.join(WORKER_KEYS)}")
     return data, p

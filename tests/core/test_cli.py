@@ -197,3 +197,18 @@ def test_a_reader_that_goes_away_stops_ytk_quietly(args):
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141, err
     assert "error" not in err and "Traceback" not in err, err
+
+
+def test_a_misspelled_workers_key_in_ytk_toml_is_refused_with_the_known_ones(tmp_path, monkeypatch):
+    """`kronos_tokn = "..."` was ignored: the worker then started without its token, or a client compiled here."""
+    cfg = tmp_path / "ytk.toml"
+    cfg.write_text('[workers]\nkronos_tokn = "secret"\n')
+    monkeypatch.setenv("YTK_CONFIG", str(cfg))
+    compile_ = ("embedded", "compile", "-a", "auto", "--onnx", tmp_path / "m.onnx", "--npz", tmp_path / "m.npz",
+                "-o", tmp_path / "e.tgz")
+    r = run_cli(*compile_)
+    assert r.code == 2, r.stderr
+    assert "'kronos_tokn' (did you mean 'kronos_token'?)" in r.stderr and "gaia_api_key" in r.stderr
+    cfg.write_text('[workers]\nkronos_token = "t"\ngaia_api_key = "k"\n')
+    r = run_cli(*compile_)  # now past the config, to the missing ONNX
+    assert r.code == 2 and "[workers]" not in r.stderr and "m.onnx" in r.stderr, r.stderr
