@@ -145,21 +145,24 @@ def test_a_ray_service_stopped_by_sigterm_stops_cleanly_and_takes_ray_along(tmp_
         svc.stop()
 
 
-@pytest.mark.parametrize("extra, code, says", [
-    (("--ray", "local", "--ray-num-gpus", "64"), 2, "no job could ever run (--ray-num-gpus 0"),
-    (("--ray", "127.0.0.1:{port}"), 3, "no Ray cluster answers there"),
+@pytest.mark.parametrize("extra, env, code, says", [
+    (("--ray", "local", "--ray-num-gpus", "64"), {}, 2, "no job could ever run (--ray-num-gpus 0"),
+    (("--ray", "127.0.0.1:{port}"), {}, 3, "--ray 127.0.0.1:"),
+    ((), {"YTK_GAIA_RAY": "127.0.0.1:{port}"}, 3, "$YTK_GAIA_RAY 127.0.0.1:"),  # named where it came from
 ])
-def test_a_ray_that_cannot_serve_is_one_line_at_start(tmp_path, extra, code, says):
+def test_a_ray_that_cannot_serve_is_one_line_at_start(tmp_path, extra, env, code, says):
     """A job asking for more than `--ray local` has would sit "running" forever; an address nobody answers
     was minutes of Ray's retries, then a traceback."""
     from tests.conftest import run_cli
     from tests.kronos.conftest import free_port
 
-    args = [a.format(port=free_port()) for a in extra]
+    port = free_port()
+    args = [a.format(port=port) for a in extra]
     r = run_cli("worker", "gaia", "--port", free_port(), "--generator", "mock", "--state-dir", tmp_path / "s", *args,
-                env={"YTK_GAIA_API_KEY": "gaia-test-key-0123456789", "RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0"},
-                timeout=120)
+                env={"YTK_GAIA_API_KEY": "gaia-test-key-0123456789", "RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0",
+                     **{k: v.format(port=port) for k, v in env.items()}}, timeout=120)
     assert r.code == code, r.stderr[-3000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and says in lines[0], r.stderr[-3000:]
+    assert code != 3 or "no Ray cluster answers there" in lines[0]
     assert "Traceback" not in r.stderr

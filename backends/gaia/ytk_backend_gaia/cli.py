@@ -106,6 +106,7 @@ def build_settings(*, state_dir: Path | None, keys_file: Path | None, generators
         raise ServiceUsageError(f"--gpus {gpus!r}: expected GPU indices, e.g. 0,1")
     workers = _workers_table()
     ray_address = ray or os.environ.get(RAY_ENV) or (str(workers["gaia_ray"]) if workers.get("gaia_ray") else None)
+    ray_source = "--ray" if ray else f"${RAY_ENV}" if os.environ.get(RAY_ENV) else "[workers] gaia_ray in ytk.toml"
     if ray_address:
         _check_ray()
     gens, build = _backends(generators, None if builder == "none" else builder)
@@ -113,6 +114,7 @@ def build_settings(*, state_dir: Path | None, keys_file: Path | None, generators
                            generators=gens, builder=build, max_upload_bytes=int(max_upload_mb * MB),
                            max_extract_bytes=int(max_extract_mb * MB), max_members=max_members,
                            max_active_per_key=max_active_per_key, slots=slots, gpus=gpu_ids, ray_address=ray_address,
+                           ray_source=ray_source,
                            ray_num_gpus=ray_num_gpus, ray_num_cpus=ray_num_cpus, ray_max_retries=ray_max_retries,
                            keep_days=keep_days)
 

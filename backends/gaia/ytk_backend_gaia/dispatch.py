@@ -211,7 +211,7 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
-def _reachable(address: str) -> None:
+def _reachable(address: str, source: str = "--ray") -> None:
     """A ``HOST:PORT`` (or ``ray://HOST:PORT``) that does not answer is one line now, not minutes of Ray's
     own retries before a traceback."""
     import socket
@@ -222,7 +222,7 @@ def _reachable(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
     except OSError as e:
-        raise StageError(f"--ray {address}: no Ray cluster answers there ({e.strerror or e}); start one "
+        raise StageError(f"{source} {address}: no Ray cluster answers there ({e.strerror or e}); start one "
                          "(`ray start --head`) or check the address") from None
 
 
@@ -249,7 +249,7 @@ class RayDispatcher(Dispatcher):
             return
         address = str(self.settings.ray_address)
         if address not in ("local", "auto"):
-            _reachable(address)
+            _reachable(address, self.settings.ray_source)
         main = threading.current_thread() is threading.main_thread()
         sigterm = signal.getsignal(signal.SIGTERM) if main else None
         try:
@@ -257,7 +257,8 @@ class RayDispatcher(Dispatcher):
                      include_dashboard=False, log_to_driver=False, configure_logging=False,
                      namespace="ytk-gaia")
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise StageError(f"--ray {address}: Ray could not start or connect: {_first_line(e)}") from None
+            raise StageError(f"{self.settings.ray_source} {address}: Ray could not start or connect: "
+                             f"{_first_line(e)}") from None
         finally:
             if main:  # ray.init makes SIGTERM a sys.exit(); the service stops on it as it does without Ray
                 signal.signal(signal.SIGTERM, sigterm)

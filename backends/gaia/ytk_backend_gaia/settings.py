@@ -26,6 +26,8 @@ class ServiceSettings:
     gpus: tuple[str, ...] = ()
     #: None: the in-process queue; "local": a Ray instance started here; else a cluster's address
     ray_address: str | None = None
+    #: where the address came from, as error lines name it: --ray, $YTK_GAIA_RAY or [workers] gaia_ray
+    ray_source: str = "--ray"
     ray_num_gpus: float = 1.0
     ray_num_cpus: float = 1.0
     ray_max_retries: int = 3
