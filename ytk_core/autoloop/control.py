@@ -8,7 +8,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from ytk_hookspecs.pidlock import PidLock
 
 from ..errors import UsageError
 
@@ -18,53 +19,12 @@ LOCK_FILE = ".autoloop.lock"
 CRASH_ENV = "YTK_AUTOLOOP_CRASH_AT"
 
 
-class WorkdirLock:
+class WorkdirLock(PidLock):
     """An exclusive, non-blocking flock on the workdir: two autoloops there refuse to run at once."""
 
     def __init__(self, workdir: Path) -> None:
-        self.path = Path(workdir) / LOCK_FILE
-        self.fd: int | None = None
-
-    def __enter__(self) -> "WorkdirLock":
-        import fcntl
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-                os.close(fd)
-                raise UsageError(f"another ytk autoloop (pid {holder}) is running on {self.path.parent}; wait for it "
-                                 "or use another --workdir") from None
-            # The holder we waited on may have unlinked the file between our open and our flock: then we
-            # hold a lock on a dead inode, so open the path again.
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        """Release the lock however the run ended (an error included) and leave no lock file behind.
-
-        The file is unlinked while still locked, so no other autoloop can lock it in between; one that
-        opened it just before sees the inode gone and opens the path again (see ``__enter__``).
-        """
-        if self.fd is not None:
-            try:
-                self.path.unlink()
-            except OSError:
-                pass
-            os.close(self.fd)  # closing releases the flock; a SIGKILLed holder releases it too
-            self.fd = None
+        super().__init__(Path(workdir) / LOCK_FILE, lambda holder: UsageError(
+            f"another ytk autoloop (pid {holder}) is running on {workdir}; wait for it or use another --workdir"))
 
 
 def parse_duration(text: str | None) -> float | None:

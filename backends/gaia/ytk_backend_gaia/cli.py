@@ -191,23 +191,23 @@ def _backends(generators: list[str] | None, builder: str | None) -> tuple[tuple[
 def serve(settings: ServiceSettings, host: str, port: int) -> None:
     import structlog
     from ytk_hookspecs.service.server import listen, serve_on
-    from ytk_hookspecs.service.store import own_state_dir
+    from ytk_hookspecs.service.store import state_dir_lock
 
     from .app import create_app
 
     # the ytk CLI configured structlog (console or JSON lines on stderr, -v, --log-format): follow it
     log = structlog.get_logger("ytk").bind(component="gaia")
-    lock = own_state_dir(settings.state_dir)  # noqa: F841  -- held while the service runs
-    sock = listen(host, port)
-    app = create_app(settings, log)
-    if settings.ray_address:  # here, not in the app's start-up: a cluster that cannot be had is one line
-        try:
-            app.state.dispatcher.start()
-        except BaseException:
-            sock.close()
-            raise
-    slots = len(settings.gpus) or settings.slots
-    where = f"Ray at {settings.ray_address}" if settings.ray_address else f"{slots} slot(s)"
-    log.info(f"gaia service on http://{host}:{port}", generators=",".join(settings.generators) or "none",
-             builder=settings.builder or "none", jobs=where, keys=len(settings.keys))
-    serve_on(app, sock)
+    with state_dir_lock(settings.state_dir):  # held while the service runs
+        sock = listen(host, port)
+        app = create_app(settings, log)
+        if settings.ray_address:  # here, not in the app's start-up: a cluster that cannot be had is one line
+            try:
+                app.state.dispatcher.start()
+            except BaseException:
+                sock.close()
+                raise
+        slots = len(settings.gpus) or settings.slots
+        where = f"Ray at {settings.ray_address}" if settings.ray_address else f"{slots} slot(s)"
+        log.info(f"gaia service on http://{host}:{port}", generators=",".join(settings.generators) or "none",
+                 builder=settings.builder or "none", jobs=where, keys=len(settings.keys))
+        serve_on(app, sock)

@@ -111,17 +111,17 @@ def _gpus(flag: str | None, simulated: bool) -> tuple[str, ...]:
 def serve(settings: WorkerSettings, host: str, port: int) -> None:
     from ytk_core.runtime import runtime
     from ytk_hookspecs.service.server import listen, serve_on
-    from ytk_hookspecs.service.store import own_state_dir
+    from ytk_hookspecs.service.store import state_dir_lock
 
     from .app import create_app, worker_info
 
     log = runtime().log.bind(component="kronos")
-    lock = own_state_dir(settings.state_dir)  # noqa: F841  -- held while the worker runs
-    sock = listen(host, port)
-    info = worker_info(settings)
-    if not info.engine_available:
-        log.warning(f"the {settings.engine} engine cannot run here: {info.engine_reason}; jobs will fail")
-    app = create_app(settings, info, log)
-    log.info(f"kronos worker on http://{host}:{port}", engine=settings.engine, slots=settings.slots,
-             arch=info.arch, max_upload_mb=round(settings.max_upload_bytes / MB, 3))
-    serve_on(app, sock)
+    with state_dir_lock(settings.state_dir):  # held while the worker runs
+        sock = listen(host, port)
+        info = worker_info(settings)
+        if not info.engine_available:
+            log.warning(f"the {settings.engine} engine cannot run here: {info.engine_reason}; jobs will fail")
+        app = create_app(settings, info, log)
+        log.info(f"kronos worker on http://{host}:{port}", engine=settings.engine, slots=settings.slots,
+                 arch=info.arch, max_upload_mb=round(settings.max_upload_bytes / MB, 3))
+        serve_on(app, sock)

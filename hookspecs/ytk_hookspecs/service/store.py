@@ -15,9 +15,10 @@ import threading
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from ..errors import StageError
+from ..pidlock import PidLock
 from ..models import ArtifactError, Versioned
 from .protocol import JOB_ID, utcnow
 
@@ -34,27 +35,11 @@ class StateDirInUse(StageError):
     exit_code = 2
 
 
-def own_state_dir(state_dir: Path) -> Any:
-    """Lock ``state_dir`` for this process (the lock goes with it, however it ends); returns the open lock file,
-    to keep. One line naming the holder when another service has it."""
-    import fcntl
-    import os
-
-    state_dir.mkdir(parents=True, exist_ok=True)
-    f = open(state_dir / LOCK, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip() or "?"
-        f.close()
-        raise StateDirInUse(f"--state-dir {state_dir} is in use by another running service (pid {holder}); give "
-                            "this one a --state-dir of its own, or stop that one") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
+def state_dir_lock(state_dir: Path) -> PidLock:
+    """The lock the one service running on ``state_dir`` holds (``with``), refused naming the holder."""
+    return PidLock(state_dir / LOCK, lambda holder: StateDirInUse(
+        f"--state-dir {state_dir} is in use by another running service (pid {holder}); give this one a "
+        "--state-dir of its own, or stop that one"))
 
 
 class JobStore(Generic[R]):
