@@ -51,21 +51,16 @@ def _tap_files(onnx: Path, arc_onnx: str) -> list[tuple[str, bytes | Path]]:
     """A tapped prepare's ``taps.json`` and fp32 tap reference, beside the ONNX in the archive, so the worker's
     compile finds them as a local one does (its engine is told the taps; the bundle carries them); the taps
     file names the archive's ONNX, which may be called otherwise than the user's."""
-    from ..stages.taps import TAPS_FILE, TAPS_REFERENCE, TapsFile
+    from ..stages.compile import taps_of
+    from ..stages.taps import TAPS_FILE, TAPS_REFERENCE
 
-    tf_path = onnx.parent / TAPS_FILE
-    if not tf_path.is_file():
-        return []
-    try:
-        tf = TapsFile.read(tf_path)
-    except Exception:  # an unreadable taps file: the local compile's check says so, before anything is sent
-        return []
-    if tf.onnx != onnx.name or not (onnx.parent / tf.reference).is_file():
+    taps = taps_of(onnx)
+    if taps is None:
         return []
     where = PurePosixPath(arc_onnx).parent
-    shipped = tf.model_copy(update={"onnx": PurePosixPath(arc_onnx).name, "reference": TAPS_REFERENCE})
+    shipped = taps.file.model_copy(update={"onnx": PurePosixPath(arc_onnx).name, "reference": TAPS_REFERENCE})
     return [(str(where / TAPS_FILE), shipped.model_dump_json(indent=1).encode()),
-            (str(where / TAPS_REFERENCE), onnx.parent / tf.reference)]
+            (str(where / TAPS_REFERENCE), taps.reference)]
 
 
 def _admitted(so: Path) -> bool:

@@ -12,7 +12,7 @@ import shutil
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -121,8 +121,8 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         plugin_nodes.setdefault(pf.description.name, []).append(node_name)
     artifacts = [PluginArtifact(path=pf.path.resolve(), sha256=sha256_file(pf.path), description=pf.description)
                  for pf in plugins]
-    tapped = _taps_of(onnx) is not None
-    taps, taps_warning = debug_outputs(onnx)
+    tapped = taps_of(onnx)
+    taps, taps_warning = debug_outputs(onnx, tapped)
     if taps_warning:
         rt.warn_once(taps_warning)
         warnings.append(taps_warning)
@@ -148,7 +148,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
             arch=target.spec, precision=prec, engine_backend=cres.backend, engine_version=cres.backend_version,
             device=pres.device, simulated=pres.simulated, onnx=onnx.name, onnx_sha256=sha256_file(onnx),
             npz_sha256=sha256_file(npz), label=label,
-            taps_exposed_as=(cres.debug_outputs_as or NETWORK_OUTPUTS) if tapped else None,
+            taps_exposed_as=(cres.debug_outputs_as or NETWORK_OUTPUTS) if tapped is not None else None,
             taps_note=cres.debug_outputs_note,
             plugins=[BundlePlugin(name=a.description.name, namespace=a.description.namespace,
                                   version=a.description.version, sha256=a.sha256, file=a.path.name,
@@ -165,7 +165,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         for name, path in ((LAYER_INFO, cres.layer_info), (BUILD_LOG, cres.build_log), (RAW_PROFILE, pres.raw_profile)):
             if path is not None and Path(path).is_file():
                 members[name] = Path(path)
-        members.update(tap_members(onnx))
+        members.update(tap_members(tapped))
         with rt.context(None, "bundle").progress(f"writing {output}"):
             write_bundle(output, manifest, members)
         manifest = EngineBundle.open(output).manifest  # as written: with every member's sha256
@@ -175,9 +175,18 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
                           engine_selection=sel.describe(), warnings=warnings, plugin_nodes=plugin_nodes)
 
 
-def _taps_of(onnx: Path) -> tuple[Any, Path] | None:
+class Taps(NamedTuple):
+    """The debug taps of a prepared ONNX: its ``taps.json`` (read and on disk) and the fp32 tap reference."""
+
+    file: Any  # TapsFile
+    path: Path
+    reference: Path
+
+
+def taps_of(onnx: Path) -> Taps | None:
     """The ``TapsFile`` of an ONNX prepared with --debug-taps (``taps.json`` naming this ONNX, beside it) and
-    its path; None otherwise."""
+    its fp32 tap reference; None for an ONNX without taps. An unreadable taps file, or one whose reference is
+    missing, is a usage error before anything is built or sent."""
     from .taps import TAPS_FILE, TapsFile
 
     tf_path = Path(onnx).parent / TAPS_FILE
@@ -187,32 +196,30 @@ def _taps_of(onnx: Path) -> tuple[Any, Path] | None:
         tf = TapsFile.read(tf_path)
     except ArtifactError as e:
         raise UsageError(f"{e}; prepare again with --debug-taps, or remove it to compile without taps") from None
-    return (tf, tf_path) if tf.onnx == Path(onnx).name else None
-
-
-def tap_members(onnx: Path) -> dict[str, Path | bytes]:
-    """The taps of an ONNX prepared with --debug-taps, as bundle members; none otherwise."""
-    found = _taps_of(onnx)
-    if found is None:
-        return {}
-    tf, tf_path = found
+    if tf.onnx != Path(onnx).name:
+        return None
     ref = Path(onnx).parent / tf.reference
     if not ref.is_file():
         raise UsageError(f"{tf_path} names its reference {ref}, which is missing; prepare again with --debug-taps")
-    return {TAPS: tf_path.read_bytes(), TAPS_REFERENCE: ref}
+    return Taps(tf, tf_path, ref)
 
 
-def debug_outputs(onnx: Path) -> tuple[list[str], str]:
-    """The graph outputs of ``onnx`` that are debug taps, for ``CompileRequest.debug_outputs``, and a warning
-    when there are taps the engine cannot be told of (a taps.json of schema 1)."""
-    found = _taps_of(onnx)
-    if found is None:
+def tap_members(taps: Taps | None) -> dict[str, Path | bytes]:
+    """The taps (from :func:`taps_of`) as bundle members; none for an ONNX without taps."""
+    return {} if taps is None else {TAPS: taps.path.read_bytes(), TAPS_REFERENCE: taps.reference}
+
+
+def debug_outputs(onnx: Path, taps: Taps | None) -> tuple[list[str], str]:
+    """The graph outputs of ``onnx`` that are debug taps (``taps`` from :func:`taps_of`), for
+    ``CompileRequest.debug_outputs``, and a warning when there are taps the engine cannot be told of (a
+    taps.json of schema 1)."""
+    if taps is None:
         return [], ""
-    tf, tf_path = found
+    tf = taps.file
     if tf.model_outputs is None:
-        return [], (f"{tf_path} was written by an older ytk and does not say which outputs are the model's own: its "
-                    "taps are compiled as plain outputs (on TensorRT 10 too); prepare again with --debug-taps to have "
-                    "them exposed as debug tensors")
+        return [], (f"{taps.path} was written by an older ytk and does not say which outputs "
+                    "are the model's own: its taps are compiled as plain outputs (on TensorRT 10 too); prepare again "
+                    "with --debug-taps to have them exposed as debug tensors")
     import onnx as onnx_lib
 
     graph_outputs = [o.name for o in onnx_lib.load(str(onnx), load_external_data=False).graph.output]

@@ -259,7 +259,6 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     layer_tops: list[BundleLayers] = []
     bundle_rows: list[LatencyRow] = []
     impls: list[str] = []
-    verdicts: list[TapVerdict] = []
     tapped: list[tuple[TapVerdict, EngineBundle, LatencyRow]] = []
     progress = runtime().context(None, "verify").progress("scoring bundles", total=len(bundles))
     with progress as task:
@@ -267,7 +266,6 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             row, top, scored, verdict = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top,
                                                       ref_sha=ref_sha)
             if verdict is not None:
-                verdicts.append(verdict)
                 tapped.append((verdict, b, row))
             impls.append(row.implementation)
             bundle_rows.append(row)
@@ -275,6 +273,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             numerics.extend(scored)
             task.advance()
     rows.extend(bundle_rows)
+    verdicts = [v for v, _, _ in tapped]
     for verdict, b, row in tapped:  # the latency the taps cost, where the untapped engine was verified too
         same = [r for other, r in zip(bundles, bundle_rows) if not other.has(TAPS) and _same_plugged_engine(
             b.manifest, other.manifest)]
