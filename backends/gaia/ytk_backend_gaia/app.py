@@ -85,8 +85,9 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
         store.recover()
         for msg in store.skipped:
             log.warning(f"gaia: skipping an unreadable job record: {msg}")
-        # On this thread, which lives as long as the service: Ray's GCS and raylet die with the thread that
-        # started them (PR_SET_PDEATHSIG), and a request thread is retired after 10 s idle.
+        # serve() has started Ray already (on the main thread; then this is a no-op). Never on a request
+        # thread: Ray's GCS and raylet die with the thread that started them (PR_SET_PDEATHSIG), and a
+        # request thread is retired after 10 s idle.
         dispatcher.start()
         again = sorted((r for r in store.all() if r.state in ("queued", "interrupted")), key=lambda r: r.created)
         for rec in again:
