@@ -22,8 +22,8 @@ words=("${@:-flow}")
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 unset PYTHONPATH; source benchmarks/device_env.sh || exit 1
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e hookspecs -e . -e backends/mock \
-  -e backends/nvcc -e backends/torch -e backends/templates -e backends/triton > "$OUT/install.log" 2>&1 || { tail "$OUT/install.log"; exit 1; }
+source benchmarks/device_install.sh
+install_ytk_for_device python3 > "$OUT/install.log" 2>&1 || { tail "$OUT/install.log"; exit 1; }
 export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc YTK_CACHE_DIR=$PWD/runs/ytkcache  # a build cache even without one carried
 export YTK_ENGINE=torch YTK_KERNELGEN=${KERNELGEN:-templates} YTK_BUILDER=nvcc  # KERNELGEN=templates,triton: the chain
 ARCH=x86_64-sm90-linux-cu130-trt10

@@ -20,6 +20,7 @@ words=("${@:-tests}")
 VENV=${VENV:-/tmp/devparity-venv}
 PY=$VENV/bin/python
 WHEELS=${DEVICE_WHEELS:-../shared/device-wheels}
+source benchmarks/device_install.sh
 # the device image's versions; the rest (pytest, hypothesis, ruff, the gaia service's fastapi/uvicorn, matplotlib
 # for reports, the zoo's timm stack) as requirements/test.txt and zoo.txt pin them, torchvision paired with torch
 DEVICE_PINS=(torch==2.11.0 triton==3.6.0 torchvision==0.26.0 onnx==1.23.1 onnxruntime==1.30.0 onnxscript==0.7.2
@@ -43,10 +44,9 @@ build_venv() {
 }
 
 install_ours() {
-  # device_flow.sh's line, exactly (on every call: the venv may have been made from another checkout), then
+  # device_flow.sh's own line (on every call: the venv may have been made from another checkout), then
   # the backends the device does not install, whose tests are part of the suite
-  "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e hookspecs -e . -e backends/mock \
-    -e backends/nvcc -e backends/torch -e backends/templates -e backends/triton
+  install_ytk_for_device "$PY"
   "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e backends/gaia -e backends/kronos \
     -e backends/tensorrt
 }
