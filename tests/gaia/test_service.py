@@ -113,6 +113,41 @@ def test_a_full_kernel_job_and_the_same_region_again_from_the_cache(region, serv
         assert h.get(f"/v1/jobs/{cached['id']}/files/module_source.py").content == out.read_bytes()
 
 
+def test_results_of_other_generator_code_are_never_reused(region, tmp_path):
+    """The result cache is keyed on the generator's installed code, not only its name: after the service's
+    generator is upgraded (here: a job on disk made by other code), the same region is generated again."""
+    from ytk_backend_mock.plugin import MockBackend
+    from ytk_hookspecs.fingerprint import code_fingerprint
+    from ytk_hookspecs.service.archive import write_archive
+
+    d, _ = region
+    state = tmp_path / "state"
+    s = Service(state)
+    try:
+        r = run_cli(*compile_args(d, tmp_path / "a" / f"{PLUGIN}.module_source.py", "--json"),
+                    env=client_env(s.url))
+        assert r.code == 0, r.stderr
+        first = r.json()["job_id"]
+        rec_file = state / "jobs" / first / "record.json"
+        rec = json.loads(rec_file.read_text())
+        assert rec["content_sha256"].endswith(f":mock@{code_fingerprint(MockBackend())}"), rec["content_sha256"]
+    finally:
+        s.stop()
+    rec["content_sha256"] = rec["content_sha256"].rsplit("@", 1)[0] + "@0123456789abcdef01234567"
+    rec_file.write_text(json.dumps(rec))
+    s = Service(state)
+    try:
+        with s.http() as h:
+            spec = h.get(f"/v1/jobs/{first}").json()["spec"]
+            archive = write_archive(tmp_path / "again.tgz", [("job.json", json.dumps(spec).encode()),
+                                                             (spec["reference"], d / "plugin_candidates" /
+                                                              f"{PLUGIN}.pt2")])
+            r = h.post("/v1/kernelgen/jobs", content=archive.read_bytes(), headers={"Idempotency-Key": "after-upgrade"})
+            assert r.status_code == 201 and not r.json()["cached"], r.text
+    finally:
+        s.stop()
+
+
 def test_the_local_kernel_cache_never_answers_for_the_service(region, service, tmp_path):
     """With the client's kernel cache on (the default), a kernel the service made once must not be handed out
     for a job the service would answer differently: here a generator it does not offer, in ytk.toml."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ytk_core.stages import kernel_cache
+from ytk_hookspecs import fingerprint
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import Candidate, PluginMeta, SiteInfo, TensorContract, TensorInfo
 
@@ -121,10 +122,10 @@ def test_the_key_follows_the_generators_installed_code_not_its_version(tmp_path,
     (tmp_path / "fp_single.py").write_text("class Gen:\n    pass\n")
     (tmp_path / "fp_neighbour.py").write_text("x = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(kernel_cache, "_FINGERPRINTS", {})
+    monkeypatch.setattr(fingerprint, "_FINGERPRINTS", {})
 
     def fp(module: str) -> str:
-        kernel_cache._FINGERPRINTS.clear()
+        fingerprint._FINGERPRINTS.clear()
         sys.modules.pop(module, None)
         return kernel_cache.code_fingerprint(importlib.import_module(module).Gen())
 

@@ -21,8 +21,11 @@ import shutil
 import threading
 from pathlib import Path
 
+from ytk_hookspecs.fingerprint import code_fingerprint
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError, report_path
 from ytk_hookspecs.models import Candidate, Reoptimization, sha256_file
+
+__all__ = ["code_fingerprint", "cache_key", "lookup", "store"]
 
 
 #: A store writes its entry under this name (with its process id) and renames it into place.
@@ -53,40 +56,6 @@ def baked_digest(pt2: Path | None) -> str:
     except (OSError, zipfile.BadZipFile):
         return ""
     return hashlib.sha256(";".join(parts).encode()).hexdigest()[:24]
-
-
-_FINGERPRINTS: dict[str, str] = {}
-_FP_LOCK = threading.Lock()
-
-
-def code_fingerprint(backend: object) -> str:
-    """A digest of the installed code of the package that defines ``backend``'s class: every file under
-    its top-level package (sources, ``.cuh`` templates, data), by path and content, skipping bytecode.
-    Editing a generator -- even without bumping its version -- gives its jobs new keys. Computed once per
-    package and process."""
-    module = type(backend).__module__
-    top = module.split(".")[0]
-    with _FP_LOCK:
-        if top in _FINGERPRINTS:
-            return _FINGERPRINTS[top]
-        import importlib
-
-        h = hashlib.sha256(top.encode())
-        pkg = importlib.import_module(top)
-        if hasattr(pkg, "__path__"):  # a package: everything under it
-            found = [(root, p) for root in map(Path, pkg.__path__) for p in root.rglob("*")
-                     if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")]
-        else:  # a single-module backend: that file only (not its site-packages neighbours)
-            f = Path(pkg.__file__ or "")
-            found = [(f.parent, f)] if f.is_file() else []
-        for root, f in sorted(found):
-            h.update(str(f.relative_to(root)).encode() + b"\0")
-            try:
-                h.update(f.read_bytes())
-            except OSError:
-                h.update(b"<unreadable>")
-        _FINGERPRINTS[top] = h.hexdigest()[:24]
-        return _FINGERPRINTS[top]
 
 
 def cache_key(cand: Candidate, backend: str, code: str, gpu: str, arch: str | None, precision: str,

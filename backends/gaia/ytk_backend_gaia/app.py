@@ -71,6 +71,14 @@ class Backends:
         found = self.loader.get(name)
         return found.impl if found is not None else None
 
+    def code(self, name: str) -> str:
+        """The fingerprint of ``name``'s installed code: part of the result cache's key, so a generator or
+        builder upgraded (or edited in place) on the service never answers with its old code's results."""
+        from ytk_hookspecs.fingerprint import code_fingerprint
+
+        impl = self.impl(name)
+        return code_fingerprint(impl) if impl is not None else "not-installed"
+
 
 def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
     """The app for one service; its dispatcher starts with the app (and runs again the jobs on disk that
@@ -199,7 +207,7 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
                 except Refusal:
                     shutil.rmtree(job_dir, ignore_errors=True)
                     raise
-                content = content_hash(spec) + f":{backend}"
+                content = content_hash(spec) + f":{backend}@{await run_in_threadpool(backends.code, backend)}"
                 rec = JobRecord(id=job_id, kind=spec.kind, owner=owner, idempotency_key=scoped,
                                 archive_sha256=digest, content_sha256=content, backend=backend, spec=spec,
                                 dispatcher=dispatcher.kind)

@@ -102,7 +102,8 @@ class JobRecord(Versioned):
     owner: str = Field(description="the name of the API key that submitted it")
     idempotency_key: str = Field(description="owner/key: a key is the submitter's own")
     archive_sha256: str
-    content_sha256: str
+    content_sha256: str = Field(description="the result cache's key: the spec's hash, the backend and the "
+                                "fingerprint of its installed code")
     backend: str = Field(description="the generator or builder that runs it")
     spec: JobSpec
     state: JobState = "queued"
