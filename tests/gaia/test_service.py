@@ -180,6 +180,19 @@ def test_bad_client_settings_are_one_line_and_exit_2(region, service, tmp_path):
         assert says in line, line
 
 
+def test_a_kronos_worker_given_as_the_service_is_named_so(region, tmp_path):
+    from tests.kronos.conftest import Worker
+
+    w = Worker(tmp_path / "kronos")
+    try:
+        r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"), env=client_env(w.url))
+    finally:
+        w.stop()
+    assert r.code == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = errors(r.stderr)
+    assert f"YTK_GAIA_URL {w.url} is a kronos worker, not a gaia service" in line and "token" not in line
+
+
 def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):
     r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
                 env=client_env(service.url, key="not-the-key-at-all-0000"))

@@ -92,6 +92,21 @@ def test_a_plugin_problem_is_found_before_anything_is_sent(ytk, worker, carved, 
     assert len(jobs(worker)) == before and not (tmp_path / "r.tgz").exists()
 
 
+def test_a_gaia_service_given_as_the_worker_is_named_so(ytk, carved, client_env, tmp_path):
+    """Both services speak /v1 with bearer tokens: pointed at the wrong kind, the client says which it found,
+    never "refused the token"."""
+    from tests.gaia.conftest import Service
+
+    s = Service(tmp_path / "gaia")
+    try:
+        r = ytk(*compile_args(carved[0] / "base", tmp_path / "b.tgz", extra=("--worker", s.url)))
+    finally:
+        s.stop()
+    assert r.code == 2, r.stderr
+    (line,) = error_lines(r.stderr)
+    assert f"--worker {s.url} is a gaia service, not a kronos worker" in line and "token" not in line
+
+
 def test_bad_token_is_one_line_and_exit_2(ytk, worker, carved, client_env, monkeypatch, tmp_path):
     monkeypatch.setenv("YTK_KRONOS_TOKEN", "not-the-token-at-all")
     out = tmp_path / "b.tgz"

@@ -136,7 +136,7 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
 
     @app.get(f"{API}/health", response_model=Health, tags=["service"])
     def health() -> Response:
-        return json_response(Health())
+        return json_response(Health(service="gaia service"))
 
     @app.get(f"{API}/info", response_model=ServiceInfo, tags=["service"], dependencies=[Depends(caller)],
              responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody}})

@@ -80,7 +80,7 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
 
     @app.get(f"{API}/health", response_model=Health, tags=["worker"])
     def health() -> Response:
-        return _json(Health())
+        return _json(Health(service="kronos worker"))
 
     @app.get(f"{API}/info", response_model=WorkerInfo, tags=["worker"], dependencies=[Depends(authorized)])
     def worker_info() -> Response:

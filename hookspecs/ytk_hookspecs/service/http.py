@@ -23,7 +23,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from ..errors import StageError
 from ..models import Versioned
-from .protocol import AUTH_HEADER, ErrorBody
+from .protocol import API, AUTH_HEADER, ErrorBody
 
 T = TypeVar("T", bound=Versioned)
 #: the longest single wait between two tries, whatever Retry-After asks
@@ -73,7 +73,7 @@ class RetryingClient:
     """One service at ``url``; ``token`` goes in the Authorization header and nowhere else.
 
     ``retry_hint`` says how to change the retry budget (e.g. the environment variable), ``token_hint``
-    how to set the token; both end up in the error lines."""
+    how to set the token; both end up in the error lines, as ``url_flag`` (where the URL came from) does."""
 
     service = "service"
     retry_hint = ""
@@ -85,6 +85,7 @@ class RetryingClient:
             raise self.error("usage", f"{url_flag} {url!r}: expected an http:// or https:// URL, e.g. "
                                       "http://host:8470", 2)
         self.url = url.rstrip("/")
+        self.url_flag = url_flag
         self.retry_s = retry_s
         headers = {AUTH_HEADER: f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers,
@@ -192,12 +193,24 @@ class RetryingClient:
             msg, code = body.error, body.exit_code
         except (ValidationError, ValueError):
             msg, code = status_line(r), 2 if r.status_code < 500 else 3
+        other = self._other_service() if r.status_code in (401, 403, 404) else None
+        if other is not None:
+            return self.error("usage", f"{self.url_flag} {self.url} is a {other}, not a {self.service}", 2,
+                              r.status_code)
         if r.status_code in (401, 403):
             hint = f" ({self.token_hint})" if self.token_hint else ""
             return self.error("token", f"the {self.service} at {self.url} refused the token: {msg}{hint}", 2,
                               r.status_code)
         return self.error("refused", f"the {self.service} at {self.url} refused {method} {path}: {msg}", code,
                           r.status_code)
+
+    def _other_service(self) -> str | None:
+        """The kind of service at the URL (its health's ``service``) when it is another one than this client's."""
+        try:
+            said = self._http.get(f"{API}/health", timeout=5.0).json().get("service")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return said if isinstance(said, str) and said and said != self.service else None
 
 
 def _transport(exc: BaseException | None) -> str:

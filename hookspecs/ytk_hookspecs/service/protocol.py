@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -49,7 +49,13 @@ class LogChunk(Versioned):
 
 
 class Health(Versioned):
+    """Liveness, with no token needed; ``service`` names what answers ("kronos worker", "gaia service"), so a
+    client pointed at the wrong kind of service says so instead of "refused the token"."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    schema_version: int = 2
     status: Literal["ok"] = "ok"
+    service: str | None = None
 
 
 def read_log_chunk(path: "object", offset: int) -> LogChunk:
