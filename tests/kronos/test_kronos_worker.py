@@ -279,6 +279,46 @@ def test_worker_killed_mid_job_the_client_says_so_and_a_rerun_restarts_it(carved
         w2.stop()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see the job running")
+def test_worker_restarted_mid_job_the_waiting_client_restarts_the_job(carved, tmp_path):
+    """A worker stopped while a job runs marks it interrupted; the client that is still following it submits it
+    again under the same key once the worker is back, and the command succeeds (no second command needed)."""
+    state = tmp_path / "state"
+    w = Worker(state, {"PYTHONPATH": str(SLOW_SITE), "YTK_TEST_SLOW_COMPILE_S": "120"})
+    out = tmp_path / "out" / "base.tgz"
+    args = compile_args(carved[0] / "base", out, extra=("--worker", w.url))
+    env = {**os.environ, "YTK_KRONOS_TOKEN": TOKEN, "YTK_KRONOS_RETRY_S": "60"}
+    env.pop("YTK_ENGINE", None)
+    ytk = shutil.which("ytk", path=str(Path(sys.executable).parent))
+    client = subprocess.Popen([ytk, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    w2 = None
+    try:
+        end, running = time.monotonic() + 60, []
+        while not running:
+            assert time.monotonic() < end and client.poll() is None, "the job never started"
+            time.sleep(0.3)
+            running = [j for j in jobs(w) if j["state"] == "running"]
+        job_id = running[0]["id"]
+        while not _runner_pids(job_id):
+            time.sleep(0.1)
+        w.stop()  # SIGTERM: the worker marks the job interrupted on its way down
+        w2 = Worker(state, port=w.port)  # back where it was, its compiles quick now
+        _, err = client.communicate(timeout=120)
+        assert client.returncode == 0, err
+        assert f"kronos job {job_id} on {w.url} was interrupted" in err and "submitting it again" in err
+        assert f"kronos job {job_id} restarted" in err
+        with w2.http() as h:
+            rec = h.get(f"/v1/jobs/{job_id}").json()
+        assert (rec["state"], rec["attempts"]) == ("succeeded", 2) and len(jobs(w2)) == 1
+        assert EngineBundle.open(out).manifest.engine_backend == "mock"
+    finally:
+        if client.poll() is None:
+            client.kill()
+        w.stop()
+        if w2 is not None:
+            w2.stop()
+
+
 def test_autoloop_compiles_on_the_worker(worker, client_env, tmp_path):
     from tests.autoloop.test_autoloop import MODEL
 

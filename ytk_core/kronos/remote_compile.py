@@ -25,6 +25,8 @@ from .protocol import JobRecord, JobSpec, WorkerInfo
 #: ``--worker local``: compile here even when ytk.toml names a worker
 LOCAL = "local"
 POLL_S = (0.25, 2.0)  # first and longest wait between two polls
+#: how many times one command submits again a job its worker interrupted
+MAX_RESTARTS = 2
 
 
 class RemoteJobRef(Versioned):
@@ -113,7 +115,29 @@ def _ref_path(output: Path) -> Path:
 
 def _run_job(client: KronosClient, info: WorkerInfo, spec: JobSpec, onnx: Path, npz: Path, plugins: list[Path],
              names: list[str], output: Path) -> JobRecord:
-    """Submit (or resume) the job and poll it to its end; a job that did not succeed is one error line."""
+    """Submit (or resume) the job and poll it to its end; a job that did not succeed is one error line. A job
+    the worker interrupted (it was stopped or restarted while the job ran) is submitted again under the same key,
+    which restarts it, up to :data:`MAX_RESTARTS` times; the submit waits out a restarting worker for the retry
+    budget."""
+    for restarts in range(MAX_RESTARTS + 1):
+        job = _submit_and_follow(client, info, spec, onnx, npz, plugins, names, output)
+        if job.state != "interrupted" or restarts == MAX_RESTARTS:
+            break
+        runtime().log.warning(f"kronos job {job.id} on {client.url} was interrupted "
+                              f"({job.message or 'the worker stopped'}); submitting it again")
+    if job.state == "succeeded":
+        return job
+    ref_file = _ref_path(output)
+    if job.state == "failed":
+        ref_file.unlink(missing_ok=True)  # a final answer: the same command again is a new job
+        raise YtkError(f"the compile on the kronos worker at {client.url} failed (job {job.id}): {job.error}",
+                       exit_code=job.exit_code or 3)
+    raise BackendError(f"kronos job {job.id} on {client.url} was interrupted {MAX_RESTARTS + 1} times, last: "
+                       f"{job.message or 'the worker stopped'}; run the same command again to restart it")
+
+
+def _submit_and_follow(client: KronosClient, info: WorkerInfo, spec: JobSpec, onnx: Path, npz: Path,
+                       plugins: list[Path], names: list[str], output: Path) -> JobRecord:
     rt = runtime()
     archive = output.with_name(f".{output.name}.kronos-{rt.run_id}.tmp.tgz")
     try:
@@ -148,15 +172,7 @@ def _run_job(client: KronosClient, info: WorkerInfo, spec: JobSpec, onnx: Path, 
     how = ("restarted (it had been interrupted)" if sub.restarted else "submitted" if sub.created
            else f"resumed ({job.state})")
     rt.log.info(f"kronos job {job.id} {how}", worker=client.url, engine=info.engine)
-    job = _poll(client, job)
-    if job.state == "succeeded":
-        return job
-    if job.state == "failed":
-        ref_file.unlink(missing_ok=True)  # a final answer: the same command again is a new job
-        raise YtkError(f"the compile on the kronos worker at {client.url} failed (job {job.id}): {job.error}",
-                       exit_code=job.exit_code or 3)
-    raise BackendError(f"kronos job {job.id} on {client.url} was interrupted: {job.message or 'the worker stopped'}; "
-                       "run the same command again to restart it")
+    return _poll(client, job)
 
 
 def _poll(client: KronosClient, job: JobRecord) -> JobRecord:
