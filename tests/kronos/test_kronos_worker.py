@@ -384,7 +384,8 @@ def test_a_port_in_use_is_one_line_and_exit_2(worker, tmp_path):
 
 def test_json_models_carry_their_schema_version(worker):
     with worker.http() as h:
-        assert json.loads(h.get("/v1/health").content)["schema_version"] == 1
+        assert json.loads(h.get("/v1/health").content) == {"schema_version": 2, "status": "ok",
+                                                            "service": "kronos worker"}
 
 
 def test_a_tapped_compile_on_the_worker_carries_its_taps_and_verify_names_the_region(ytk, client_env, tmp_path):
