@@ -25,9 +25,9 @@ from starlette.concurrency import run_in_threadpool
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.models import ArchSpec, SupportAnswer, SupportRequest, sha256_file
 from ytk_hookspecs.service.archive import ArchiveRefused, ExtractLimits, safe_extract
-from ytk_hookspecs.service.protocol import (API, IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, JOB_ID, ErrorBody, Health,
-                                            LogChunk, read_log_chunk, utcnow)
-from ytk_hookspecs.service.server import Refusal, bearer_auth, install_error_handlers, json_response, received_archive
+from ytk_hookspecs.service.protocol import (API, IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, JOB_ID, ErrorBody, utcnow)
+from ytk_hookspecs.service.server import (Refusal, add_common_routes, bearer_auth, install_error_handlers,
+                                          json_response, received_archive)
 from ytk_hookspecs.service.store import JobStore
 
 from . import __version__
@@ -134,9 +134,8 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
                            max_members=settings.max_members, max_active_per_key=settings.max_active_per_key,
                            queued=queued, running=running)
 
-    @app.get(f"{API}/health", response_model=Health, tags=["service"])
-    def health() -> Response:
-        return json_response(Health(service="gaia service"))
+    add_common_routes(app, service="gaia service", record=JobRecord, job_or_404=job_or_404,
+                      log_of=lambda job_id: store.dir(job_id) / LOG, auth=caller, service_tag="service")
 
     @app.get(f"{API}/info", response_model=ServiceInfo, tags=["service"], dependencies=[Depends(caller)],
              responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody}})
@@ -298,18 +297,6 @@ def create_app(settings: ServiceSettings, log: Any) -> FastAPI:
     def list_jobs(key: str = Depends(caller), limit: int = Query(100, ge=1, le=10_000)) -> Response:
         """The caller's jobs, newest first."""
         return json_response(JobList(jobs=[job_or_404(r.id) for r in store.all() if r.owner == key][:limit]))
-
-    @app.get(f"{API}/jobs/{{job_id}}", response_model=JobRecord, tags=["jobs"], dependencies=[Depends(caller)],
-             responses={404: {"model": ErrorBody}})
-    def get_job(job_id: str) -> Response:
-        return json_response(job_or_404(job_id))
-
-    @app.get(f"{API}/jobs/{{job_id}}/log", response_model=LogChunk, tags=["jobs"], dependencies=[Depends(caller)],
-             responses={404: {"model": ErrorBody}})
-    def job_log(job_id: str, offset: int = Query(0, ge=0)) -> Response:
-        """The job's log from byte ``offset``; poll again from ``next_offset`` to follow it."""
-        job_or_404(job_id)
-        return json_response(read_log_chunk(store.dir(job_id) / LOG, offset))
 
     @app.get(f"{API}/jobs/{{job_id}}/files/{{name}}", tags=["jobs"], dependencies=[Depends(caller)],
              responses={200: {"content": {"application/octet-stream": {}}, "description": "the result file"},

@@ -27,11 +27,12 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ytk_core.kronos.protocol import (API, BUNDLE_SHA_HEADER, JOB_SPEC, ErrorBody, Health,
-                                      JobList, JobRecord, JobSpec, LogChunk, SubmitResponse, WorkerInfo)
+from ytk_core.kronos.protocol import (API, BUNDLE_SHA_HEADER, JOB_SPEC, ErrorBody, JobList, JobRecord, JobSpec,
+                                      SubmitResponse, WorkerInfo)
 from ytk_hookspecs.models import ArtifactError, sha256_file
-from ytk_hookspecs.service.protocol import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, read_log_chunk
-from ytk_hookspecs.service.server import Refusal, bearer_auth, install_error_handlers, json_response, received_archive
+from ytk_hookspecs.service.protocol import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
+from ytk_hookspecs.service.server import (Refusal, add_common_routes, bearer_auth, install_error_handlers,
+                                          json_response, received_archive)
 
 from . import __version__
 from .extract import ArchiveRefused, safe_extract
@@ -78,9 +79,8 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
         pos = sched.position(rec.id)
         return rec.model_copy(update={"queue_position": pos}) if pos is not None else rec
 
-    @app.get(f"{API}/health", response_model=Health, tags=["worker"])
-    def health() -> Response:
-        return _json(Health(service="kronos worker"))
+    add_common_routes(app, service="kronos worker", record=JobRecord, job_or_404=job_or_404,
+                      log_of=lambda job_id: store.dir(job_id) / LOG, auth=authorized, service_tag="worker")
 
     @app.get(f"{API}/info", response_model=WorkerInfo, tags=["worker"], dependencies=[Depends(authorized)])
     def worker_info() -> Response:
@@ -161,17 +161,6 @@ def create_app(settings: WorkerSettings, info: WorkerInfo, log: Any) -> FastAPI:
     @app.get(f"{API}/jobs", response_model=JobList, tags=["jobs"], dependencies=[Depends(authorized)])
     def list_jobs(limit: int = Query(100, ge=1, le=10_000)) -> Response:
         return _json(JobList(jobs=[job_or_404(r.id) for r in store.all()[:limit]]))
-
-    @app.get(f"{API}/jobs/{{job_id}}", response_model=JobRecord, tags=["jobs"], dependencies=[Depends(authorized)],
-             responses={404: {"model": ErrorBody}})
-    def get_job(job_id: str) -> Response:
-        return _json(job_or_404(job_id))
-
-    @app.get(f"{API}/jobs/{{job_id}}/log", response_model=LogChunk, tags=["jobs"],
-             dependencies=[Depends(authorized)], responses={404: {"model": ErrorBody}})
-    def job_log(job_id: str, offset: int = Query(0, ge=0)) -> Response:
-        job_or_404(job_id)
-        return _json(read_log_chunk(store.dir(job_id) / LOG, offset))
 
     @app.get(f"{API}/jobs/{{job_id}}/bundle", tags=["jobs"], dependencies=[Depends(authorized)],
              responses={200: {"content": {"application/gzip": {}}, "description": "the engine bundle"},

@@ -157,3 +157,29 @@ async def received_archive(request: Any, incoming: Path, max_bytes: int, sent_sh
         yield path, digest
     finally:
         path.unlink(missing_ok=True)
+
+
+def add_common_routes(app: Any, *, service: str, record: type[Versioned], job_or_404: Callable[[str], Versioned],
+                      log_of: Callable[[str], Path], auth: Callable[..., str], service_tag: str) -> None:
+    """The routes every job service has: ``GET /v1/health`` (no token; names ``service``), ``GET /v1/jobs/{id}``
+    (the ``record``) and ``GET /v1/jobs/{id}/log?offset=N`` (a LogChunk of the file ``log_of(id)``).
+    ``job_or_404`` answers a job's record or refuses with 404."""
+    from fastapi import Depends, Query
+
+    from .protocol import API, Health, LogChunk, read_log_chunk
+
+    @app.get(f"{API}/health", response_model=Health, tags=[service_tag])
+    def health() -> Any:
+        return json_response(Health(service=service))
+
+    @app.get(f"{API}/jobs/{{job_id}}", response_model=record, tags=["jobs"], dependencies=[Depends(auth)],
+             responses={404: {"model": ErrorBody}})
+    def get_job(job_id: str) -> Any:
+        return json_response(job_or_404(job_id))
+
+    @app.get(f"{API}/jobs/{{job_id}}/log", response_model=LogChunk, tags=["jobs"], dependencies=[Depends(auth)],
+             responses={404: {"model": ErrorBody}})
+    def job_log(job_id: str, offset: int = Query(0, ge=0)) -> Any:
+        """The job's log from byte ``offset``; poll again from ``next_offset`` to follow it."""
+        job_or_404(job_id)
+        return json_response(read_log_chunk(log_of(job_id), offset))
