@@ -230,25 +230,36 @@ def _runner_pids(job_id: str) -> list[int]:
     return pids
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see the compile process die")
-def test_worker_killed_mid_job_the_client_says_so_and_a_rerun_restarts_it(carved, tmp_path):
-    state = tmp_path / "state"
+def _slow_job(state: Path, prep: Path, out: Path, retry_s: str) -> tuple[Worker, list[str], subprocess.Popen]:
+    """A worker whose compiles take 120 s, and a client compiling ``prep`` on it (its args, its process)."""
     w = Worker(state, {"PYTHONPATH": str(SLOW_SITE), "YTK_TEST_SLOW_COMPILE_S": "120"})
-    out = tmp_path / "out" / "base.tgz"
-    args = compile_args(carved[0] / "base", out, extra=("--worker", w.url))
-    env = {**os.environ, "YTK_KRONOS_TOKEN": TOKEN, "YTK_KRONOS_RETRY_S": "2"}
+    args = compile_args(prep, out, extra=("--worker", w.url))
+    env = {**os.environ, "YTK_KRONOS_TOKEN": TOKEN, "YTK_KRONOS_RETRY_S": retry_s}
     env.pop("YTK_ENGINE", None)
     ytk = shutil.which("ytk", path=str(Path(sys.executable).parent))
     client = subprocess.Popen([ytk, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return w, args, client
+
+
+def _running_job(w: Worker, client: subprocess.Popen) -> str:
+    """The id of the job ``client`` made on ``w``, once its compile process runs."""
+    end, running = time.monotonic() + 60, []
+    while not running:
+        assert time.monotonic() < end and client.poll() is None, "the job never started"
+        time.sleep(0.3)
+        running = [j for j in jobs(w) if j["state"] == "running"]
+    job_id = running[0]["id"]
+    while not _runner_pids(job_id):
+        time.sleep(0.1)
+    return job_id
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see the compile process die")
+def test_worker_killed_mid_job_the_client_says_so_and_a_rerun_restarts_it(carved, tmp_path):
+    state, out = tmp_path / "state", tmp_path / "out" / "base.tgz"
+    w, args, client = _slow_job(state, carved[0] / "base", out, retry_s="2")
     try:
-        end, running = time.monotonic() + 60, []
-        while not running:
-            assert time.monotonic() < end and client.poll() is None, "the job never started"
-            time.sleep(0.3)
-            running = [j for j in jobs(w) if j["state"] == "running"]
-        job_id = running[0]["id"]
-        while not _runner_pids(job_id):
-            time.sleep(0.1)
+        job_id = _running_job(w, client)
         w.kill()
         _, err = client.communicate(timeout=60)
     finally:
@@ -283,24 +294,11 @@ def test_worker_killed_mid_job_the_client_says_so_and_a_rerun_restarts_it(carved
 def test_worker_restarted_mid_job_the_waiting_client_restarts_the_job(carved, tmp_path):
     """A worker stopped while a job runs marks it interrupted; the client that is still following it submits it
     again under the same key once the worker is back, and the command succeeds (no second command needed)."""
-    state = tmp_path / "state"
-    w = Worker(state, {"PYTHONPATH": str(SLOW_SITE), "YTK_TEST_SLOW_COMPILE_S": "120"})
-    out = tmp_path / "out" / "base.tgz"
-    args = compile_args(carved[0] / "base", out, extra=("--worker", w.url))
-    env = {**os.environ, "YTK_KRONOS_TOKEN": TOKEN, "YTK_KRONOS_RETRY_S": "60"}
-    env.pop("YTK_ENGINE", None)
-    ytk = shutil.which("ytk", path=str(Path(sys.executable).parent))
-    client = subprocess.Popen([ytk, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state, out = tmp_path / "state", tmp_path / "out" / "base.tgz"
+    w, _args, client = _slow_job(state, carved[0] / "base", out, retry_s="60")
     w2 = None
     try:
-        end, running = time.monotonic() + 60, []
-        while not running:
-            assert time.monotonic() < end and client.poll() is None, "the job never started"
-            time.sleep(0.3)
-            running = [j for j in jobs(w) if j["state"] == "running"]
-        job_id = running[0]["id"]
-        while not _runner_pids(job_id):
-            time.sleep(0.1)
+        job_id = _running_job(w, client)
         w.stop()  # SIGTERM: the worker marks the job interrupted on its way down
         w2 = Worker(state, port=w.port)  # back where it was, its compiles quick now
         _, err = client.communicate(timeout=120)
