@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.gaia.conftest import KEY, PLUGIN, SLOW_SITE, UPLOAD_MB, Service, client_env, ytk_exe
+from tests.gaia.conftest import HOST_ARCH, KEY, PLUGIN, SLOW_SITE, UPLOAD_MB, Service, client_env, ytk_exe
 from ytk_hookspecs.kernel_source import KernelSource, report_path
 from ytk_hookspecs.models import KernelReport
 
@@ -180,17 +180,37 @@ def test_bad_client_settings_are_one_line_and_exit_2(region, service, tmp_path):
         assert says in line, line
 
 
-def test_a_kronos_worker_given_as_the_service_is_named_so(region, tmp_path):
+@pytest.mark.parametrize("same_secret", [False, True], ids=["its-own-token", "the-same-secret"])
+def test_a_kronos_worker_given_as_the_service_is_named_so(region, tmp_path, same_secret):
+    """Refused (its own token) or answering with a record this client cannot read (the same secret on both):
+    either way the client names what it found, for a job and for a job id."""
     from tests.kronos.conftest import Worker
 
-    w = Worker(tmp_path / "kronos")
+    w = Worker(tmp_path / "kronos", {"YTK_KRONOS_TOKEN": KEY} if same_secret else None)
     try:
         r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"), env=client_env(w.url))
+        got = run_cli("kernelgen", "get", "0" * 32, "-o", tmp_path / "y.module_source.py", "--kernelgen", "gaia",
+                      env=client_env(w.url))
     finally:
         w.stop()
-    assert r.code == 2 and "Traceback" not in r.stderr, r.stderr
-    (line,) = errors(r.stderr)
-    assert f"YTK_GAIA_URL {w.url} is a kronos worker, not a gaia service" in line and "token" not in line
+    for res in (r, got):
+        assert res.code == 2 and "Traceback" not in res.stderr, res.stderr
+        (line,) = errors(res.stderr)
+        assert f"YTK_GAIA_URL {w.url} is a kronos worker, not a gaia service" in line and "token" not in line
+
+
+def test_an_autoloop_whose_service_cannot_be_reached_stops_and_says_so(tmp_path):
+    """Every kernel job would fail the same way: the loop stops (exit 3) instead of dropping each region and
+    ending 1.00x with exit 0."""
+    from tests.autoloop.test_autoloop import MODEL
+    from tests.kronos.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    r = run_cli("autoloop", MODEL, "-a", HOST_ARCH, "--workdir", tmp_path / "al", "--engine", "mock",
+                "--kernelgen", "gaia", "--builder", "mock", env={**client_env(url, retry_s="1"), "YTK_ENGINE": ""})
+    assert r.code == 3 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    line = errors(r.stderr)[-1]
+    assert f"the gaia service at {url} cannot be reached" in line, line
 
 
 def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):

@@ -92,12 +92,13 @@ def test_a_plugin_problem_is_found_before_anything_is_sent(ytk, worker, carved, 
     assert len(jobs(worker)) == before and not (tmp_path / "r.tgz").exists()
 
 
-def test_a_gaia_service_given_as_the_worker_is_named_so(ytk, carved, client_env, tmp_path):
+@pytest.mark.parametrize("same_secret", [False, True], ids=["its-own-key", "the-same-secret"])
+def test_a_gaia_service_given_as_the_worker_is_named_so(ytk, carved, client_env, tmp_path, same_secret):
     """Both services speak /v1 with bearer tokens: pointed at the wrong kind, the client says which it found,
-    never "refused the token"."""
+    never "refused the token" (its own key) or "an invalid WorkerInfo" (the same secret on both)."""
     from tests.gaia.conftest import Service
 
-    s = Service(tmp_path / "gaia")
+    s = Service(tmp_path / "gaia", env={"YTK_GAIA_API_KEY": TOKEN} if same_secret else None)
     try:
         r = ytk(*compile_args(carved[0] / "base", tmp_path / "b.tgz", extra=("--worker", s.url)))
     finally:

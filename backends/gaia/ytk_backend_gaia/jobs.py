@@ -64,7 +64,7 @@ def fetch(job_id: str, output: Path, ctx: StageContext) -> KernelGenResult | Non
         try:
             job = client.job(job_id)
         except ServiceError as e:
-            if e.status == 404:
+            if e.status == 404 and e.kind == "refused":  # the service's own "no such job"
                 return None
             raise
         if job.kind != "kernelgen":

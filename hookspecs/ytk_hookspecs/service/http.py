@@ -40,6 +40,13 @@ class ServiceError(StageError):
         self.exit_code = exit_code
         self.status = status  # the HTTP status of a refusal
 
+    @property
+    def stops_the_loop(self) -> bool:
+        """The service cannot be used at all (unreachable, busy for the whole retry budget, the token refused, the
+        URL another kind of service or none that answers as this one): every job would fail the same way, so a loop
+        (the autoloop) stops on it rather than dropping each region in turn. A refusal of one job does not."""
+        return self.kind in ("usage", "unreachable", "busy", "token", "invalid")
+
 
 class _Retryable(Exception):
     """A 429 or 5xx answer: worth another try (after ``retry_after`` seconds when the service said)."""
@@ -141,6 +148,9 @@ class RetryingClient:
         try:
             return cls.model_validate_json(r.content)
         except ValidationError as e:
+            wrong = self._wrong_service(r.status_code)
+            if wrong is not None:
+                raise wrong from None
             first = e.errors()[0]
             raise self.error("invalid", f"the {self.service} at {self.url} answered with an invalid {cls.__name__} "
                                         f"({first.get('msg')}); is it a {self.service} of a compatible ytk?",
@@ -193,10 +203,9 @@ class RetryingClient:
             msg, code = body.error, body.exit_code
         except (ValidationError, ValueError):
             msg, code = status_line(r), 2 if r.status_code < 500 else 3
-        other = self._other_service() if r.status_code in (401, 403, 404) else None
-        if other is not None:
-            return self.error("usage", f"{self.url_flag} {self.url} is a {other}, not a {self.service}", 2,
-                              r.status_code)
+        wrong = self._wrong_service(r.status_code) if r.status_code in (401, 403, 404) else None
+        if wrong is not None:
+            return wrong
         if r.status_code in (401, 403):
             hint = f" ({self.token_hint})" if self.token_hint else ""
             return self.error("token", f"the {self.service} at {self.url} refused the token: {msg}{hint}", 2,
@@ -204,13 +213,16 @@ class RetryingClient:
         return self.error("refused", f"the {self.service} at {self.url} refused {method} {path}: {msg}", code,
                           r.status_code)
 
-    def _other_service(self) -> str | None:
-        """The kind of service at the URL (its health's ``service``) when it is another one than this client's."""
+    def _wrong_service(self, status: int) -> Exception | None:
+        """A usage error naming the kind of service at the URL (its health's ``service``) when it is another one
+        than this client's: a refusal or an answer this client cannot read is then no fault of the token or ytk."""
         try:
             said = self._http.get(f"{API}/health", timeout=5.0).json().get("service")
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
-        return said if isinstance(said, str) and said and said != self.service else None
+        if not isinstance(said, str) or not said or said == self.service:
+            return None
+        return self.error("usage", f"{self.url_flag} {self.url} is a {said}, not a {self.service}", 2, status)
 
 
 def _transport(exc: BaseException | None) -> str:
