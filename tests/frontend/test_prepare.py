@@ -115,6 +115,23 @@ def test_bad_models_fail_cleanly(tmp_path, case):
     assert not out.exists() or not any(p.suffix in (".onnx", ".npz", ".json") for p in out.iterdir())
 
 
+def test_an_op_that_fails_on_its_inputs_prints_no_torch_traceback(tmp_path):
+    """torch's fake-tensor layer logs the failing op with a traceback (at ERROR, on the real stderr, so only a
+    process of its own shows it); the user reads ytk's one line naming the model's line."""
+    from tests.conftest import run_cli
+
+    body = ("class Model(nn.Module):\n    def forward(self, x):\n"
+            "        return torch.cat([x, x[:, :, :2]], dim=1)\n"
+            "def get_fwd_args():\n    return (torch.randn(1, 3, 4, 4),)\n")
+    out = tmp_path / "out"
+    r = run_cli("-q", "embedded", "prepare", _write(tmp_path, body), "--onnx-out", out / "m.onnx", "--npz-out",
+                out / "m.npz", "--reference-out", out / "r.npz")
+    assert r.code == 2
+    assert "Traceback" not in r.stderr and "fake_tensor" not in r.stderr, r.stderr[:3000]
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("error: ") and "Model.forward raised RuntimeError at model.py:5" in line, line
+
+
 def test_an_untraceable_model_gets_one_line_not_torchs_partial_graph(tmp_path):
     """torch.export prints the partial FX graph of a failed export on stderr (generated code, pages of it on
     a real model); the user gets ytk's one line naming the module and the line, nothing else."""

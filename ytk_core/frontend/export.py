@@ -42,10 +42,14 @@ def quiet_exporter() -> Iterator[None]:
     from ..logs import get_logger
 
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._dynamo", "torch.export", "torch._export",
-                                                "onnxscript", "onnx_ir", "torch.fx.experimental.symbolic_shapes")]
+                                                "onnxscript", "onnx_ir", "torch.fx.experimental.symbolic_shapes",
+                                                "torch._subclasses.fake_tensor")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    # fake_tensor logs, at ERROR and with a traceback, an op that fails on fake tensors -- the model's own error,
+    # which export raises again and ytk reports as one line naming the model's file and line
+    loggers[-1].setLevel(logging.CRITICAL)
     sink = io.StringIO()
     err = _TorchStderrFilter(sys.stderr)
     try:
