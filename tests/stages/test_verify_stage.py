@@ -14,12 +14,12 @@ from ytk_hookspecs.models import LayerTime
 
 
 def _bundle(path, outputs, times, precision="fp16", simulated=True, label=None,  # type: ignore[no-untyped-def]
-            alternatives=None):
+            alternatives=None, npz_sha256="0" * 64):
     buf = io.BytesIO()
     np.savez(buf, **outputs)
     m = BundleManifest(arch="arm64-sm87-dos6010-cu114-trt86", precision=precision, engine_backend="test",
                        engine_version="1", device="dev (simulated)" if simulated else "dev", simulated=simulated,
-                       onnx="model.onnx", onnx_sha256="0" * 64, npz_sha256="0" * 64, label=label or path.stem)
+                       onnx="model.onnx", onnx_sha256="0" * 64, npz_sha256=npz_sha256, label=label or path.stem)
     prof = LayerProfile(device="dev", simulated=simulated, iterations=len(times),
                         layers=[LayerTime(name="/a/Conv + PWN(/a/Relu)", type="CaskConvolution", median_ms=0.7),
                                 LayerTime(name="Reformatting CopyNode for Input Tensor 0 to x", median_ms=0.1)])

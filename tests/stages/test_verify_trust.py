@@ -59,6 +59,21 @@ def test_a_reference_lacking_an_engine_output_fails_naming_it(ytk, tmp_path, out
     assert "FAIL: not in the reference" in r.stdout
 
 
+def test_the_inputs_npz_given_as_the_reference_is_bad_input_not_a_numerics_failure(ytk, tmp_path, outs):
+    """model.npz in place of model.reference.npz (the bundle names its inputs' sha256): exit 2 saying so, not
+    exit 5 (numerics failed) for outputs that were never the model's."""
+    from ytk_hookspecs.models import sha256_file
+
+    inputs = tmp_path / "model.npz"
+    np.savez(inputs, x=np.zeros((1, 3, 4, 4), np.float32))
+    b = _bundle(tmp_path / "base.tgz", outs, [1.0], npz_sha256=sha256_file(inputs))
+    for extra in ((), ("--json",)):
+        r = ytk("embedded", "verify", inputs, b, "--no-host", *extra)
+        assert r.code == 2, r.stderr
+        (line,) = _error_lines(r.stderr)
+        assert f"reference {inputs} is the model's inputs" in line and "model.reference.npz" in line
+
+
 def test_a_reference_output_the_engine_lacks_fails_naming_it(ytk, tmp_path, outs):
     b = _bundle(tmp_path / "base.tgz", {"y": outs["y"]}, [1.0])
     r = _verify(ytk, tmp_path, {**outs, "w": outs["z"]}, b)

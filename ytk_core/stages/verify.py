@@ -237,6 +237,10 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             bundles.append(EngineBundle.open(p))
         except ArtifactError as e:
             raise UsageError(str(e)) from None
+    if any(b.manifest.npz_sha256 == ref_sha for b in bundles):
+        raise UsageError(f"reference {reference} is the model's inputs (the .npz the engines were compiled and run "
+                         "with), not its outputs: pass the model.reference.npz that `ytk embedded prepare` wrote "
+                         "beside it")
     rows: list[LatencyRow] = []
     host_note = ""
     if not no_host:
