@@ -304,3 +304,43 @@ def test_a_module_called_twice_is_two_sites(tmp_path):
     (cand,) = CandidatesFile.read(out / "candidates.json").candidates
     assert [s.module_path for s in cand.sites] == ["fc", "fc"]
     _assert_reproduces_reference(out)
+
+
+FUNCTIONAL_MODEL = '''import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Conv2d(3, 8, 3, 2, 1)
+        self.b = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = F.relu6(self.a(x))
+        y = self.b(y * torch.sigmoid(F.adaptive_avg_pool2d(y, 1)))
+        return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def get_fwd_args():
+    torch.manual_seed(1)
+    return (torch.randn(1, 3, 16, 16),)
+'''
+
+
+def test_call_selectors_find_functional_ops_under_their_exported_names(tmp_path):
+    """F.interpolate is aten.upsample_bilinear2d in the exported graph: `call:` selects it however it is spelled;
+    a function torch.export writes as another op (a global average pool as aten.mean) says which to select."""
+    model = tmp_path / "m.py"
+    model.write_text(FUNCTIONAL_MODEL)
+    r = prepare(model, tmp_path / "a", ["yasp::Up=call:torch.nn.functional.interpolate",
+                                        "yasp::Gate=call:torch.sigmoid"])
+    assert r.code == 0, r.stderr
+    cands = CandidatesFile.read(tmp_path / "a" / "candidates.json").candidates
+    assert sorted(c.name for c in cands) == ["Gate", "Up"]
+    r = prepare(model, tmp_path / "b", ["yasp::Gap=call:torch.nn.functional.adaptive_avg_pool2d"])
+    assert r.code == 2
+    line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
+    assert "torch.export writes it as aten.mean: select call:torch.mean" in line and "Closest ops:" in line

@@ -229,13 +229,16 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
             raise UsageError(f"selector {sel.text!r}: the matched modules contain no traced operations")
         return sites
     if sel.kind == "call":
-        want = _aten_name(sel.call_target)
-        hits = [n for n in gi.calls if op_name(n).split(".")[0] == want and
+        want = _aten_names(sel.call_target)
+        hits = [n for n in gi.calls if op_name(n).split(".")[0] in want and
                 (not sel.where or _glob_ok(gi.stacks[n][-1][0] if gi.stacks[n] else "", sel))]
         if not hits:
             ops = sorted({op_name(n).split(".")[0] for n in gi.calls})
-            raise UsageError(f"selector {sel.text!r}: no call of {sel.call_target} (aten.{want}) in the traced graph. "
-                             f"Closest ops: {_closest(want, ops)}.")
+            near = [o for o in ops if any(w.lstrip("_").split("_")[0] in o for w in want)]
+            raise UsageError(f"selector {sel.text!r}: no call of {sel.call_target} ("
+                             f"{' or '.join('aten.' + w for w in want)}) in the traced graph"
+                             f"{_LOWERED_HINT.get(want[0], '')}. Closest ops: "
+                             f"{', '.join(near[:5]) if near else _closest(want[0], ops)}.")
         return [Site(module_path=gi.stacks[n][-1][0] if gi.stacks[n] else "", nodes=[n]) for n in hits]
     names = list(sel.span) if sel.kind == "span" else list(sel.nodes)
     missing = [x for x in names if x not in gi.by_name]
@@ -257,14 +260,45 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
     return [Site(module_path=owner, nodes=sorted(nodes, key=gi.order.get))]
 
 
+#: torch functions whose calls the exported graph holds under other aten names (the first is the op's own)
+_ATEN_ALIASES: dict[str, tuple[str, ...]] = {
+    "interpolate": ("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_nearest1d",
+                    "upsample_linear1d", "upsample_nearest3d", "upsample_trilinear3d", "_upsample_bilinear2d_aa",
+                    "_upsample_bicubic2d_aa", "_upsample_nearest_exact2d"),
+    "upsample": ("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d"),
+    "relu6": ("relu6", "hardtanh"),
+    "adaptive_avg_pool1d": ("adaptive_avg_pool1d", "_adaptive_avg_pool1d"),
+    "adaptive_avg_pool2d": ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"),
+    "adaptive_avg_pool3d": ("adaptive_avg_pool3d", "_adaptive_avg_pool3d"),
+    "max_pool2d": ("max_pool2d", "max_pool2d_with_indices"),
+    "layer_norm": ("layer_norm", "native_layer_norm"),
+    "group_norm": ("group_norm", "native_group_norm"),
+    "batch_norm": ("batch_norm", "_native_batch_norm_legit_no_training", "_native_batch_norm_legit"),
+    "softmax": ("softmax", "_softmax"),
+    "pad": ("pad", "constant_pad_nd", "reflection_pad2d", "replication_pad2d"),
+    "scaled_dot_product_attention": ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                                     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_attention_math"),
+}
+_LOWERED_HINT = {k: " (with an output size of 1 torch.export writes it as aten.mean: select call:torch.mean)"
+                 for k in ("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d")}
+
+
 def _aten_name(dotted: str) -> str:
     last = dotted.split(".")
     # aten.matmul.default -> matmul ; torch.nn.functional.relu -> relu ; torch.matmul -> matmul
     if last[0] == "aten" and len(last) >= 2:
         return last[1]
-    if last[-1] in ("default", "Tensor", "int") and len(last) >= 2:
+    if last[-1] in ("default", "Tensor", "int", "vec") and len(last) >= 2:
         return last[-2]
     return last[-1]
+
+
+def _aten_names(dotted: str) -> tuple[str, ...]:
+    """The aten op names a call of ``dotted`` appears as in the exported graph (an aten name as given: itself)."""
+    name = _aten_name(dotted)
+    if "aten" in dotted.split("."):
+        return (name,)
+    return _ATEN_ALIASES.get(name, (name,))
 
 
 def span_nodes(a: Any, b: Any, gi: GraphIndex) -> list[Any]:
