@@ -57,6 +57,21 @@ def test_end_to_end(finished):
     assert (w / "report" / "regions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_changed_model_file_is_refused_even_with_resume(finished, tmp_path):
+    """--resume goes on past changed inputs or backend versions, never past another model: the refusal says so,
+    and names --fresh."""
+    import shutil
+
+    w, _ = finished
+    shutil.copy(w / STATE_FILE, tmp_path / STATE_FILE)
+    model = tmp_path / MODEL.name
+    model.write_text(MODEL.read_text() + "\n# edited\n")
+    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path, "--resume", *MOCK)
+    assert r.code == 2, r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
+    assert f"{model} differs" in line and "(--resume neither)" in line and "--fresh" in line
+
+
 def test_rerun_of_a_finished_loop_does_no_work(finished):
     w, _ = finished
     before = state(w)

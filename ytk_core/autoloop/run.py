@@ -77,8 +77,9 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
     if sf.is_file():
         st = _read_state(workdir)
         if Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model):
-            raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs. Resume "
-                             "with the same model file, or start over with --fresh (or a new --workdir).")
+            raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs, and no "
+                             "flag (--resume neither) goes on with another model's results: resume with the same "
+                             "model file, or start over with --fresh (or a new --workdir).")
         if arch != "auto" and arch != st.arch:
             raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; "
                              "start over with --fresh or use a new --workdir")
