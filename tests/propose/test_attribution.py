@@ -95,7 +95,7 @@ def test_time_ms_over_count_when_nothing_else(tmp_path):
 
 @pytest.mark.parametrize("content, words", [
     ('{"Layers": ["a"], "Bindings": []}', "layer-info file"),
-    ("not json", "not a readable JSON"),
+    ("not json", "neither an engine bundle .* nor a JSON layer profile"),
     ('[{"count": 1}, {"timeMs": 1}]', 'no "name"'),
     ('{"x": 1}', "not a profile"),
     ("[]", "no layers"),
@@ -104,6 +104,13 @@ def test_bad_profiles_are_clear_errors(tmp_path, content, words):
     p = tmp_path / "p.json"
     p.write_text(content)
     with pytest.raises(UsageError, match=words):
+        load_measurement(p)
+
+
+def test_an_onnx_given_as_the_profile_asks_for_the_bundle(tmp_path):
+    p = tmp_path / "model.onnx"
+    p.write_bytes(b"\x08\x07\x12\x07pytorch\xea\x01")
+    with pytest.raises(UsageError, match=r"--profile .*model.onnx: neither an engine bundle"):
         load_measurement(p)
 
 

@@ -130,6 +130,21 @@ def test_unwritable_output_path(tmp_path):
     one_line_error(r, 2)
 
 
+@pytest.mark.parametrize("where", ["under_a_file", "in_proc"])
+def test_a_compile_output_that_cannot_be_written_names_the_flag(tmp_path, where):
+    """Said as -o's problem, before the engine is built, never through the temporary folder beside it."""
+    from tests.stages.carved_fixture import make_fixture
+
+    base = make_fixture(tmp_path / "fx") / "base"
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    out = blocker / "x.tgz" if where == "under_a_file" else Path("/proc/ytk-test-x.tgz")
+    r = ytk_inproc("embedded", "compile", "-a", "arm64-sm87-dos6010-cu114-trt86", "-p", "fp16", "--onnx",
+                   base / "model.onnx", "--npz", base / "model.npz", "-o", out, "--engine", "mock")
+    line = one_line_error(r, 2)
+    assert line.startswith(f"error: -o/--output {out}") and ".build-" not in line, line
+
+
 def test_unexpected_exception_is_one_line_exit_1(monkeypatch, capsys):
     import importlib
 

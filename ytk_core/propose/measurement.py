@@ -55,7 +55,15 @@ def load_measurement(profile: str | Path, layer_info: str | Path | None = None, 
     if tarfile.is_tarfile(p):
         m = _from_bundle(p)
     else:
-        m = _from_json(p, _read_json(p, "profile"))
+        try:
+            data = _read_json(p, "profile")
+        except UsageError:
+            if not p.is_file():
+                raise
+            raise UsageError(f"--profile {p}: neither an engine bundle (the .tgz `ytk embedded compile` writes) nor "
+                             "a JSON layer profile (a trtexec --exportProfile file); pass the bundle of the engine "
+                             "to attribute") from None
+        m = _from_json(p, data)
     if layer_info is not None:
         m.layer_info = _layer_info_index(_read_json(Path(layer_info), "layer info"), Path(layer_info))
     _merge_layer_info(m)

@@ -128,6 +128,11 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         warnings.append(taps_warning)
     workdir = output.parent / f".{output.name}.build-{rt.run_id}"
     try:
+        workdir.mkdir(parents=True)
+    except OSError as e:
+        raise UsageError(f"-o/--output {output}: cannot create files in {output.parent} ({e.strerror or e}); "
+                         "choose another path") from None
+    try:
         req = CompileRequest(onnx=onnx.resolve(), npz=npz.resolve(), arch=target.spec, precision=prec,  # type: ignore[arg-type]
                              plugins=artifacts, workdir=workdir.resolve(), debug_outputs=taps)
         cres = sel.backend.impl.compile(req, rt.context(sel, "compile", workdir))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ytk_hookspecs.models import ArchSpec, ArchSpecError
@@ -68,4 +69,13 @@ def output_file(path: Path, what: str) -> Path:
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"{what} {p} is a folder; give the file to write, e.g. {p / 'out.tgz'}")
+    # the nearest folder that exists must take new files (the missing ones are created in it): said before any work
+    # is done, and in the user's words rather than through the name of a temporary file beside the output
+    parent = p.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{what} {p}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {p}: cannot write in {parent} (permission denied); choose another path")
     return p
