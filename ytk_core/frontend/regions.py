@@ -260,7 +260,7 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
     return [Site(module_path=owner, nodes=sorted(nodes, key=gi.order.get))]
 
 
-#: torch functions whose calls the exported graph holds under other aten names (the first is the op's own)
+#: torch functions whose calls the exported graph holds under other (or more) aten names than their own
 _ATEN_ALIASES: dict[str, tuple[str, ...]] = {
     "interpolate": ("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_nearest1d",
                     "upsample_linear1d", "upsample_nearest3d", "upsample_trilinear3d", "_upsample_bilinear2d_aa",
