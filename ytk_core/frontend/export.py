@@ -167,13 +167,15 @@ def check_outputs(program: Any, model_path: Path) -> None:
 
     out = [n for n in program.graph.nodes if n.op == "output"]
     leaves = torch.utils._pytree.tree_leaves(out[0].args[0]) if out and out[0].args else []
-    bad = [(i, x) for i, x in enumerate(leaves) if not isinstance(x, torch.fx.Node)]
-    if leaves and not bad:
+    tensors = [x for x in leaves if isinstance(x, torch.fx.Node)]
+    # beside tensors, a None (an optional output left out) is the exporter's to drop; a number or a str is not
+    bad = [(i, x) for i, x in enumerate(leaves) if not isinstance(x, torch.fx.Node) and x is not None]
+    if tensors and not bad:
         return
-    if not leaves or len(bad) == len(leaves):
-        got = ", ".join(sorted({"None" if x is None else type(x).__name__ for _, x in bad})) or "nothing"
+    if not tensors:
+        got = ", ".join(sorted({"None" if x is None else type(x).__name__ for x in leaves})) or "nothing"
     else:
-        got = ", ".join(f"output {i}: {'None' if x is None else type(x).__name__} ({x!r:.40})" for i, x in bad)
+        got = ", ".join(f"output {i}: {type(x).__name__} ({x!r:.40})" for i, x in bad)
     raise UsageError(f"{model_path}: Model.forward returned {got}, not a tensor; it must return a tensor or a "
                      "tuple, list or dict of tensors (the model's outputs), nothing else. Nothing was written.")
 
