@@ -264,3 +264,21 @@ def test_a_generator_refusing_every_proposal_hears_what_roofline_left_out(ytk, w
     assert len(hint) == 1 and hint[0].endswith("left out below as at roofline: --roofline 1 lists it"), r.stdout
     r = ytk(*_args(worked))  # the mock takes every proposal: nothing to add
     assert r.code == 0 and "would also take" not in r.stdout
+
+
+def test_a_gaia_service_setting_that_is_wrong_stops_propose(ytk, worked, tmp_path, monkeypatch):
+    """YTK_GAIA_URL at a Kronos worker: no Gaia service can be asked, and no job could run; propose says so (exit
+    2) instead of printing "likely ... could not be asked" on every row."""
+    from tests.gaia.conftest import KEY, client_env
+    from tests.kronos.conftest import Worker
+
+    w = Worker(tmp_path / "kronos")
+    try:
+        for k, v in client_env(w.url, key=KEY, retry_s="2").items():
+            monkeypatch.setenv(k, v)
+        r = ytk(*_args(worked), "--kernelgen", "gaia")
+    finally:
+        w.stop()
+    assert r.code == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
+    assert f"YTK_GAIA_URL {w.url} is a kronos worker, not a gaia service" in line, line

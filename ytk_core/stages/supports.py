@@ -20,7 +20,8 @@ def ask(request: SupportRequest, kernelgen: str | None, arch: ArchSpec | None = 
     """The selected generators' answer (``selection``: one selection or a chain; else the chain that
     ``kernelgen`` names): the first that takes the region, else a refusal giving each one's reason,
     certain only when every refusal is. An error inside a backend becomes a 'not supported' answer
-    naming it (a broken answer must not stop propose or the loop)."""
+    naming it (a broken answer must not stop propose or the loop), except one that says the backend cannot be
+    used at all (``stops_the_loop``: a service's URL or token is wrong), which is raised."""
     rt = runtime()
     chain = selection if isinstance(selection, list) else [selection] if selection is not None else \
         rt.select_chain("kernelgen", kernelgen, arch)
@@ -42,6 +43,8 @@ def _ask_one(request: SupportRequest, sel: Any) -> SupportAnswer:
     try:
         ans = sel.backend.impl.supports(request, rt.context(sel, "kernelgen"))
     except Exception as e:  # a third-party backend's bug is its answer, not the caller's crash
+        if getattr(e, "stops_the_loop", False):
+            raise  # the backend cannot be used at all (its service's settings are wrong): the user must know now
         rt.log.debug("supports raised", backend=sel.name, error=repr(e))
         return SupportAnswer(supported=False, certain=False, backend=sel.name,
                              why=f"{sel.name} failed to answer: {type(e).__name__}: {str(e)[:200]}")

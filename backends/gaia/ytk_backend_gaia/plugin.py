@@ -48,6 +48,8 @@ class GaiaBackend:
 
     # -- kernelgen ------------------------------------------------------------------------------
     def supports(self, request: SupportRequest, ctx: StageContext) -> SupportAnswer:
+        from ytk_hookspecs.service.http import CONFIG_FAILURES, ServiceError
+
         from .client import GaiaClient
         from .config import client_settings
         from .protocol import SupportQuery
@@ -60,11 +62,19 @@ class GaiaBackend:
         try:
             with GaiaClient(settings, retry_s=SUPPORTS_RETRY_S) as client:
                 ans = client.supports(query)
+        except ServiceError as e:
+            if e.kind in CONFIG_FAILURES:  # wrong settings: every job would fail so, and the user must fix them
+                raise
+            return self._unasked(e)
         except Exception as e:  # noqa: BLE001  -- no answer is no refusal: the job decides
-            return SupportAnswer(supported=True, certain=False, backend=NAME,
-                                 why=f"the service could not be asked ({' '.join(str(e).split())[:200]}); "
-                                     "the job decides")
+            return self._unasked(e)
         return ans.model_copy(update={"backend": f"{NAME}/{ans.backend}" if ans.backend else NAME})
+
+    @staticmethod
+    def _unasked(e: Exception) -> SupportAnswer:
+        return SupportAnswer(supported=True, certain=False, backend=NAME,
+                             why=f"the service could not be asked ({' '.join(str(e).split())[:200]}); "
+                                 "the job decides")
 
     def submit(self, request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
         from .jobs import generate

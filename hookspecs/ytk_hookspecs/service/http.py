@@ -29,6 +29,8 @@ T = TypeVar("T", bound=Versioned)
 #: the longest single wait between two tries, whatever Retry-After asks
 MAX_WAIT_S = 30.0
 Failure = Literal["usage", "unreachable", "busy", "token", "refused", "invalid", "damaged"]
+#: failures of the settings (the URL, the token, the kind of service there): no retry or later try mends them
+CONFIG_FAILURES: tuple[Failure, ...] = ("usage", "token", "invalid")
 
 
 class ServiceError(StageError):
@@ -45,7 +47,7 @@ class ServiceError(StageError):
         """The service cannot be used at all (unreachable, busy for the whole retry budget, the token refused, the
         URL another kind of service or none that answers as this one): every job would fail the same way, so a loop
         (the autoloop) stops on it rather than dropping each region in turn. A refusal of one job does not."""
-        return self.kind in ("usage", "unreachable", "busy", "token", "invalid")
+        return self.kind in (*CONFIG_FAILURES, "unreachable", "busy")
 
 
 class _Retryable(Exception):
