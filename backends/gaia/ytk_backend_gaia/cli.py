@@ -105,8 +105,10 @@ def build_settings(*, state_dir: Path | None, keys_file: Path | None, generators
     if gpus is not None and (not gpu_ids or not all(g.isdigit() for g in gpu_ids)):
         raise ServiceUsageError(f"--gpus {gpus!r}: expected GPU indices, e.g. 0,1")
     workers = _workers_table()
-    ray_address = ray or os.environ.get(RAY_ENV) or (str(workers["gaia_ray"]) if workers.get("gaia_ray") else None)
-    ray_source = "--ray" if ray else f"${RAY_ENV}" if os.environ.get(RAY_ENV) else "[workers] gaia_ray in ytk.toml"
+    # the first given of --ray, $YTK_GAIA_RAY, [workers] gaia_ray, and where it came from (error lines name it)
+    given = [(ray, "--ray"), (os.environ.get(RAY_ENV), f"${RAY_ENV}"),
+             (workers.get("gaia_ray"), "[workers] gaia_ray in ytk.toml")]
+    ray_address, ray_source = next(((str(v), src) for v, src in given if v), (None, "--ray"))
     if ray_address:
         _check_ray()
     gens, build = _backends(generators, None if builder == "none" else builder)
