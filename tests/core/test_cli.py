@@ -130,6 +130,27 @@ def test_backends_for_a_target_shows_the_autoloops_choice(ytk):
     assert r.code == 2 and "-a/--arch" in r.stderr
 
 
+def test_backends_shows_the_autoloops_pairing(ytk, monkeypatch):
+    """nvcc builds for an x86 target here, but with a simulated generator (no GPU to score kernels on) the
+    autoloop builds with the simulated builder: `ytk backends -a` says so, the same as the autoloop records."""
+    import json
+
+    from ytk_core.autoloop.run import resolve_backends
+    from ytk_core.autoloop.state import BackendChoice
+
+    x86 = "x86_64-sm90-linux-cu130-trt10"
+    rep = json.loads(ytk("backends", "-a", x86, "--json").stdout)
+    assert rep["selected"] == resolve_backends(x86, BackendChoice()).roles()
+    if rep["selected"]["kernelgen"] == "mock":  # a host without a CUDA device
+        assert rep["selected"]["builder"] == "mock", rep["selection_reasons"]
+        assert "paired: the kernel generator mock is simulated" in rep["selection_reasons"]["builder"]
+    # a Gaia service in the settings is the generator; the simulated engine still pairs with its builder
+    monkeypatch.setenv("YTK_GAIA_URL", "http://127.0.0.1:9")
+    rep = json.loads(ytk("backends", "-a", x86, "--json").stdout)
+    if rep["selected"]["engine"] == "mock":
+        assert rep["selected"]["builder"] == "mock" and "simulated" in rep["selection_reasons"]["builder"]
+
+
 def test_json_commands_fail_with_one_json_object(ytk, tmp_path):
     """A pipeline reading --json gets an object on failure too, and never two documents."""
     import json

@@ -178,36 +178,65 @@ def resolve_backends(arch: str, flags: BackendChoice, remote_engine: str | None 
     """The engine, kernel generator and builder a new autoloop uses (a resumed one keeps its own). A
     ``remote_engine`` runs on a Kronos worker: it is not selected (or need not even be installed) here."""
     rt = runtime()
-    spec = ArchSpec.parse(arch)
     out = {}
-    for role in ("engine", "kernelgen", "builder"):
-        if role == "engine" and remote_engine:
-            out[role] = remote_engine
-            continue
-        if role == "kernelgen":
-            chain = rt.select_chain(role, getattr(flags, role), spec)
-            out[role] = ",".join(s.name for s in chain)
-            rt.log.info(f"autoloop {role}: {out[role]}", why="; ".join(f"{s.name}: {s.reason}" for s in chain))
-            continue
-        if role == "builder" and not getattr(flags, role) and _simulated_only(out["kernelgen"]):
-            # a simulated generator's placeholders are built by a simulated builder, never into real .so files
-            gen = rt.manager.get(out["kernelgen"].split(",")[0])
-            if gen is not None and role in gen.info.roles:
-                out[role] = rt.select(role, gen.name, spec).name
-                rt.log.info(f"autoloop {role}: {gen.name}", why="the kernel generator is simulated")
-                continue
-        sel = rt.select(role, getattr(flags, role), spec)
-        eng = rt.manager.get(out["engine"]) if role == "builder" else None
-        if (sel.source == "auto" and eng is not None and eng.info.simulated and role in eng.info.roles
-                and not sel.backend.info.simulated):
-            # a simulated engine's plugins are simulated ones: a real builder (a Gaia service's nvcc, chosen
-            # because YTK_GAIA_URL is set) refuses a simulated generator's placeholder, and every region is dropped
-            out[role] = rt.select(role, eng.name, spec).name
-            rt.log.info(f"autoloop {role}: {eng.name}", why="the engine is simulated")
-            continue
-        out[role] = sel.name
-        rt.log.info(f"autoloop {role}: {sel.name}", why=sel.reason)
+    for role, (name, why) in choose_backends(arch, flags, remote_engine).items():
+        out[role] = name  # never None: choose_backends raises without keep_going
+        rt.log.info(f"autoloop {role}: {name}", why=why)
     return AutoloopBackends(**out)
+
+
+def choose_backends(arch: str, flags: BackendChoice, remote_engine: str | None = None,
+                    keep_going: bool = False) -> dict[str, tuple[str | None, str]]:
+    """Per role, the backend an autoloop for ``arch`` would use and why: the one place that decides, so that
+    ``ytk backends -a ARCH`` shows exactly the autoloop's choice. A role that nothing can fill raises its
+    selection error, or with ``keep_going`` is ``(None, error)`` and the other roles are still chosen. A
+    simulated generator or engine pairs with the simulated builder unless a builder is named."""
+    from ..errors import YtkError
+
+    spec = ArchSpec.parse(arch)
+    out: dict[str, tuple[str | None, str]] = {}
+    for role in ("engine", "kernelgen", "builder"):
+        try:
+            out[role] = _choose(role, spec, flags, remote_engine, out)
+        except YtkError as e:
+            if not keep_going:
+                raise
+            out[role] = (None, str(e))
+    return out
+
+
+def _choose(role: str, spec: ArchSpec, flags: BackendChoice, remote_engine: str | None,
+            chosen: dict[str, tuple[str | None, str]]) -> tuple[str, str]:
+    from ..plugins.selection import Selection, select_backend, select_chain
+
+    rt = runtime()
+
+    # not logged here: resolve_backends logs the outcome and `ytk backends` prints it
+    def select(role: str, name: str | None) -> Selection:
+        return select_backend(rt.manager, role, name, rt.config, spec)
+
+    if role == "engine" and remote_engine:
+        return remote_engine, "the kronos worker's engine"
+    if role == "kernelgen":
+        chain = select_chain(rt.manager, role, getattr(flags, role), rt.config, spec)
+        why = "; ".join(f"{s.name}: {s.source}: {s.reason}" if len(chain) > 1 else f"{s.source}: {s.reason}"
+                        for s in chain)
+        return ",".join(s.name for s in chain), why
+    gens = chosen.get("kernelgen", (None, ""))[0]
+    if role == "builder" and not getattr(flags, role) and gens and _simulated_only(gens):
+        # a simulated generator's placeholders are built by a simulated builder, never into real .so files
+        gen = rt.manager.get(gens.split(",")[0])
+        if gen is not None and role in gen.info.roles:
+            return select(role, gen.name).name, f"paired: the kernel generator {gen.name} is simulated"
+    sel = select(role, getattr(flags, role))
+    engine = chosen.get("engine", (None, ""))[0]
+    eng = rt.manager.get(engine) if role == "builder" and engine else None
+    if (sel.source == "auto" and eng is not None and eng.info.simulated and role in eng.info.roles
+            and not sel.backend.info.simulated):
+        # a simulated engine's plugins are simulated ones: a real builder (a Gaia service's nvcc, chosen
+        # because YTK_GAIA_URL is set) refuses a simulated generator's placeholder, and every region is dropped
+        return select(role, eng.name).name, f"paired: the engine {eng.name} is simulated"
+    return sel.name, f"{sel.source}: {sel.reason}"
 
 
 def _simulated_only(kernelgens: str) -> bool:

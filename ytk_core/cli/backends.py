@@ -9,9 +9,7 @@ from rich.table import Table
 
 from ytk_hookspecs.models import SELECTABLE_ROLES
 
-from ..plugins.selection import select_chain
 from rich.markup import escape
-from ..errors import YtkError
 from ..runtime import emit_json, runtime, stdout
 from .app import app
 from .options import JsonOpt
@@ -47,17 +45,13 @@ def backends_cmd(
             "distribution": b.distribution, "version": b.info.version, "simulated": b.info.simulated,
             "available": av.available, "reason": av.reason, "description": b.info.description,
         })
-    chosen: dict[str, str | None] = {}
-    reasons: dict[str, str] = {}
-    for role in SELECTABLE_ROLES:
-        try:
-            chain = select_chain(mgr, role, None, rt.config, spec)  # one backend, or the kernelgen chain
-            chosen[role] = ",".join(s.name for s in chain)
-            reasons[role] = "; ".join(f"{s.name}: {s.source}: {s.reason}" if len(chain) > 1 else
-                                      f"{s.source}: {s.reason}" for s in chain)
-        except YtkError as e:
-            chosen[role] = None
-            reasons[role] = str(e)
+    # the autoloop's own choice, pairings included (a simulated generator builds with the simulated builder)
+    from ..autoloop.run import choose_backends
+    from ..autoloop.state import BackendChoice
+
+    picks = choose_backends(spec.spec, BackendChoice(), keep_going=True)
+    chosen = {role: picks[role][0] for role in SELECTABLE_ROLES}
+    reasons = {role: picks[role][1] for role in SELECTABLE_ROLES}
     if json_:
         emit_json({"arch": spec.spec, "backends": rows, "selected": chosen,
                    "selection_reasons": reasons, "warnings": mgr.warnings})
