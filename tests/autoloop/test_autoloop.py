@@ -385,6 +385,11 @@ def test_resume_with_changed_inputs_asks_and_the_user_chooses(tmp_path):
     r = run("--resume", size="96")
     assert r.code == 0 and "going on with" in r.stderr
     assert state(w).input_shapes == [[1, 3, 64, 64]]
+    # the summary and the report, not only a stderr warning, say the figures predate the change
+    assert "note: resumed although get_fwd_args() gives inputs [[1, 3, 96, 96]]" in r.stdout, r.stdout
+    assert "Resumed with `--resume` although" in (w / "report" / "autoloop_report.md").read_text()
+    js = run("--resume", "--json", size="96")
+    assert js.code == 0 and "[[1, 3, 96, 96]]" in json.loads(js.stdout)["stale"][0]
     r = run("--fresh", size="96")
     assert r.code == 0, r.stderr[-2000:]
     assert state(w).input_shapes == [[1, 3, 96, 96]]

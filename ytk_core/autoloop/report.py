@@ -140,6 +140,8 @@ class AutoloopReport(Versioned):
     report_md: str | None = None
     charts: list[str] = Field(default_factory=list)
     ship: ShipList | None = None
+    stale: list[str] = Field(default_factory=list, description="what changed since the recorded results were "
+                             "measured, when --resume went on with them anyway (empty: nothing changed)")
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -180,8 +182,11 @@ def dropped_label(c: PluginRecord) -> str:
     return f"{c.name} ({c.dropped_at})" if c.dropped_at else c.name
 
 
-def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timing: bool) -> AutoloopReport:
+def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timing: bool,
+                 stale: list[str] | None = None) -> AutoloopReport:
+    """``stale``: what changed since the recorded results were measured, when ``--resume`` went on anyway."""
     w = Path(workdir)
+    stale = stale or []
     rdir = w / REPORT_DIR
     rdir.mkdir(parents=True, exist_ok=True)
     base, best = state.baseline, state.best
@@ -206,6 +211,9 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
           f"- backends: engine `{state.backends.engine}`, kernelgen `{state.backends.kernelgen}`, "
           f"builder `{state.backends.builder}`",
           f"- wall time: {state.elapsed_s / 60:.1f} min; stopped because: {state.stop_reason or 'not finished'}", ""]
+    if stale:
+        md += ["> **Resumed with `--resume` although " + "; ".join(stale) + ".** The figures below were measured "
+               "before that change; run with `--fresh` to measure the model as it is now.", ""]
     if simulated:
         md += ["> Every latency here comes from the mock backend's simulated DRIVE AGX Orin (a cost model), "
                "not from hardware.", ""]
@@ -261,7 +269,7 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
     return AutoloopReport(workdir=str(w), state=state, baseline_ms=base.ms if base else None,
                           final_ms=best.ms if best else None, speedup=speedup, simulated=simulated, verify=verify,
                           report_md=str(rdir / "autoloop_report.md"),
-                          charts=[str(c) for c in charts], ship=ship)
+                          charts=[str(c) for c in charts], ship=ship, stale=stale)
 
 
 def _charts(rdir: Path, points: list[RoundPoint], regions: list[tuple[str, float, float | None]],

@@ -60,15 +60,15 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
         if on_change == "fresh":
             discard_run(workdir)
         state = _load_or_start(model, arch, precision, workdir, flags, limits, min_gain_t, worker)
-        if on_change != "fresh":
-            _check_unchanged(state, model, workdir, resume=on_change == "resume")
+        stale = [] if on_change == "fresh" else _check_unchanged(state, model, workdir, resume=on_change == "resume")
         loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs, worker)
         if not state.finished:
             loop.run()
         rt = runtime()
         eng = rt.manager.get(state.backends.engine)
         simulated = bool(eng and eng.info.simulated)
-        return build_report(state, workdir, simulated=simulated, host_timing=state.backends.engine != "mock")
+        return build_report(state, workdir, simulated=simulated, host_timing=state.backends.engine != "mock",
+                            stale=stale)
 
 
 def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice,
@@ -138,8 +138,9 @@ def discard_run(workdir: Path) -> None:
             shutil.rmtree(d)
 
 
-def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool) -> None:
-    """A resumed workdir whose results depend on what changed since: say what, and let the user choose."""
+def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool) -> list[str]:
+    """A resumed workdir whose results depend on what changed since: say what, and let the user choose.
+    Returns what changed when ``resume`` goes on anyway (for the report), else nothing."""
     from ..frontend.loader import input_shapes
 
     changes = []
@@ -155,12 +156,13 @@ def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool
         if now != st.input_shapes:
             changes.append(f"get_fwd_args() gives inputs {now}, the recorded run used {st.input_shapes}")
     if not changes:
-        return
+        return []
     what = "; ".join(changes)
     if not resume:
         raise UsageError(f"{workdir} holds an autoloop whose results depend on what changed: {what}. Run again "
                          "with --fresh to discard it and start over, or --resume to go on with its results")
     rt.log.warning(f"--resume: going on with {workdir}'s recorded results although {what}")
+    return changes
 
 
 def _on_worker(worker: str, arch: str, flags: BackendChoice) -> tuple[str, BackendChoice]:

@@ -92,6 +92,9 @@ def autoloop(
     if rep.baseline_ms and rep.final_ms:
         stdout.print(f"{rep.baseline_ms:.3f} ms -> {rep.final_ms:.3f} ms ({rep.speedup:.2f}x){sim}; stopped: "
                      f"{st.stop_reason}", markup=False, highlight=False)
+    for what in rep.stale:
+        stdout.print(f"note: resumed although {what}: these figures were measured before that change "
+                     "(--fresh measures the model as it is now)", markup=False, highlight=False)
     if rep.ship is not None:
         stdout.print(f"ship: {_shown(rep.ship.engine_bundle)}"
                      + "".join(f"\n      {_shown(p.so)}  ({p.name})" for p in rep.ship.plugins),
