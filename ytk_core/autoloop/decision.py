@@ -12,11 +12,15 @@ from .workspace import Workspace
 
 def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> None:
     """Drop the plugins that lose, keep the rest when the engine got faster by at least --min-gain-ms
-    (a smaller gain is not shipped), and stop the loop when the round gained less than that."""
+    (a smaller gain is not shipped), and stop the loop when the round gained less than that. The engine
+    without the losers is adopted only when it is faster end to end than the one with them."""
     best = ws.state.best
     assert best is not None and rnd.result_bundle is not None
-    if _drop_losers(ws, rnd) and ws.active(rnd):
-        _compile_without_losers(ws, engines, rnd)
+    if rnd.losers_engine is None and _drop_losers(ws, rnd):
+        rnd.losers_engine, rnd.losers_ms = rnd.result_bundle, rnd.result_ms
+        ws.save()  # a resume compares the same two engines, never judges the winners' engine again
+    if rnd.losers_engine is not None and rnd.result_bundle == rnd.losers_engine:
+        _without_losers(ws, engines, rnd)
     winners = ws.active(rnd)
     gain = best.ms - (rnd.result_ms or best.ms) if winners else 0.0
     rnd.gain_ms = gain
@@ -61,18 +65,43 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
     return bool(losers)
 
 
-def _compile_without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> None:
-    """The round's engine again with the winners only; it becomes the round's result, or the winners are
-    dropped with why it failed."""
-    rec = engines.try_compile(rnd, f"round{rnd.index}-winners.tgz", ws.round_plugins(rnd))
-    if isinstance(rec, str):
-        for c in ws.active(rnd):
-            ws.drop(c, "compile", f"engine compile after dropping the losers: {rec}")
-    elif not rec.numerics_passed:
-        for c in ws.active(rnd):
-            ws.drop(c, "numerics", f"numerics after dropping losers: {rec.numerics_note}")
+def _without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> None:
+    """Compile the round's engine with the winners only. It becomes the round's result when it compiles,
+    passes numerics and is faster end to end than the engine with the losers; otherwise the losers are
+    taken back and the round keeps the engine it verified (a layer's time is an attribution; the engine's
+    latency is what ships)."""
+    assert rnd.losers_ms is not None
+    best = ws.state.best
+    assert best is not None
+    losers = [c for c in rnd.candidates if c.status == "dropped" and c.dropped_at == "decide"]
+    if not losers:  # a resume after they were taken back
+        return
+    winners = ws.active(rnd)
+    if winners:
+        rec = engines.try_compile(rnd, f"round{rnd.index}-winners.tgz", ws.round_plugins(rnd))
+        if isinstance(rec, str):
+            why = f"the engine without {_names(losers)} did not compile ({rec})"
+        elif not rec.numerics_passed:
+            why = f"the engine without {_names(losers)} failed numerics ({rec.numerics_note})"
+        elif rec.p50_ms >= rnd.losers_ms:
+            why = (f"without {_names(losers)} the engine took {rec.p50_ms:.3f} ms, with "
+                   f"{'it' if len(losers) == 1 else 'them'} {rnd.losers_ms:.3f} ms")
+        else:
+            rnd.result_bundle, rnd.result_ms = rec.bundle, rec.p50_ms
+            return
+    elif rnd.losers_ms < best.ms:  # every new plugin lost on its layers, yet the engine with them is faster
+        why = f"without them the engine is the best one so far, {best.ms:.3f} ms; with them {rnd.losers_ms:.3f} ms"
     else:
-        rnd.result_bundle, rnd.result_ms = rec.bundle, rec.p50_ms
+        return
+    for c in losers:
+        c.status, c.dropped_at = "built", None
+        c.reason = f"kept although its layers took {c.plugin_ms or 0:.3f} ms where the region took " \
+                   f"{c.region_ms:.3f} ms: {why}"
+    ws.event(f"round {rnd.index}: took back {_names(losers)}: {why}")
+
+
+def _names(cands: list[PluginRecord]) -> str:
+    return ", ".join(c.name for c in cands)
 
 
 def _keep(ws: Workspace, rnd: RoundRecord, winners: list[PluginRecord], gain: float) -> None:

@@ -96,6 +96,10 @@ class RoundRecord(_M):
     admission_s: float = Field(0.0, description="of the build stage's seconds, those the admission gate took")
     result_bundle: str | None = None
     result_ms: float | None = None
+    losers_engine: str | None = Field(None, description="the round's engine with every new plugin, once decide "
+                                      "has dropped the ones whose layers lost (it is compared with the engine "
+                                      "without them)")
+    losers_ms: float | None = Field(None, description="that engine's p50 ms")
     gain_ms: float | None = None
     note: str = ""
 

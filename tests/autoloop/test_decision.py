@@ -1,0 +1,48 @@
+"""The round's decision is judged on the engine's latency: a plugin whose layers look slower than its
+region is dropped only when the engine without it is faster end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+HYVIT = REPO / "tests" / "data" / "tiny_hybrid_vit_model.py"
+DW = REPO / "tests" / "data" / "tiny_dw_model.py"
+ORIN = "arm64-sm87-dos6010-cu114-trt86"
+MOCK = ["--engine", "mock", "--kernelgen", "mock", "--builder", "mock"]
+
+
+def autoloop(model: Path, workdir: Path):  # type: ignore[no-untyped-def]
+    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", workdir, "--max-rounds", "1", "--min-gain-ms",
+                "0.001", *MOCK, "--json", env={"YTK_AUTOLOOP_CRASH_AT": ""})
+    assert r.code == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(tmp_path: Path) -> None:
+    """On this model the stem conv's layers (with the reformat feeding it) time slower than its region did,
+    yet the engine without it is slower: the round keeps the engine it verified, with every plugin."""
+    rep = autoloop(HYVIT, tmp_path / "w")
+    rnd = rep["state"]["rounds"][0]
+    stem = next(c for c in rnd["candidates"] if c["name"].startswith("Conv3x3s2C3to24"))
+    assert stem["status"] == "kept" and "kept although its layers took" in stem["reason"], stem
+    assert rnd["losers_engine"] == rnd["result_bundle"] == rep["state"]["best"]["bundle"]
+    winners = next(c for c in rnd["compiles"] if c["bundle"].endswith("round1-winners.tgz"))
+    assert winners["p50_ms"] >= rnd["result_ms"] == rep["final_ms"]
+    assert any("took back Conv3x3s2C3to24" in h for h in rep["state"]["history"])
+    assert stem["name"] in {p["name"] for p in rep["ship"]["plugins"]}
+
+
+def test_a_loser_whose_engine_is_slower_with_it_stays_dropped(tmp_path: Path) -> None:
+    rep = autoloop(DW, tmp_path / "w")
+    rnd = rep["state"]["rounds"][0]
+    stem = next(c for c in rnd["candidates"] if c["name"] == "Conv3x3s2C3to16")
+    assert stem["status"] == "dropped" and stem["dropped_at"] == "decide", stem
+    assert rnd["result_bundle"].endswith("round1-winners.tgz") and rnd["result_ms"] < rnd["losers_ms"]
+    assert rep["ship"]["engine_bundle"].endswith("round1-winners.tgz")
