@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ytk_hookspecs.models.base import replace_file
 from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned
 from ytk_hookspecs.models.base import file_mode, sha256_file
 
@@ -163,7 +164,7 @@ def write_bundle(out: Path, manifest: BundleManifest, members: dict[str, Path | 
                 else:
                     tf.add(str(src), arcname=name, recursive=False)
         os.chmod(tmp, file_mode())  # mkstemp creates 0600; a bundle is an ordinary user file
-        os.replace(tmp, out)
+        replace_file(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

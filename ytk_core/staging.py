@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from ytk_hookspecs.models import ArtifactError
+
 PREFIX = ".ytk-staging-"
 
 
@@ -38,6 +40,8 @@ class Staged:
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        for staged in self._outside:
+            staged.unlink(missing_ok=True)
 
     def path(self, final: Path) -> Path:
         """Where the stage writes what belongs at ``final``."""
@@ -45,7 +49,10 @@ class Staged:
         try:
             rel = final.resolve().relative_to(self.home.resolve())
         except ValueError:
-            staged = self.dir / ".outside" / str(len(self._outside)) / final.name
+            # beside its final place, not in ``home``: a rename across file systems is no rename (EXDEV)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            remove_dead(final.parent, PREFIX)
+            staged = final.parent / f"{self.dir.name}-{len(self._outside)}.{final.name}"
             self._outside[staged] = final
             return staged
         return self.dir / rel
@@ -61,10 +68,16 @@ class Staged:
         """Move every staged file into place (the marker last), then delete ``replaced`` files the
         commit did not overwrite. The old marker goes first: a crash half-way leaves no marker, so the
         directory never claims to be complete while it is mixed."""
+        staged = [p for p in self.dir.rglob("*") if p.is_file() or p.is_symlink()]
+        staged += [p for p in self._outside if p.is_file()]
+        files = sorted(staged, key=lambda p: (self.marker is not None and self.final(p) == self.marker, str(p)))
+        for p in files:  # refused before anything moves: the old outputs stay whole
+            dest = self.final(p)
+            if dest.is_dir() or (dest.exists() and not dest.is_file()):
+                raise ArtifactError(f"{dest} exists and is not a regular file (a folder, device, FIFO or socket): "
+                                    "nothing was replaced; write to a file path")
         if self.marker is not None:
             self.marker.unlink(missing_ok=True)
-        files = sorted((p for p in self.dir.rglob("*") if p.is_file() or p.is_symlink()),
-                       key=lambda p: (self.marker is not None and self.final(p) == self.marker, str(p)))
         written = set()
         for p in files:
             dest = self.final(p)

@@ -118,3 +118,29 @@ def test_crafted_bundle_in_propose(fx, tmp_path, kind):
     r = ytk_inproc("embedded", "propose", "--profile", b, "--onnx", fx / "base" / "model.onnx", "--fx-nodes",
                    fx / "base" / "fx_nodes.json", **MOCK)
     one_line_error(r, 2)
+
+
+def test_an_output_that_is_a_fifo_is_refused_not_replaced(fx, tmp_path):
+    """-o naming a device or FIFO would be replaced by a regular file (as root: /dev/null): exit 2, untouched."""
+    import os
+    import stat
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    r = ytk_inproc("embedded", "compile", "-a", ARCH, "--onnx", fx / "base" / "model.onnx", "--npz",
+                   fx / "base" / "model.npz", "-o", fifo, "--iterations", "2", "--warmup", "0", **MOCK)
+    assert "not a regular file" in one_line_error(r, 2)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_the_atomic_writers_never_replace_a_fifo(tmp_path):
+    import os
+    import stat
+
+    from ytk_hookspecs.models import ArtifactError, write_text_atomic
+
+    fifo = tmp_path / "x.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ArtifactError, match="not a regular file"):
+        write_text_atomic(fifo, "{}")
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["x.json"]

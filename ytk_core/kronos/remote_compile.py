@@ -13,6 +13,7 @@ import os
 import uuid
 from pathlib import Path
 
+from ytk_hookspecs.models.base import replace_file
 from ytk_hookspecs.models import Versioned, sha256_file
 from ytk_hookspecs.models.base import file_mode
 
@@ -225,7 +226,7 @@ def _fetch_bundle(client: KronosClient, job: JobRecord, spec: JobSpec, output: P
         finally:
             tmp.with_name(tmp.name + ".outputs.npz").unlink(missing_ok=True)
         os.chmod(tmp, file_mode())  # the download is 0600 like any temp file; a bundle is an ordinary file
-        os.replace(tmp, output)
+        replace_file(tmp, output)
     finally:
         tmp.unlink(missing_ok=True)
     _ref_path(output).unlink(missing_ok=True)

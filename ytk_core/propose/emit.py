@@ -15,6 +15,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ytk_hookspecs.models.base import replace_file
 from ytk_hookspecs.models import ArtifactError
 
 from .. import __version__
@@ -143,7 +144,7 @@ def write_script(report: ProposeReport, script: Path, *, onnx: Path, model: Path
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o755 | stat.S_IRUSR)
-        os.replace(tmp, script)
+        replace_file(tmp, script)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

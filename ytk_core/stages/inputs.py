@@ -69,6 +69,10 @@ def output_file(path: Path, what: str) -> Path:
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"{what} {p} is a folder; give the file to write, e.g. {p / 'out.tgz'}")
+    if p.exists() and not p.is_file():
+        # a device, FIFO or socket would be replaced by a regular file (as root: /dev/null)
+        raise UsageError(f"{what} {p} exists and is not a regular file (a device, FIFO or socket); give a file "
+                         "path to write")
     # the nearest folder that exists must take new files (the missing ones are created in it): said before any work
     # is done, and in the user's words rather than through the name of a temporary file beside the output
     parent = p.absolute().parent

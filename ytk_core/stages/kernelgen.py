@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ytk_hookspecs.models.base import replace_file
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import (CORE_CONFIG_KEYS, ArchSpec, Candidate, KernelGenRequest,
                                   KernelGenResult, KernelReport, Reoptimization, SupportAnswer, SupportRequest)
@@ -341,7 +342,7 @@ def run_kernelgen_export(model: Path, output: Path) -> Path:
     try:
         torch.export.save(ep, tmp)
         os.chmod(tmp, file_mode())
-        os.replace(tmp, output)
+        replace_file(tmp, output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

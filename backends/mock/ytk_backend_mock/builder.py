@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ytk_hookspecs.models.base import replace_file
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
@@ -100,6 +101,6 @@ def build(request: BuildRequest, ctx: StageContext) -> BuildResult:
         if p.returncode != 0:
             tmp_so.unlink(missing_ok=True)
             raise StageError(f"the mock builder's C compile failed ({' '.join(cmd)}):\n{p.stderr.strip()[-2000:]}")
-        os.replace(tmp_so, out)
+        replace_file(tmp_so, out)
     log = f"$ {' '.join(cmd)}\n{p.stdout}{p.stderr}"
     return BuildResult(so_path=out, description=desc, log=log, wall_s=round(time.perf_counter() - t0, 3))

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from ytk_hookspecs.models.base import replace_file
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import ArchSpec
 
@@ -161,6 +162,6 @@ def compile_shared(cu_text: str, output: str | Path, arch: ArchSpec, *, extra_fl
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise NvccError(f"nvcc failed building {out.name} for {arch.spec} (exit {p.returncode}):\n{tail}", log)
         os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
+        replace_file(tmp, out)
     return NvccResult(output=out, cmd=[Path(c).name if c == nvcc else c for c in cmd], log=log, wall_s=wall,
                       resources=parse_ptxas(log) if ptxas_verbose else {})

@@ -4,7 +4,7 @@ from .admission import AdmissionCaseRecord, AdmissionRecord, AdmissionStatus
 from .arch import GPU_NAMES, GPU_PROPERTIES, ArchSpec, ArchSpecError, GpuProperties, gpu_sm
 from .backend import (CORE_CONFIG_KEYS, FORWARDED_CONFIG_KEYS, ROLE_STAGES, SELECTABLE_ROLES, Availability,
                       BackendInfo, Role, Stage)
-from .base import ArtifactError, Versioned, sha256_file, write_bytes_atomic, write_text_atomic
+from .base import ArtifactError, Versioned, replace_file, sha256_file, write_bytes_atomic, write_text_atomic
 from .build import BuildRequest, BuildResult, EngineApi, PluginDescription
 from .carve import (PLUGIN_DOMAIN, Candidate, CandidateFiles, CandidatesFile, CarveRequest, CarveResult,
                     LiftMode, PluginEntry, PluginsFile, RegionOp, SiteInfo)

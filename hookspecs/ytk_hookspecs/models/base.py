@@ -93,6 +93,15 @@ def file_mode(executable: bool = False) -> int:
     return (0o777 if executable else 0o666) & ~_UMASK
 
 
+def replace_file(tmp: str | Path, path: Path) -> None:
+    """Rename the finished ``tmp`` onto ``path``, unless ``path`` is something other than a regular file
+    (a device, FIFO or socket, which the rename would replace: as root, ``/dev/null``)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ArtifactError(f"{path} exists and is not a regular file (a device, FIFO or socket): not replaced; "
+                            "write to a file path")
+    os.replace(tmp, path)
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temp file in the same directory and an atomic rename."""
     path = Path(path)
@@ -104,7 +113,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_file(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
