@@ -329,6 +329,40 @@ def test_what_to_ship_is_named_exported_and_rebuilds(finished, tmp_path):
     assert (tmp_path / "final.tgz").is_file()
 
 
+def test_export_refuses_what_it_would_overwrite_or_ship_wrongly(finished, tmp_path):
+    """--export never overwrites a user's files, never exports into the workdir, re-exports over an earlier
+    export (whose stale files go), and never ships a file changed since the autoloop recorded its hash."""
+    import shutil
+
+    w0, _ = finished
+    w = tmp_path / "w"
+    shutil.copytree(w0, w, symlinks=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "model.onnx").write_text("my own file")
+    for dest, says in ((mine, "holds no earlier export"), (w, "lies in the workdir"),
+                       (w / "round1" / "plugins", "lies in the workdir"), (mine / "model.onnx", "is a file")):
+        r = autoloop(w, "--export", dest)
+        assert r.code == 2 and says in r.stderr, (dest, r.stderr[-1500:])
+        assert "Traceback" not in r.stderr and r.stdout == ""  # refused before the loop ran
+    assert (mine / "model.onnx").read_text() == "my own file"
+    dest = tmp_path / "ship"
+    assert autoloop(w, "--export", dest).code == 0
+    (dest / "plugins" / "Stale.so").write_bytes(b"x")  # not named by the old ship.json: a user's file, stays
+    old = next((dest / "plugins").glob("DwConv*.so"))
+    old.rename(dest / "plugins" / "Gone.so")  # pretend the earlier export shipped another plugin
+    ship = (dest / "ship.json").read_text().replace(old.name, "Gone.so")
+    (dest / "ship.json").write_text(ship)
+    assert autoloop(w, "--export", dest).code == 0
+    assert not (dest / "plugins" / "Gone.so").exists() and old.is_file() and (dest / "plugins" / "Stale.so").exists()
+    so = next(Path(p.so) for p in state(w).best.plugins if p.so)
+    so = w / so if not so.is_absolute() else so
+    so.write_bytes(so.read_bytes() + b"\0")  # changed after its admission
+    r = autoloop(w, "--export", tmp_path / "ship2")
+    assert r.code == 2 and "changed since the autoloop recorded it" in r.stderr, r.stderr[-1500:]
+    assert not (tmp_path / "ship2" / "ship.json").exists()
+
+
 def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     """--min-gain-ms 5%: resolved against the measured baseline, shown as the user wrote it."""
     w = tmp_path / "pct"

@@ -9,8 +9,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ytk_hookspecs.models import Versioned
-from ytk_hookspecs.models.base import write_text_atomic
+from ytk_hookspecs.models.base import sha256_file, write_text_atomic
 
+from ..errors import UsageError
 from ..stages.verify import VerifyReport, run_verify
 from .charts import RoundPoint, latency_by_round, regions_before_after
 from .state import AutoloopState, PluginRecord
@@ -40,6 +41,7 @@ class ShipList(Versioned):
     worker: str | None = Field(None, description="the Kronos worker it was built on (the rebuild goes there too)")
     plugins: list[ShipPlugin] = Field(default_factory=list)
     reproduce: str = Field(description="a shell command that rebuilds the final engine bundle from these files")
+    engine_sha256: str | None = Field(None, description="the engine bundle's sha256 when it was compiled")
 
 
 def _generator_cell(p: PluginRecord) -> str:
@@ -68,13 +70,50 @@ def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
     prep = w / best.prepare_dir
     plugins = [ShipPlugin(name=p.name, selector=p.selector, so=str(w / p.so), sha256=p.so_sha256)
                for p in best.plugins if p.so]
-    ship = ShipList(engine_bundle=str(w / best.bundle), onnx=str(prep / "model.onnx"), npz=str(prep / "model.npz"),
+    compiles = [*state.round0_compiles, *(c for r in state.rounds for c in r.compiles)]
+    sha = next((c.sha256 for c in compiles if c.bundle == best.bundle), None)
+    ship = ShipList(engine_bundle=str(w / best.bundle), engine_sha256=sha, onnx=str(prep / "model.onnx"),
+                    npz=str(prep / "model.npz"),
                     arch=state.arch, precision=state.precision, engine=state.backends.engine,
                     worker=state.worker, plugins=plugins, reproduce="")
     return ship.model_copy(update={"reproduce": rebuild_command(ship)})
 
 
-def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
+def export_replaces(dest: Path, workdir: Path) -> list[Path]:
+    """The files an export into ``dest`` replaces (an earlier export's), after checking ``dest`` may take one:
+    a new or empty folder, or one holding an earlier export (its ``ship.json``), outside the workdir."""
+    dest, w = Path(dest), Path(workdir)
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"--export {dest} is a file; name a folder to copy what ships into (it is created)")
+    rd, rw = dest.resolve(), w.resolve()
+    if rd == rw or rw in rd.parents:
+        raise UsageError(f"--export {dest} lies in the workdir {w}; name a folder outside it")
+    if not dest.is_dir() or not any(dest.iterdir()):
+        return []
+    old = dest / "ship.json"
+    try:
+        prev = ShipList.read(old)
+    except Exception:
+        raise UsageError(f"--export {dest} is not empty and holds no earlier export (ship.json): name a new or "
+                         "empty folder, so that none of your files is overwritten") from None
+    from ytk_hookspecs.models import AdmissionRecord
+
+    files = [Path(prev.engine_bundle), Path(prev.onnx), Path(prev.npz), dest / "plugins.json"]
+    for p in prev.plugins:
+        files += [Path(p.so), AdmissionRecord.path_for(Path(p.so))]
+    return [f for f in files if rd in f.resolve().parents]  # never a file outside the old export
+
+
+def _copy_checked(src: str | Path, dst: Path, sha256: str | None, what: str) -> None:
+    """Copy ``src`` and check the copy against the hash recorded when it was made: a file changed since (a
+    plugin edited after its admission) is never shipped."""
+    shutil.copyfile(src, dst)
+    if sha256 is not None and sha256_file(dst) != sha256:
+        raise UsageError(f"{what} {src} changed since the autoloop recorded it (sha256 {sha256[:12]}...): not "
+                         "exported; run the autoloop again with --fresh to rebuild it")
+
+
+def export_outputs(ship: ShipList, dest: Path, workdir: Path) -> list[Path]:
     """Copy exactly what ships into ``dest``, all at once (a staging directory swapped in): the engine
     bundle, the carved ONNX with its inputs, ``plugins.json`` and each region's ``.pt2``, ``plugins/<name>.so``
     with its admission verdict (``<name>.so.admission.json``, so a real engine loads the copy without gating
@@ -85,10 +124,11 @@ def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
     from ..staging import Staged
 
     dest = Path(dest)
+    replaced = export_replaces(dest, workdir)
     written: list[Path] = []
     with Staged(dest, marker=dest / "ship.json") as st:
         bundle = st.path(dest / Path(ship.engine_bundle).name)
-        shutil.copyfile(ship.engine_bundle, bundle)
+        _copy_checked(ship.engine_bundle, bundle, ship.engine_sha256, "the engine bundle")
         onnx = st.path(dest / "model.onnx")
         shutil.copyfile(ship.onnx, onnx)
         npz = st.path(dest / "model.npz")
@@ -111,7 +151,7 @@ def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
         for p in ship.plugins:
             so = st.path(dest / "plugins" / f"{p.name}.so")
             so.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(p.so, so)
+            _copy_checked(p.so, so, p.sha256, f"plugin {p.name}")
             plugins.append(p.model_copy(update={"so": str(st.final(so).resolve())}))
             verdict = AdmissionRecord.path_for(p.so)
             if verdict.is_file():
@@ -122,7 +162,7 @@ def export_outputs(ship: ShipList, dest: Path) -> list[Path]:
                                          "plugins": plugins})
         copied = copied.model_copy(update={"reproduce": rebuild_command(copied)})
         copied.write(st.path(dest / "ship.json"))
-        st.commit()
+        st.commit(replaced=replaced)
     return [Path(copied.engine_bundle), Path(copied.onnx), Path(copied.npz), *[Path(p.so) for p in plugins],
             *written, dest / "ship.json"]
 

@@ -56,6 +56,10 @@ def autoloop(
         parse_arch(arch)  # a malformed -a is a UsageError (exit 2) before the workdir is even locked
     if resume and fresh:
         raise UsageError("--resume and --fresh contradict each other: pick one")
+    if export is not None:
+        from ..autoloop.report import export_replaces
+
+        export_replaces(export, workdir)  # a wrong --export is said before the loop runs, not after
 
     from ..autoloop.state import BackendChoice
 
@@ -69,7 +73,7 @@ def autoloop(
         from ..autoloop.report import export_outputs
 
         try:
-            exported = export_outputs(rep.ship, export)
+            exported = export_outputs(rep.ship, export, workdir)
         except OSError as e:
             raise UsageError(f"--export {export}: cannot write there: {e.strerror or e}") from None
     if json_:
