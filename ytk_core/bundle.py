@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
 import tempfile
 from datetime import datetime, timezone
@@ -32,9 +33,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ytk_hookspecs.models.base import replace_file
 from ytk_hookspecs.models import ArtifactError, LayerTime, Versioned
-from ytk_hookspecs.models.base import file_mode, sha256_file
+from ytk_hookspecs.models.base import file_mode, problem, replace_file, sha256_file
+from ytk_hookspecs.models.engine import LatencyMs
 
 from . import __version__
 
@@ -52,13 +53,32 @@ TAPS_REFERENCE = "taps.reference.npz"
 KNOWN_MEMBERS = (MANIFEST, ENGINE, PROFILE, LAYER_INFO, BENCHMARK, OUTPUTS, BUILD_LOG, RAW_PROFILE, TAPS,
                  TAPS_REFERENCE)
 
-#: Largest member ytk will read from a bundle (engines of big models run to a few hundred MB).
-MAX_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_MEMBER_BYTES", 8 << 30))
+#: Largest member ytk will read from a bundle (engines of big models run to a few hundred MB); None: the
+#: environment's YTK_BUNDLE_MAX_MEMBER_BYTES, else 8 GiB.
+MAX_MEMBER_BYTES: int | None = None
 #: Largest JSON or log member (a manifest, a profile of tens of thousands of layers is a few MB): a
-#: gzip bomb posing as one is refused from its header, before it is inflated.
-MAX_TEXT_MEMBER_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES", 256 << 20))
-#: Largest sum of a bundle's members.
-MAX_TOTAL_BYTES = int(os.environ.get("YTK_BUNDLE_MAX_TOTAL_BYTES", 16 << 30))
+#: gzip bomb posing as one is refused from its header, before it is inflated. None: the environment's
+#: YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES, else 256 MiB.
+MAX_TEXT_MEMBER_BYTES: int | None = None
+#: Largest sum of a bundle's members; None: the environment's YTK_BUNDLE_MAX_TOTAL_BYTES, else 16 GiB.
+MAX_TOTAL_BYTES: int | None = None
+#: A member larger than this waits in a temp file once its bundle is opened, not in memory.
+SPOOL_BYTES = 32 << 20
+_DEFAULT_LIMITS = {"YTK_BUNDLE_MAX_MEMBER_BYTES": 8 << 30, "YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES": 256 << 20,
+                   "YTK_BUNDLE_MAX_TOTAL_BYTES": 16 << 30}
+
+
+def _limit(value: int | None, env: str) -> int:
+    """A bundle size limit: set in code (tests), else from ``env``, else its default."""
+    if value is not None:
+        return value
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return _DEFAULT_LIMITS[env]
+    if not raw.isdigit() or int(raw) == 0:
+        raise ArtifactError(f"{env}={raw!r}: expected a positive whole number of bytes (default "
+                            f"{_DEFAULT_LIMITS[env]})")
+    return int(raw)
 _BINARY_MEMBERS = (ENGINE, OUTPUTS, TAPS_REFERENCE)
 #: gzip level of a bundle. Engines and outputs are weights and activations that barely compress at any
 #: level; level 9 (tarfile's default) spent a minute per full-size bundle for a few percent
@@ -129,8 +149,8 @@ class BenchmarkRecord(Versioned):
     device: str
     simulated: bool
     warmup: int
-    iterations_ms: list[float]
-    alternatives: dict[str, list[float]] = Field(default_factory=dict)
+    iterations_ms: list[LatencyMs] = Field(min_length=1)
+    alternatives: dict[str, list[LatencyMs]] = Field(default_factory=dict)
 
 
 def write_bundle(out: Path, manifest: BundleManifest, members: dict[str, Path | bytes]) -> Path:
@@ -181,36 +201,48 @@ def _add_bytes(tf: tarfile.TarFile, name: str, data: bytes) -> None:
 class EngineBundle:
     """A bundle opened for reading. Members are validated when read."""
 
-    def __init__(self, path: Path, members: dict[str, bytes], manifest: BundleManifest) -> None:
+    def __init__(self, path: Path, members: dict[str, Any], manifest: BundleManifest) -> None:
         self.path = path
-        self._members = members
+        self._members = members  # name -> a spooled temp file: small ones in memory, large ones on disk
         self.manifest = manifest
 
     @classmethod
     def open(cls, path: str | Path) -> "EngineBundle":
+        """Read and check every member against the manifest. Members larger than
+        :data:`SPOOL_BYTES` wait on disk until read (an engine plan verify never reads, a crafted bundle
+        inflating to gigabytes), so opening a bundle never holds more than that in memory per member."""
+        import hashlib
+
         p = Path(path)
         if not p.is_file():
             raise ArtifactError(f"{p}: engine bundle not found")
-        members: dict[str, bytes] = {}
+        members: dict[str, Any] = {}
+        digests: dict[str, str] = {}
         try:
             with tarfile.open(p, "r:gz") as tf:
-                total = 0
+                total, seen = 0, set()
                 for m in tf:
-                    total = check_member(p, m, total)
+                    total = check_member(p, m, total, seen)
                     f = tf.extractfile(m)
                     assert f is not None
-                    members[m.name] = f.read()
+                    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+                    h = hashlib.sha256()
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+                        spool.write(chunk)
+                    members[m.name], digests[m.name] = spool, h.hexdigest()
         except (tarfile.TarError, EOFError, OSError, ValueError) as e:
+            for spool in members.values():
+                spool.close()
             raise ArtifactError(f"{p}: not a readable engine bundle (corrupt or truncated .tgz: {e})") from None
         if MANIFEST not in members:
             raise ArtifactError(f"{p}: not an engine bundle (no {MANIFEST})")
-        manifest = read_manifest(p, members[MANIFEST])
-        import hashlib
-
+        members[MANIFEST].seek(0)
+        manifest = read_manifest(p, members[MANIFEST].read())
         for name, digest in manifest.members.items():
             if name not in members:
                 raise ArtifactError(f"{p}: member {name} listed in the manifest is missing")
-            if hashlib.sha256(members[name]).hexdigest() != digest:
+            if digests[name] != digest:
                 raise ArtifactError(f"{p}: member {name} does not match its sha256 in the manifest "
                                     "(the bundle was modified or damaged)")
         extra = set(members) - set(manifest.members) - {MANIFEST}
@@ -225,7 +257,9 @@ class EngineBundle:
     def read_bytes(self, name: str) -> bytes:
         if name not in self._members:
             raise ArtifactError(f"{self.path}: bundle has no {name}")
-        return self._members[name]
+        spool = self._members[name]
+        spool.seek(0)
+        return bytes(spool.read())
 
     @property
     def profile(self) -> LayerProfile:
@@ -285,9 +319,15 @@ class EngineBundle:
         return tf, ref
 
     def extract(self, name: str, dest: Path) -> Path:
+        """Copy one member to ``dest`` (streamed: an engine plan is not read into memory)."""
+        if name not in self._members:
+            raise ArtifactError(f"{self.path}: bundle has no {name}")
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(self.read_bytes(name))
+        spool = self._members[name]
+        spool.seek(0)
+        with open(dest, "wb") as out:
+            shutil.copyfileobj(spool, out, 1 << 20)
         return dest
 
 
@@ -296,8 +336,7 @@ def read_manifest(path: Path, data: bytes) -> BundleManifest:
     try:
         return BundleManifest.model_validate_json(data)
     except Exception as e:  # noqa: BLE001  -- pydantic, a decode error, a too-deep document
-        first = (str(e).strip().splitlines() or [type(e).__name__])
-        raise ArtifactError(f"{path}: its {MANIFEST} is invalid: {' '.join(first[:3])[:400]}") from None
+        raise ArtifactError(f"{path}: its {MANIFEST} is invalid: {problem(e)}") from None
 
 
 def _model(b: EngineBundle, name: str, cls: type[Versioned]) -> Any:
@@ -306,13 +345,18 @@ def _model(b: EngineBundle, name: str, cls: type[Versioned]) -> Any:
     except ArtifactError:
         raise
     except Exception as e:
-        raise ArtifactError(f"{b.path}: its {name} is invalid: {e}") from None
+        raise ArtifactError(f"{b.path}: its {name} is invalid: {problem(e)}") from None
 
 
-def check_member(bundle: Path, m: tarfile.TarInfo, total: int = 0) -> int:
-    """Refuse a member no bundle has (paths, links, sizes over the limits) from its header, before a byte of
-    it is read; returns the running total with it. Every reader of bundles calls this."""
+def check_member(bundle: Path, m: tarfile.TarInfo, total: int = 0, seen: set[str] | None = None) -> int:
+    """Refuse a member no bundle has (paths, links, sizes over the limits, a name seen before in ``seen``)
+    from its header, before a byte of it is read; returns the running total with it. Every reader of
+    bundles calls this."""
     name = m.name
+    if seen is not None:
+        if name in seen:  # readers would disagree on which copy counts
+            raise ArtifactError(f"{bundle}: member {name!r} appears twice; the bundle was modified")
+        seen.add(name)
     pp = PurePosixPath(name)
     if name.startswith("/") or pp.is_absolute() or ".." in pp.parts or "\\" in name:
         raise ArtifactError(f"{bundle}: refusing member {name!r} (absolute path or '..')")
@@ -322,11 +366,13 @@ def check_member(bundle: Path, m: tarfile.TarInfo, total: int = 0) -> int:
         raise ArtifactError(f"{bundle}: refusing member {name!r} (bundles are flat)")
     limit, env = ((MAX_MEMBER_BYTES, "YTK_BUNDLE_MAX_MEMBER_BYTES") if name in _BINARY_MEMBERS
                   else (MAX_TEXT_MEMBER_BYTES, "YTK_BUNDLE_MAX_TEXT_MEMBER_BYTES"))
+    limit = _limit(limit, env)
     if m.size > limit:
         raise ArtifactError(f"{bundle}: member {name!r} is {m.size} bytes, over the {limit}-byte limit "
                             f"(set {env} to raise it)")
     total += m.size
-    if total > MAX_TOTAL_BYTES:
-        raise ArtifactError(f"{bundle}: its members add up to more than the {MAX_TOTAL_BYTES}-byte limit "
+    cap = _limit(MAX_TOTAL_BYTES, "YTK_BUNDLE_MAX_TOTAL_BYTES")
+    if total > cap:
+        raise ArtifactError(f"{bundle}: its members add up to more than the {cap}-byte limit "
                             "(set YTK_BUNDLE_MAX_TOTAL_BYTES to raise it)")
     return total

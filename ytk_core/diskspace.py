@@ -14,16 +14,21 @@ import os
 import shutil
 from pathlib import Path
 
-#: Kept free beyond what a step needs: logs, engine bundles and the next step's small files.
+#: Kept free beyond what a step needs: logs, engine bundles and the next step's small files (at most a
+#: tenth of the disk: a 400 MB tmpfs keeps 40 MB spare, not more than it holds).
 MARGIN_BYTES = 1 << 30
+
+
+def margin(path: Path) -> int:
+    return min(MARGIN_BYTES, shutil.disk_usage(path).total // 10)
 
 
 class DiskFull(OSError):
     """``OSError(ENOSPC)`` whose message says what needed the space, how much, and how much is free."""
 
-    def __init__(self, path: Path, need: int, free: int, what: str) -> None:
+    def __init__(self, path: Path, need: int, free: int, what: str, spare: int = MARGIN_BYTES) -> None:
         super().__init__(errno.ENOSPC, f"{what} need ~{_gb(need)} there, {_gb(free)} is free "
-                                       f"and {_gb(MARGIN_BYTES)} is kept spare", str(path))
+                                       f"and {_gb(spare)} is kept spare", str(path))
         self.need = need
         self.free = free
 
@@ -35,7 +40,12 @@ def _gb(n: int) -> str:
 def ensure_free_space(path: Path, need: int, what: str) -> None:
     """Raise :class:`DiskFull` unless ``need`` bytes (plus a margin) fit on the disk holding ``path``.
     ``YTK_FREE_BYTES`` overrides the free space measured (tests plant a full disk with it)."""
-    override = os.environ.get("YTK_FREE_BYTES")
+    override = os.environ.get("YTK_FREE_BYTES", "").strip()
+    if override and not override.isdigit():
+        from .errors import UsageError
+
+        raise UsageError(f"YTK_FREE_BYTES={override!r}: expected a whole number of bytes (or unset it)")
     free = int(override) if override else shutil.disk_usage(path).free
-    if need + MARGIN_BYTES > free:
-        raise DiskFull(Path(path), need, free, what)
+    spare = margin(path)
+    if need + spare > free:
+        raise DiskFull(Path(path), need, free, what, spare)

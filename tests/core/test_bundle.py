@@ -138,3 +138,60 @@ def test_truncated_and_tampered(tmp_path):
         add(tf)
     with pytest.raises(ArtifactError, match="does not match its sha256"):
         EngineBundle.open(q)
+
+
+def _with_members(tmp_path, members: list[tuple[str, bytes]], name: str = "dup.tgz"):
+    p = tmp_path / name
+    with tarfile.open(p, "w:gz") as tf:
+        for n, data in members:
+            info = tarfile.TarInfo(n)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return p
+
+
+def test_a_member_twice_is_refused_by_every_reader(tmp_path):
+    """verify took the last copy of a twice-present profile.json, propose the first: both refuse now."""
+    from ytk_core.errors import UsageError
+    from ytk_core.propose.measurement import _stream_members
+
+    good = _write(tmp_path)
+    with tarfile.open(good, "r:gz") as tf:
+        members = [(m.name, tf.extractfile(m).read()) for m in tf]
+    prof = next(d for n, d in members if n == PROFILE)
+    p = _with_members(tmp_path, [*members, (PROFILE, prof)])
+    with pytest.raises(ArtifactError, match="'profile.json' appears twice"):
+        EngineBundle.open(p)
+    with pytest.raises(UsageError, match="'profile.json' appears twice"):
+        _stream_members(p, {MANIFEST, PROFILE}, lambda _: False)
+
+
+@pytest.mark.parametrize("manifest", [b"[]", b'{"members": []}', b"[" * 100000 + b"]" * 100000])
+def test_propose_reader_refuses_a_malformed_manifest_in_one_line(tmp_path, manifest):
+    from ytk_core.errors import UsageError
+    from ytk_core.propose.measurement import _stream_members
+
+    p = _with_members(tmp_path, [(MANIFEST, manifest)])
+    with pytest.raises(UsageError, match="manifest.json is invalid") as e:
+        _stream_members(p, {MANIFEST, PROFILE}, lambda _: False)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["abc", "1e3", "-5", "0"])
+def test_a_size_limit_from_the_environment_that_is_no_number_is_one_line(tmp_path, monkeypatch, value):
+    p = _write(tmp_path)
+    monkeypatch.setenv("YTK_BUNDLE_MAX_MEMBER_BYTES", value)
+    with pytest.raises(ArtifactError, match="YTK_BUNDLE_MAX_MEMBER_BYTES=.*expected a positive whole number"):
+        EngineBundle.open(p)
+    monkeypatch.setenv("YTK_BUNDLE_MAX_MEMBER_BYTES", "5")
+    with pytest.raises(ArtifactError, match="over the 5-byte limit"):
+        EngineBundle.open(p)
+
+
+def test_a_large_member_waits_on_disk_and_reads_back_whole(tmp_path, monkeypatch):
+    import ytk_core.bundle as bundle_mod
+
+    monkeypatch.setattr(bundle_mod, "SPOOL_BYTES", 4)  # every member over 4 bytes goes to a temp file
+    b = EngineBundle.open(_write(tmp_path))
+    assert b.read_bytes(ENGINE) == b"engine" and b.benchmark.iterations_ms == [1.0, 1.1]
+    assert b.extract(ENGINE, tmp_path / "x" / "engine.plan").read_bytes() == b"engine"

@@ -101,17 +101,30 @@ def _crafted(fx, tmp_path, kind):
         return _recraft(src, tmp_path / "b.tgz", {"profile.json": json.dumps(prof).encode()})
     if kind == "profile_not_utf8":
         return _recraft(src, tmp_path / "b.tgz", {"profile.json": b"\xff\xfe{"})
+    if kind.startswith("latency_"):  # a forged benchmark: verify printed "-0.73x", NaN (invalid JSON), or died
+        with tarfile.open(src, "r:gz") as tf:
+            bench = json.loads(tf.extractfile("benchmark.json").read())
+        value = {"latency_negative": -1.0, "latency_zero": 0.0, "latency_nan": float("nan"),
+                 "latency_inf": float("inf")}[kind]
+        bench["iterations_ms"] = [value] * len(bench["iterations_ms"])
+        return _recraft(src, tmp_path / "b.tgz", {"benchmark.json": json.dumps(bench).encode()})
+    if kind == "layer_nan":
+        with tarfile.open(src, "r:gz") as tf:
+            prof = json.loads(tf.extractfile("profile.json").read())
+        prof["layers"][0]["median_ms"] = float("nan")
+        return _recraft(src, tmp_path / "b.tgz", {"profile.json": json.dumps(prof).encode()})
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["object_outputs", "layers_nope", "profile_not_utf8"])
+@pytest.mark.parametrize("kind", ["object_outputs", "layers_nope", "profile_not_utf8", "latency_negative",
+                                  "latency_zero", "latency_nan", "latency_inf", "layer_nan"])
 def test_crafted_bundle_in_verify(fx, tmp_path, kind):
     b = _crafted(fx, tmp_path, kind)
     r = ytk_inproc("embedded", "verify", fx / "base" / "model.reference.npz", b, "--no-host", **MOCK)
     one_line_error(r, 2)
 
 
-@pytest.mark.parametrize("kind", ["layers_nope", "profile_not_utf8"])
+@pytest.mark.parametrize("kind", ["layers_nope", "profile_not_utf8", "layer_nan"])
 def test_crafted_bundle_in_propose(fx, tmp_path, kind):
     """propose reads the bundle (before --fx-nodes, absent here) with its own streaming reader."""
     b = _crafted(fx, tmp_path, kind)

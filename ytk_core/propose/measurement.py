@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ytk_hookspecs.models import ArtifactError, LayerTime
+from ytk_hookspecs.models.base import problem
 
 from ..errors import UsageError
 
@@ -110,7 +111,7 @@ def _from_bundle(p: Path) -> Measurement:
     except UsageError:
         raise
     except Exception as e:
-        raise UsageError(f"{p}: a bundle member is invalid ({str(e).splitlines()[0]})") from None
+        raise UsageError(f"{p}: a bundle member is invalid ({problem(e)})") from None
     m = Measurement(layers=list(prof.layers), source=p, label=p.name, engine=man.engine_backend,
                     engine_version=man.engine_version, simulated=bool(man.simulated or prof.simulated),
                     device=man.device or prof.device, arch=man.arch, precision=man.precision, end_to_end_ms=e2e,
@@ -138,7 +139,7 @@ def _needs_layer_info(profile_json: bytes) -> bool:
 def _stream_members(p: Path, wanted: set[str], needs_info) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
     import hashlib
 
-    from ..bundle import LAYER_INFO, MANIFEST, PROFILE, check_member
+    from ..bundle import LAYER_INFO, MANIFEST, PROFILE, check_member, read_manifest
 
     got: dict[str, bytes] = {}
     digests: dict[str, str] = {}
@@ -152,16 +153,18 @@ def _stream_members(p: Path, wanted: set[str], needs_info) -> dict[str, bytes]: 
             for mem in tf:
                 name = mem.name
                 try:
-                    total = check_member(p, mem, total)  # the same rules as every other reader of bundles
+                    total = check_member(p, mem, total, seen)  # the same rules as every other reader of bundles
                 except ArtifactError as e:
                     raise UsageError(str(e)) from None
-                seen.add(name)
-                if name not in want or name in got:
+                if name not in want:
                     continue
                 f = tf.extractfile(mem)
                 data = f.read() if f is not None else b""
                 if name == MANIFEST:
-                    digests = json.loads(data).get("members", {})
+                    try:
+                        digests = read_manifest(p, data).members
+                    except ArtifactError as e:
+                        raise UsageError(str(e)) from None
                     want = {w for w in want if w == MANIFEST or w in digests}
                 elif digests.get(name) != hashlib.sha256(data).hexdigest():
                     raise UsageError(f"{p}: member {name} does not match its sha256 in the manifest (the bundle "

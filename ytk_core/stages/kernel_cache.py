@@ -33,7 +33,7 @@ TMP_PREFIX = ".tmp-"
 
 
 def enabled() -> bool:
-    return os.environ.get("YTK_KERNEL_CACHE", "1") not in ("0", "false", "no")
+    return os.environ.get("YTK_KERNEL_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def baked_digest(pt2: Path | None) -> str:

@@ -68,12 +68,18 @@ class Versioned(BaseModel):
         try:
             return cls.model_validate_json(raw)
         except ValidationError as e:
-            first = e.errors()[0]
-            loc = ".".join(str(x) for x in first.get("loc", ())) or "<root>"
-            raise ArtifactError(
-                f"{p}: not a valid {cls.__name__} ({e.error_count()} problem(s); first at {loc}: "
-                f"{first.get('msg')})"
-            ) from None
+            raise ArtifactError(f"{p}: not a valid {cls.__name__} ({problem(e)})") from None
+
+
+def problem(e: Exception) -> str:
+    """One line about why a document did not validate: pydantic's count and first problem (its message
+    runs over several lines), else the exception's first line."""
+    if isinstance(e, ValidationError):
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ())) or "<root>"
+        return f"{e.error_count()} problem(s); first at {loc}: {first.get('msg')}"
+    lines = str(e).strip().splitlines()
+    return (lines[0] if lines else type(e).__name__)[:400]
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,6 +72,12 @@ class CompileResult(Versioned):
                                                     "would rather have done otherwise (one line)")
 
 
+#: a latency: positive and finite (a negative, zero, NaN or infinite one is a broken or forged record)
+LatencyMs = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: one layer's share: finite and not negative (a layer may round to zero)
+LayerMs = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class LayerTime(BaseModel):
     """One engine layer as measured: TensorRT-style name, type, median ms per inference."""
 
@@ -79,8 +85,8 @@ class LayerTime(BaseModel):
 
     name: str
     type: str = ""
-    median_ms: float
-    average_ms: float | None = None
+    median_ms: LayerMs
+    average_ms: LayerMs | None = None
     onnx_nodes: list[str] = Field(default_factory=list)
     metadata: str | None = None
 
@@ -94,12 +100,12 @@ class ProfileRequest(Versioned):
 
 class ProfileResult(Versioned):
     layers: list[LayerTime]
-    iterations_ms: list[float]
+    iterations_ms: list[LatencyMs] = Field(min_length=1)
     outputs: Path = Field(description="npz of the engine's outputs for model.npz, keyed by ONNX output")
     raw_profile: Path | None = None
     device: str
     simulated: bool
-    alternatives: dict[str, list[float]] = Field(
+    alternatives: dict[str, list[LatencyMs]] = Field(
         default_factory=dict, description="the same engine run another way, timed in the same process like "
                                           "iterations_ms (the torch engine in inductor mode: its op-by-op run), "
                                           "so a report can give the gain against both")
