@@ -69,6 +69,25 @@ def test_without_a_gpu_kernels_build_unverified_and_a_real_engine_refuses_them(s
     with pytest.raises(AdmissionRefused, match="rejected by the admission gate") as e:
         gate_plugins([(so, "DwS")], prep / "model.onnx", "fp16", allow_unverified=True)
     assert e.value.exit_code == 5
+    # an admission covers the region it was reached on, at its precision: a verdict written for another
+    # region (or none), or another precision, is no verdict, and the gate runs again (here: unverified)
+    from ytk_core.stages.kernel_cache import region_digest
+    from ytk_hookspecs.models import CandidatesFile
+
+    cand = next(c for c in CandidatesFile.read(prep / "candidates.json").candidates if c.name == "DwS")
+    other = cand.model_copy(update={"ops": [op.model_copy(update={"dilation": [2, 2]}) for op in cand.ops]})
+    assert cand.ops and region_digest(other) != region_digest(cand)
+    ok = AdmissionRecord(plugin_name="DwS", so_sha256=sha256_file(so), status="admitted",
+                         region=region_digest(cand), precision="fp16")
+    ok.write(rec_path)
+    assert record_for(so, cand, "fp16") is not None
+    assert record_for(so, other, "fp16") is None and record_for(so, cand, "fp32") is None
+    assert gate_plugins([(so, "DwS")], prep / "model.onnx", "fp16", allow_unverified=False)[0] == {"DwS": "admitted"}
+    for forged in (ok.model_copy(update={"region": ""}), ok.model_copy(update={"region": region_digest(other)}),
+                   ok.model_copy(update={"precision": "fp32"})):
+        forged.write(rec_path)
+        with pytest.raises(AdmissionRefused, match="unverified"):
+            gate_plugins([(so, "DwS")], prep / "model.onnx", "fp16", allow_unverified=False)
 
 
 @pytest.mark.gpu

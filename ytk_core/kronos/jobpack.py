@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from ytk_hookspecs.models import AdmissionRecord, CandidatesFile, PluginsFile, sha256_file
+from ytk_hookspecs.models import AdmissionRecord, Candidate, CandidatesFile, PluginsFile, sha256_file
 from ytk_hookspecs.service.archive import write_archive
 
 from ..errors import UsageError
@@ -39,7 +39,8 @@ def pack_job(dest: Path, spec: JobSpec, onnx: Path, npz: Path, plugins: list[Pat
     if simulated:  # a simulated engine computes each custom-op node with its region's reference
         files += _region_files(onnx, None)
     else:  # a plugin without an admitted verdict is gated on the worker, against its region
-        unadmitted = [n for so, n in zip(plugins, plugin_names) if not _admitted(so)]
+        cands = _candidates(onnx)
+        unadmitted = [n for so, n in zip(plugins, plugin_names) if not _admitted(so, cands.get(n), spec.precision)]
         files += _region_files(onnx, unadmitted) if unadmitted else []
     spec = spec.model_copy(update={"plugins": job_plugins})
     members: list[tuple[str, bytes | Path]] = [(JOB_SPEC, spec.model_dump_json(indent=2).encode())]
@@ -63,11 +64,20 @@ def _tap_files(onnx: Path, arc_onnx: str) -> list[tuple[str, bytes | Path]]:
             (str(where / TAPS_REFERENCE), taps.reference)]
 
 
-def _admitted(so: Path) -> bool:
+def _admitted(so: Path, cand: Candidate | None, precision: str) -> bool:
+    """Whether ``so`` holds a verdict that covers the region it replaces at this precision."""
     from ..stages.admission import record_for
 
-    rec = record_for(so)
+    rec = record_for(so, cand, precision)
     return rec is not None and rec.status == "admitted"
+
+
+def _candidates(onnx: Path) -> dict[str, Candidate]:
+    cj = onnx.parent / "candidates.json"
+    try:
+        return {c.name: c for c in CandidatesFile.read(cj).candidates} if cj.is_file() else {}
+    except Exception:  # an unreadable carve record: the worker finds what a local compile would find
+        return {}
 
 
 def _external_data(onnx: Path) -> list[str]:

@@ -19,7 +19,8 @@ error of the region's own torch ops at the engine's precision on the same inputs
 would have delivered without the plugin): a kernel may be as inexact as the engine's own arithmetic
 with margin, and not more. A kernel whose timed replay beats a plain device copy of its bytes by
 more than half is rejected as a measurement bug or a cheat. The verdict is written beside the .so as
-``<plugin>.so.admission.json`` and keyed by the .so's sha256: a changed file needs a new verdict.
+``<plugin>.so.admission.json``, keyed by the .so's sha256, the region's digest and the precision: a changed
+file, or the same file replacing another region or at another precision, needs a new verdict.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ytk_hookspecs.models import AdmissionCaseRecord, AdmissionRecord, Candidate
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
 from ..errors import YtkError
+from .kernel_cache import region_digest
 
 #: drawn distributions, each relative to the captured activation's scale
 DISTRIBUTIONS = ("normal", "wide", "offset", "large")
@@ -62,8 +64,10 @@ class AdmissionRefused(YtkError):
     exit_code = 5
 
 
-def record_for(so: Path) -> AdmissionRecord | None:
-    """The verdict written beside ``so`` when it is about this very file (same sha256), else None."""
+def record_for(so: Path, cand: Candidate | None = None, precision: str | None = None) -> AdmissionRecord | None:
+    """The verdict written beside ``so`` when it is about this very file (same sha256) and, when they are
+    given, reached on the region ``cand`` at ``precision``; else None (the gate runs again). An admission
+    on one region never covers another that the same .so would replace (another padding, another shape)."""
     p = AdmissionRecord.path_for(so)
     if not p.is_file() or not Path(so).is_file():
         return None
@@ -71,7 +75,12 @@ def record_for(so: Path) -> AdmissionRecord | None:
         rec = AdmissionRecord.read(p)
     except Exception:
         return None
-    return rec if rec.so_sha256 == sha256_file(so) else None
+    if rec.so_sha256 != sha256_file(so):
+        return None
+    if rec.status == "admitted" and ((cand is not None and rec.region != region_digest(cand))
+                                     or (precision is not None and rec.precision != precision)):
+        return None
+    return rec
 
 
 def _verdict(so: Path, digest: str) -> AdmissionRecord | None:
@@ -385,6 +394,7 @@ def _run(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precisio
     if problems:
         return _rejected(so, digest, name, problems, device=gpu_name, cases=cases)
     rec = AdmissionRecord(plugin_name=name, so_sha256=digest, status="admitted", device=gpu_name,
+                          region=region_digest(cand), precision=precision,
                           error_budget=ERROR_BUDGET, repeats=DEFAULT_REPEATS, cases=cases,
                           kernel_ms_per_site=kernel_ms, floor_ms_per_site=floor_ms)
     rec.write(AdmissionRecord.path_for(so))
@@ -461,7 +471,7 @@ def gate_plugins(plugins: list[tuple[Path, str]], onnx: Path, precision: str, al
     warnings: list[str] = []
     with gate_session():  # one gate process for every plugin that needs a verdict
         for path, name in plugins:
-            rec = record_for(path)
+            rec = record_for(path, cands.get(name), precision)
             if rec is None or rec.status == "unverified":
                 rec = admit(path, cands.get(name), cj.parent if name in cands else None, precision, progress)
             status[name] = rec.status

@@ -58,17 +58,31 @@ def baked_digest(pt2: Path | None) -> str:
     return hashlib.sha256(";".join(parts).encode()).hexdigest()[:24]
 
 
+def region_problem(cand: Candidate) -> dict[str, object]:
+    """What a kernel for the region must compute, from its candidate record alone: its ops with their
+    attributes (two convs of one shape may differ in padding and dilation), roles, inventory and the
+    shapes and dtypes of every site. Names and places in the model are left out."""
+    return {
+        "ops": cand.ops_name, "around": cand.around, "lift": cand.lift, "roles": cand.input_roles,
+        "inventory": cand.op_inventory, "constant_axes": cand.constant_axes,
+        "heavy_ops": [op.model_dump(mode="json") for op in cand.ops],
+        "sites": [[[list(t.shape), t.dtype] for t in s.inputs] + [[list(t.shape), t.dtype] for t in s.outputs]
+                  for s in cand.sites],
+    }
+
+
+def region_digest(cand: Candidate) -> str:
+    """A digest of :func:`region_problem`: the region an admission verdict was reached on."""
+    return hashlib.sha256(json.dumps(region_problem(cand), sort_keys=True).encode()).hexdigest()[:24]
+
+
 def cache_key(cand: Candidate, backend: str, code: str, gpu: str, arch: str | None, precision: str,
               config: dict[str, str], baked: str = "", reoptimize: Reoptimization | None = None) -> str:
     """``code``: :func:`code_fingerprint` of the generator (not its declared version)."""
     problem = {
         "baked": baked, "reoptimize": reoptimize.model_dump() if reoptimize else None,
         "backend": backend, "code": code, "gpu": gpu, "arch": arch, "precision": precision,
-        "config": {k: v for k, v in sorted(config.items())},
-        "ops": cand.ops_name, "around": cand.around, "lift": cand.lift, "roles": cand.input_roles,
-        "inventory": cand.op_inventory, "constant_axes": cand.constant_axes,
-        "sites": [[[list(t.shape), t.dtype] for t in s.inputs] + [[list(t.shape), t.dtype] for t in s.outputs]
-                  for s in cand.sites],
+        "config": {k: v for k, v in sorted(config.items())}, **region_problem(cand),
     }
     return hashlib.sha256(json.dumps(problem, sort_keys=True).encode()).hexdigest()[:24]
 

@@ -34,6 +34,9 @@ class AdmissionRecord(Versioned):
     plugin_name: str
     so_sha256: str
     status: AdmissionStatus
+    region: str = Field("", description="digest of the region it was checked against (its ops, attributes, "
+                                        "roles and site shapes): a verdict covers that region only")
+    precision: str = Field("", description="the engine precision it was checked at")
     reason: str = ""
     device: str = ""
     error_budget: str = ""
