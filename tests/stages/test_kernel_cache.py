@@ -63,6 +63,40 @@ def test_a_source_changed_or_planted_in_the_cache_is_a_miss(tmp_path):
     assert kernel_cache.lookup(tmp_path / "cache", "0" * 24, "B", out) is None and not out.exists()
 
 
+def test_an_entry_planted_whole_or_with_an_edited_report_is_a_miss(tmp_path):
+    """A trust trial planted a source with its matching sha256 file, and edited a report: both were served.
+    Entries are sealed with the cache's own owner-only key; one from another cache is a miss as well."""
+    import shutil
+    import stat
+
+    key = kernel_cache.cache_key(_cand("A"), "templates", "1", "H200", None, "fp16", {})
+    src = _src("A").write(tmp_path / "A.module_source.py")
+    (tmp_path / "A.report.json").write_text('{"winner": "v1"}')
+    cache, other = tmp_path / "cache", tmp_path / "other"
+    kernel_cache.store(cache, key, src, tmp_path / "A.report.json")
+    assert stat.S_IMODE((cache / kernel_cache.KEY_FILE).stat().st_mode) == 0o600
+    out = tmp_path / "out" / "B.module_source.py"
+    out.parent.mkdir()
+    assert kernel_cache.lookup(cache, key, "B", out) is not None
+    entry = cache / "kernels" / key
+    (entry / "report.json").write_text('{"winner": "TAMPERED"}')
+    assert kernel_cache.lookup(cache, key, "B", out) is None
+    kernel_cache.store(other, key, src, tmp_path / "A.report.json")  # sealed under the other cache's key
+    shutil.rmtree(entry)
+    shutil.copytree(other / "kernels" / key, entry)
+    assert kernel_cache.lookup(cache, key, "B", out) is None
+
+
+def test_the_key_holds_the_heavy_ops_attributes():
+    from ytk_hookspecs.models import RegionOp
+
+    a = _cand("A").model_copy(update={"ops": [RegionOp(op="conv", kernel=[3, 3], padding=[1, 1], dilation=[1, 1])]})
+    b = _cand("A").model_copy(update={"ops": [RegionOp(op="conv", kernel=[3, 3], padding=[2, 2], dilation=[2, 2])]})
+    assert kernel_cache.cache_key(a, "t", "1", "H200", None, "fp16", {}) != \
+        kernel_cache.cache_key(b, "t", "1", "H200", None, "fp16", {})
+    assert kernel_cache.region_digest(a) != kernel_cache.region_digest(b)
+
+
 def test_a_store_killed_half_way_leaves_nothing_behind_for_long(tmp_path):
     """A kill inside store() leaves its temp entry; the next store sweeps temp entries of dead processes
     (and never a live writer's)."""

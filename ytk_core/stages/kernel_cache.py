@@ -7,9 +7,11 @@ key holds the generator's name and a fingerprint of its installed code (:func:`c
 so changing a backend's code -- upgrading it, or editing it in place -- invalidates its entries.
 Set ``YTK_KERNEL_CACHE=0`` to always generate afresh.
 
-An entry records the sha256 of the source it stored and is reused only while the source still has it:
-a file changed or planted under the cache directory is a miss, never a kernel. Whatever the cache
-hands back is built and then run by the admission gate like any other kernel (:mod:`.admission`).
+An entry is sealed: an HMAC over its source and report under a secret key that the cache creates for
+itself (``cache.key``, readable by its owner only), and it is reused only while the seal holds. A file
+changed under the cache directory, or an entry planted or copied from another cache, is a miss, never a
+kernel; someone who can read the key (its owner) can still forge one, and whatever the cache hands back is
+built and then run by the admission gate like any other kernel (:mod:`.admission`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -87,15 +90,53 @@ def cache_key(cand: Candidate, backend: str, code: str, gpu: str, arch: str | No
     return hashlib.sha256(json.dumps(problem, sort_keys=True).encode()).hexdigest()[:24]
 
 
+#: the cache's own secret, created on first use, that seals its entries
+KEY_FILE = "cache.key"
+SEAL = "seal"
+
+
+def _secret(root: Path) -> bytes:
+    """The cache's key: made once (owner-only), then read. A key that cannot be made or read seals nothing,
+    and no entry is reused."""
+    import secrets
+
+    p = root / KEY_FILE
+    if not p.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=root)  # 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+        try:
+            os.link(tmp, p)  # the first writer wins; a concurrent one reads that key
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return p.read_bytes()
+
+
+def _seal(root: Path, key: str, entry: Path) -> str:
+    """HMAC of the entry's key, source and report (absent: empty) under the cache's secret."""
+    import hmac
+
+    mac = hmac.new(_secret(root), key.encode(), hashlib.sha256)
+    for name in ("source.module_source.py", "report.json"):
+        f = entry / name
+        mac.update(b"\0" + name.encode() + b"\0" + (sha256_file(f) if f.is_file() else "").encode())
+    return mac.hexdigest()
+
+
 def lookup(root: Path, key: str, plugin_name: str, output: Path) -> Path | None:
     """Write the cached kernel, renamed to ``plugin_name``, to ``output``; return its report path or None."""
+    import hmac
+
     entry = root / "kernels" / key
     src = entry / "source.module_source.py"
-    digest = entry / "source.sha256"
-    if not src.is_file() or not digest.is_file():
+    seal = entry / SEAL
+    if not src.is_file() or not seal.is_file():
         return None
     try:
-        if digest.read_text().strip() != sha256_file(src):
+        if not hmac.compare_digest(seal.read_text().strip(), _seal(root, key, entry)):
             return None
         ks = KernelSource.read(src)
     except (KernelSourceError, OSError, UnicodeDecodeError):
@@ -119,8 +160,8 @@ def store(root: Path, key: str, source: Path, report: Path | None) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     shutil.copyfile(source, tmp / "source.module_source.py")
-    (tmp / "source.sha256").write_text(sha256_file(tmp / "source.module_source.py") + "\n")
     if report is not None and Path(report).is_file():
         shutil.copyfile(report, tmp / "report.json")
+    (tmp / SEAL).write_text(_seal(root, key, tmp) + "\n")
     shutil.rmtree(entry, ignore_errors=True)
     os.replace(tmp, entry)

@@ -226,7 +226,8 @@ def _run_one(sel: Any, req: KernelGenRequest, cand: Candidate | None, reference:
     # A forwarding generator (a service) runs another generator elsewhere: its own code, which keys the cache,
     # says nothing of which one or where, so a kernel it returned is not reused here (the service has its cache).
     forwarding = FORWARDED_CONFIG_KEYS in sel.backend.info.config_keys
-    if cand is not None and kernel_cache.enabled() and not forwarding:
+    # a simulated generator's results are never stored, so a hit for one could only have been planted
+    if cand is not None and kernel_cache.enabled() and not forwarding and not sel.backend.info.simulated:
         key = kernel_cache.cache_key(cand, sel.name, kernel_cache.code_fingerprint(sel.backend.impl), req.gpu,
                                      req.arch, prec, cfg, baked=kernel_cache.baked_digest(reference),
                                      reoptimize=req.reoptimize)
@@ -248,7 +249,7 @@ def _run_one(sel: Any, req: KernelGenRequest, cand: Candidate | None, reference:
         raise KernelJobFailed(res.job_id, sel.name, res.message)
     if res.status == "done":
         _check_result(out, Path(output), cand, prec)
-        if key is not None and not sel.backend.info.simulated:
+        if key is not None:
             kernel_cache.store(cache_dir(), key, Path(res.source or output), Path(res.report) if res.report else None)
     return out
 
