@@ -363,6 +363,35 @@ def test_export_refuses_what_it_would_overwrite_or_ship_wrongly(finished, tmp_pa
     assert not (tmp_path / "ship2" / "ship.json").exists()
 
 
+def test_a_larger_time_budget_goes_on_where_the_spent_one_stopped(tmp_path):
+    """A loop stopped by --time-budget 1s reprinted 'time budget of 1 s spent' for any later budget."""
+    w = tmp_path / "tb"
+    r = autoloop(w, "--time-budget", "1s")
+    assert r.code == 0, r.stderr[-2000:]
+    st = state(w)
+    assert st.stop_kind == "time_budget" and not st.rounds and "a larger --time-budget" in st.stop_reason
+    r = autoloop(w, "--time-budget", "1s")  # the same budget: nothing more to do
+    assert r.code == 0 and not state(w).rounds
+    r = autoloop(w, "--time-budget", "30m")
+    assert r.code == 0, r.stderr[-2000:]
+    st = state(w)
+    assert st.rounds and st.stop_kind != "time_budget" and st.best.ms < st.baseline.ms
+
+
+def test_a_model_with_nothing_to_plug_says_so(tmp_path):
+    """The stop reason said 'every proposal is plugged already or was dropped earlier' when propose had
+    proposed nothing at all."""
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                     "        return x + 1\n\n\ndef get_fwd_args():\n    torch.manual_seed(0)\n"
+                     "    return (torch.randn(1, 8, 4, 4),)\n")
+    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
+    assert r.code == 0, r.stderr[-2000:]
+    st = state(tmp_path / "w")
+    assert st.stop_kind == "nothing_left"
+    assert st.stop_reason.startswith("propose found no region worth a kernel in this model"), st.stop_reason
+
+
 def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     """--min-gain-ms 5%: resolved against the measured baseline, shown as the user wrote it."""
     w = tmp_path / "pct"

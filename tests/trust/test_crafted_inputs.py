@@ -157,3 +157,14 @@ def test_the_atomic_writers_never_replace_a_fifo(tmp_path):
     with pytest.raises(ArtifactError, match="not a regular file"):
         write_text_atomic(fifo, "{}")
     assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+@pytest.mark.parametrize("flag, value, says", [("--warmup", "-1", "--warmup -1: must be 0 or more"),
+                                               ("--warmup", "-20", "--warmup -20: must be 0 or more"),
+                                               ("--iterations", "0", "--iterations 0: must be at least 1")])
+def test_counts_out_of_range_are_usage_errors(fx, tmp_path, flag, value, says):
+    """A negative --warmup was blamed on the backend (exit 3, 'a bug in that backend')."""
+    args = {"--iterations": "2", "--warmup": "0", flag: value}
+    r = ytk_inproc("embedded", "compile", "-a", ARCH, "--onnx", fx / "base" / "model.onnx", "--npz",
+                   fx / "base" / "model.npz", "-o", tmp_path / "o.tgz", *[a for kv in args.items() for a in kv], **MOCK)
+    assert says in one_line_error(r, 2)

@@ -37,7 +37,8 @@ def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> No
     rnd.stage = "done"
     ws.save()
     if gain < min_gain:
-        ws.stop(f"round {rnd.index} gained {max(gain, 0.0):.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}")
+        ws.stop(f"round {rnd.index} gained {max(gain, 0.0):.3f} ms, under --min-gain-ms {ws.state.min_gain_label()}",
+                "min_gain")
 
 
 def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:

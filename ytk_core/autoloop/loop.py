@@ -103,10 +103,11 @@ class Autoloop:
             return state.rounds[-1]
         done = len(state.rounds)
         if done >= limits.max_rounds:
-            self.ws.stop(f"reached --max-rounds {limits.max_rounds}")
+            self.ws.stop(f"reached --max-rounds {limits.max_rounds}", "max_rounds")
             return None
         if self.clock.exhausted():
-            self.ws.stop(f"time budget of {limits.time_budget_s or 0:.0f} s spent")
+            self.ws.stop(f"time budget of {limits.time_budget_s or 0:.0f} s spent (a larger --time-budget, or none, "
+                         "goes on from here)", "time_budget")
             return None
         rnd = RoundRecord(index=done + 1)
         state.rounds.append(rnd)

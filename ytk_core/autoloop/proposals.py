@@ -33,7 +33,7 @@ def propose_round(ws: Workspace, rnd: RoundRecord) -> None:
         rnd.note = _nothing_to_try(ws, fresh, refused, report)
         rnd.candidates = refused
         rnd.stage = "done"
-        ws.stop(rnd.note)
+        ws.stop(rnd.note, "nothing_left")
         return
     rnd.candidates = refused + [PluginRecord(name=p.name, selector=p.selector, origin_round=rnd.index, region_ms=p.ms,
                                              sites=len(p.sites)) for p in worth] + reopt
@@ -70,6 +70,13 @@ def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord]
                 + hidden)
     if refused:
         return "every candidate worth a job is one the carve or the kernel generators refuse" + hidden
+    if report is not None and not report.candidates and not ws.state.rounds[:-1]:
+        under = next((w for w in getattr(report, "not_worth", []) or [] if w.category == "under_threshold"), None)
+        why = "propose found no region worth a kernel in this model"
+        if under is not None:
+            why += (f" ({len(under.members)} region families, {under.ms:.3f} ms in all, are under --min-gain-ms "
+                    f"{ws.state.min_gain_label()}; `ytk embedded propose ... --min-ms 0` lists them)")
+        return why + hidden
     return "no candidate left to try (every proposal is plugged already or was dropped earlier)" + hidden
 
 

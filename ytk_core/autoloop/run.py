@@ -91,10 +91,12 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
                 raise UsageError(f"{workdir} was started with {role} backend {st.backends.roles()[role]!r}, not "
                                  f"{name!r}; use a new --workdir")
         new_gain = min_gain.ms(st.baseline.ms) if st.baseline else None
+        more_time = st.stop_kind == "time_budget" and (limits.time_budget_s is None
+                                                        or limits.time_budget_s > st.elapsed_s)
         if st.finished and (limits.max_rounds > st.limits.max_rounds or limits.roofline > st.limits.roofline or
-                            (new_gain is not None and st.limits.min_gain_ms is not None
-                             and new_gain < st.limits.min_gain_ms)):
-            st.finished, st.stop_reason = False, ""  # looser limits: keep going from the best engine
+                            more_time or (new_gain is not None and st.limits.min_gain_ms is not None
+                                          and new_gain < st.limits.min_gain_ms)):
+            st.finished, st.stop_reason, st.stop_kind = False, "", None  # looser limits: go on from the best engine
         st.limits = limits
         st.worker = worker
         st.resolve_min_gain()

@@ -23,6 +23,8 @@ STATE_FILE = "autoloop.json"
 PREV_STATE_FILE = "autoloop.prev.json"
 
 PluginStatus = Literal["pending", "generated", "built", "kept", "dropped"]
+#: What ended a loop: --max-rounds, --time-budget, --min-gain-ms, or nothing left to propose.
+StopKind = Literal["max_rounds", "time_budget", "min_gain", "nothing_left"]
 RoundStage = Literal["propose", "prepare", "kernelgen", "build", "compile", "verify", "decide", "done"]
 #: Where a candidate was dropped: the round stage, named as the user knows it ("carve", not "prepare").
 DropStage = Literal["propose", "carve", "kernelgen", "build", "compile", "numerics", "decide"]
@@ -194,6 +196,8 @@ class AutoloopState(Versioned):
     rounds: list[RoundRecord] = Field(default_factory=list)
     finished: bool = False
     stop_reason: str = ""
+    stop_kind: StopKind | None = Field(None, description="which limit stopped it: a resume with that limit "
+                                       "loosened goes on")
     history: list[str] = Field(default_factory=list, description="one line per notable event, for the report")
 
     def resolve_min_gain(self) -> None:

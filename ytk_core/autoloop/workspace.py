@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .control import Clock
-from .state import AutoloopLimits, AutoloopState, DropStage, PluginRecord, RoundRecord, RoundStage
+from .state import AutoloopLimits, AutoloopState, DropStage, PluginRecord, RoundRecord, RoundStage, StopKind
 
 
 class Workspace:
@@ -76,10 +76,12 @@ class Workspace:
         """An error that became one line of a drop reason or a stop message keeps its traceback here (-v)."""
         self.log.debug(f"{what}: {type(err).__name__}", exc_info=err)
 
-    def stop(self, why: str) -> None:
-        """End the loop normally: no further round starts, and a rerun only reports."""
+    def stop(self, why: str, kind: StopKind | None = None) -> None:
+        """End the loop normally: no further round starts, and a rerun only reports (unless it loosens the
+        limit ``kind`` names)."""
         self.state.finished = True
         self.state.stop_reason = why
+        self.state.stop_kind = kind
         self.event(f"stopped: {why}")
         self.save()
 

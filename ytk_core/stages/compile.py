@@ -81,6 +81,10 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
     (not simulated) engine loads only plugins the admission gate admitted (:mod:`.admission`), or
     unverified ones with ``allow_unverified``. With ``worker`` (a Kronos worker's URL) the engine is
     the worker's, on its target (:mod:`ytk_core.kronos.remote_compile`); the bundle is the same."""
+    if iterations < 1:
+        raise UsageError(f"--iterations {iterations}: must be at least 1")
+    if warmup < 0:
+        raise UsageError(f"--warmup {warmup}: must be 0 or more")
     if worker is not None:
         from ..kronos.remote_compile import compile_on_worker
 
@@ -89,8 +93,6 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
     rt = runtime()
     target = parse_arch(arch)
     prec = parse_precision(precision)
-    if iterations < 1:
-        raise UsageError("--iterations must be at least 1")
     sel = rt.select("engine", engine, target)
     onnx = existing_file(onnx, "--onnx", "Run `ytk embedded prepare` first.")
     npz = existing_file(npz, "--npz", "Run `ytk embedded prepare` first.")
