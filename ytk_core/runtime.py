@@ -162,9 +162,14 @@ def emit_json(obj: Any) -> None:
     global JSON_EMITTED
     if hasattr(obj, "model_dump"):
         obj = obj.model_dump(mode="json")
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-    sys.stdout.flush()
+    out = JSON_OUT or sys.stdout
+    out.write(json.dumps(obj, indent=2, default=str) + "\n")
+    out.flush()
     JSON_EMITTED = True
+
+
+#: With --json, the stream the JSON document goes to (the real stdout); meanwhile ``sys.stdout`` is stderr.
+JSON_OUT: Any = None
 
 
 RUNTIME: Runtime | None = None

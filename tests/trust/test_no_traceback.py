@@ -206,3 +206,20 @@ def test_foreign_sys_exit_anywhere_is_an_error(monkeypatch, capsys, tmp_path):
     assert "user_code.py:3" in err and "sys.exit(0)" in err and "Traceback" not in err
     monkeypatch.undo()
     assert appmod.main(["--version"]) == 0  # ytk's own exits are untouched
+
+
+def test_a_model_that_prints_leaves_json_stdout_one_document(tmp_path):
+    """A print() in model.py came first on stdout, so `--json` gave two JSON objects (the fake one first)."""
+    import json
+
+    model = model_file(tmp_path, "chatty", init='print(\'{"fake": true}\')',
+                       forward='print(\'{"fake": "forward"}\'); return x * 2')
+    out = tmp_path / "o"
+    r = ytk_inproc("embedded", "prepare", model, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz",
+                   "--reference-out", out / "r.npz", "--json", **MOCK)
+    assert r.code == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)  # exactly one document
+    assert "fake" not in doc and '{"fake": true}' in r.stderr
+    r = ytk_inproc("embedded", "prepare", tmp_path / "missing.py", "--onnx-out", out / "m.onnx", "--npz-out",
+                   out / "m.npz", "--reference-out", out / "r.npz", "--json", **MOCK)
+    assert r.code == 2 and json.loads(r.stdout)["exit_code"] == 2

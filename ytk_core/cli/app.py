@@ -122,8 +122,9 @@ def _json_error(args: list[str], msg: str, code: int) -> int:
     if code and _wants_json(args) and not rt_mod.JSON_EMITTED:  # a report already printed carries the verdict
         import json
 
-        sys.stdout.write(json.dumps({"error": clean(msg), "exit_code": code}) + "\n")
-        sys.stdout.flush()
+        out = rt_mod.JSON_OUT or sys.stdout
+        out.write(json.dumps({"error": clean(msg), "exit_code": code}) + "\n")
+        out.flush()
     return code
 
 
@@ -135,6 +136,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: list[str]) -> int:
+    """With --json, stdout is the JSON document's alone: whatever else writes to ``sys.stdout`` meanwhile
+    (a ``print`` in the user's model.py, a backend) goes to stderr."""
+    from .. import runtime as rt_mod
+
+    if not _wants_json(args):
+        return _run(args)
+    rt_mod.JSON_OUT, sys.stdout = sys.stdout, sys.stderr
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, rt_mod.JSON_OUT = rt_mod.JSON_OUT, None
+
+
+def _run(args: list[str]) -> int:
     configure(0, "auto")
     from .. import runtime as rt_mod
 
