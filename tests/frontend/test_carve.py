@@ -344,3 +344,21 @@ def test_call_selectors_find_functional_ops_under_their_exported_names(tmp_path)
     assert r.code == 2
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
     assert "torch.export writes it as aten.mean: select call:torch.mean" in line and "Closest ops:" in line
+
+
+def test_a_lift_with_nothing_to_lift_and_a_bad_namespace_are_refused(tmp_path):
+    """From a new-user trial: @lift=fold_conv_bn on a LayerNorm was accepted (no lifted weights), and
+    propose --namespace 'bad::ns' emitted selectors prepare then refused."""
+    from tests.helpers import ytk_inproc
+
+    model = Path(__file__).resolve().parents[1] / "data" / "tiny_hybrid_vit_model.py"
+    out = tmp_path / "o"
+    r = ytk_inproc("embedded", "prepare", model, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz",
+                   "--reference-out", out / "r.npz", "--plugin", "yasp::Ln=LayerNorm@where=norm@lift=fold_conv_bn",
+                   YTK_ENGINE="mock")
+    assert r.code == 2 and "has no convolution; @lift=fold_conv_bn" in r.stderr, r.stderr[-1500:]
+    assert not (out / "m.onnx").exists()
+    for ns in ("bad::ns", "my ns"):
+        r = ytk_inproc("embedded", "propose", "--profile", tmp_path / "x.tgz", "--onnx", tmp_path / "m.onnx",
+                       "--fx-nodes", tmp_path / "f.json", "--namespace", ns)
+        assert r.code == 2 and "--namespace" in r.stderr and "letters, digits and _" in r.stderr, r.stderr

@@ -82,6 +82,11 @@ def propose(
         raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
     if top < 1 or depth < 0:
         raise UsageError("--top must be at least 1 and --depth zero or more")
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_]*", namespace):  # what a selector's namespace may hold
+        raise UsageError(f"--namespace {namespace!r}: letters, digits and _ only (a plugin's namespace, as in "
+                         "yasp::Name), or '' for the empty one")
     opts = ProposeOptions(min_ms=min_t.value if not min_t.relative else 1.0,
                           min_pct=min_t.value if min_t.relative else None, family_min_ms=family_min_ms,
                           merge_shape_families=merge_shape_families, roofline_fraction=roofline, launch_ms=launch_ms,

@@ -100,6 +100,10 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
     else:
         # several convs (an MLP of 1x1 convs, a whole inverted residual): one folded pair each
         mode = "fold_conv_bn_seq"
+    if mode != "none" and lift and not convs:
+        raise UsageError(f"region {where or '<root>'} has no convolution; @lift={mode} lifts a conv's (weight, bias) "
+                         "and has nothing to lift here. Drop the @lift (its weights stay as they are) or use "
+                         "@lift=none.")
     if mode == "fold_conv_bn" and len(convs) > 1:
         raise UsageError(f"region {where or '<root>'} contains {len(convs)} convolutions; fold_conv_bn lifts exactly "
                          "one (weight, bias) pair, which cannot describe several convolutions. Add "
