@@ -141,6 +141,8 @@ def test_backends_shows_the_autoloops_pairing(ytk, monkeypatch):
     x86 = "x86_64-sm90-linux-cu130-trt10"
     rep = json.loads(ytk("backends", "-a", x86, "--json").stdout)
     assert rep["selected"] == resolve_backends(x86, BackendChoice()).roles()
+    mock = next(b for b in rep["backends"] if b["name"] == "mock")
+    assert "simulated H100/H200" in mock["reason"] and "Orin" not in mock["reason"]  # what compile then says
     if rep["selected"]["kernelgen"] == "mock":  # a host without a CUDA device
         assert rep["selected"]["builder"] == "mock", rep["selection_reasons"]
         assert "paired: the kernel generator mock is simulated" in rep["selection_reasons"]["builder"]

@@ -35,7 +35,12 @@ class MockBackend:
 
         if compiler() is None:
             return Availability(available=False, reason="no C compiler (cc/gcc/clang) for the mock builder")
-        return Availability(available=True, reason="simulated DRIVE AGX Orin / TensorRT 8.6 (no hardware needed)")
+        if arch is None or arch.sm == 87:
+            return Availability(available=True, reason="simulated DRIVE AGX Orin / TensorRT 8.6 (no hardware needed)")
+        from .engine import device_name
+
+        return Availability(available=True, reason=f"simulated {device_name(arch.sm).removesuffix(' (simulated)')}"
+                                                   " with a TensorRT 8.6 cost model (no hardware needed)")
 
     # -- engine ---------------------------------------------------------------------------------
     def compile(self, request: CompileRequest, ctx: StageContext) -> CompileResult:
