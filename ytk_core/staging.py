@@ -31,17 +31,24 @@ class Staged:
         self.marker = Path(marker) if marker is not None else None
         self.dir = self.home / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._outside: dict[Path, Path] = {}  # staged path -> final path, for outputs outside ``home``
+        self._made: list[Path] = []  # folders this stage created (removed again, when empty, if it fails)
 
     def __enter__(self) -> "Staged":
-        self.home.mkdir(parents=True, exist_ok=True)
+        self._made = _mkdirs(self.home)
         remove_stale(self.home)
         self.dir.mkdir()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
         for staged in self._outside:
             staged.unlink(missing_ok=True)
+        if exc_type is not None:  # a failed stage leaves no empty folder it made behind
+            for d in reversed(self._made):
+                try:
+                    d.rmdir()
+                except OSError:  # not empty (or not ours to remove): kept
+                    continue
 
     def path(self, final: Path) -> Path:
         """Where the stage writes what belongs at ``final``."""
@@ -50,7 +57,7 @@ class Staged:
             rel = final.resolve().relative_to(self.home.resolve())
         except ValueError:
             # beside its final place, not in ``home``: a rename across file systems is no rename (EXDEV)
-            final.parent.mkdir(parents=True, exist_ok=True)
+            self._made += _mkdirs(final.parent)
             remove_dead(final.parent, PREFIX)
             staged = final.parent / f"{self.dir.name}-{len(self._outside)}.{final.name}"
             self._outside[staged] = final
@@ -87,6 +94,17 @@ class Staged:
         for old in replaced:
             if Path(old).resolve() not in written:
                 Path(old).unlink(missing_ok=True)
+
+
+def _mkdirs(d: Path) -> list[Path]:
+    """Make ``d`` and its missing parents; returns those it made, outermost first."""
+    missing = []
+    p = Path(d).absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    Path(d).mkdir(parents=True, exist_ok=True)
+    return list(reversed(missing))
 
 
 def remove_stale(home: Path) -> None:

@@ -51,21 +51,17 @@ def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def check_writable(*paths: Path) -> None:
-    """Fail before any work if an output cannot be written (nothing half-written afterwards)."""
+    """Fail before any work if an output cannot be written (nothing half-written afterwards, and no folder
+    made for outputs that are never written: the stage creates its folders when it writes)."""
+    from ..stages.inputs import output_file
+
     for p in paths:
-        d = p.parent if str(p.parent) else Path(".")
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot create output directory {d}: {e.strerror}") from None
-        if p.is_dir():
-            raise UsageError(f"output path {p} is a directory; give a file name")
-        probe = d / f".ytk-write-test-{p.name}"
-        try:
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as e:
-            raise UsageError(f"cannot write {p}: {e.strerror} (check the directory's permissions)") from None
+        parent = Path(p).absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise UsageError(f"cannot create output directory {Path(p).parent}: {parent} is a file, not a folder")
+        output_file(Path(p), "output path")
 
 
 def check_export(proto: Any, in_names: list[str], out_names: list[str], args: Any, ref: list[Any]) -> None:
@@ -94,6 +90,17 @@ def _flatten_outputs(out: Any) -> list[Any]:
     return [x for x in leaves if isinstance(x, torch.Tensor)]
 
 
+def _consumed(graph: Any) -> set[str]:
+    """Every tensor name a node of ``graph`` (or of a subgraph in its attributes) reads, and its outputs."""
+    names = {o.name for o in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attr in node.attribute:
+            for sub in [attr.g, *attr.graphs] if attr.HasField("g") else attr.graphs:
+                names |= _consumed(sub)
+    return names
+
+
 def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
     import onnx
     import torch
@@ -115,6 +122,12 @@ def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
     if len(in_names) != len(loaded.args):
         raise UsageError(f"{request.model_path}: the ONNX graph has {len(in_names)} inputs but get_fwd_args() gave "
                          f"{len(loaded.args)}; unused or constant-folded inputs are not supported")
+    unused = [(i, n) for i, n in enumerate(in_names) if n not in _consumed(proto.graph)]
+    if unused:
+        i, n = unused[0]
+        raise UsageError(f"{request.model_path}: forward() never uses its input {n!r} (item {i} of get_fwd_args()); "
+                         "an engine drops an unused input, and its inputs no longer match model.npz: remove it from "
+                         "forward() and get_fwd_args()")
     if len(out_names) != len(ref):
         raise UsageError(f"{request.model_path}: the model returns {len(ref)} tensors but the ONNX graph has "
                          f"{len(out_names)} outputs; return tensors only (a tuple, list or dict of tensors)")
