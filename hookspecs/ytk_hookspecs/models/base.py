@@ -68,6 +68,15 @@ class Versioned(BaseModel):
         try:
             return cls.model_validate_json(raw)
         except ValidationError as e:
+            # another kind of file (a prepare.json given for an fx_nodes.json) lacks this one's fields: say so,
+            # rather than that its schema_version was written by a newer ytk
+            missing = [str(x["loc"][0]) for x in e.errors() if x["type"] == "missing" and len(x["loc"]) == 1]
+            if missing:
+                newer = any(x["loc"] == ("schema_version",) for x in e.errors())
+                raise ArtifactError(f"{p}: not a {cls.__name__} file (it has no {', '.join(missing[:3])}"
+                                    f"{' ...' if len(missing) > 3 else ''}"
+                                    f"{', and a schema_version newer than this ytk reads' if newer else ''}); is it "
+                                    "the file that option takes?") from None
             raise ArtifactError(f"{p}: not a valid {cls.__name__} ({problem(e)})") from None
 
 
