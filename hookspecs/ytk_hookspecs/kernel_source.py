@@ -94,6 +94,9 @@ class KernelSource:
         except (RecursionError, MemoryError) as e:
             raise KernelSourceError(f"{origin}: plugin_meta.yaml block is too deeply nested or too large "
                                     f"to read ({type(e).__name__})") from None
+        except ValueError as e:  # a scalar YAML cannot convert: an integer of thousands of digits
+            raise KernelSourceError(f"{origin}: plugin_meta.yaml block holds a value that cannot be read "
+                                    f"({str(e).splitlines()[0][:200]})") from None
         if not isinstance(meta_raw, dict):
             raise KernelSourceError(f"{origin}: plugin_meta.yaml block must be a mapping")
         try:

@@ -94,7 +94,10 @@ def test_fuzz_kernel_source(text):
 def test_kernel_source_crafted(tmp_path):
     for i, data in enumerate([b"CUDA_HEADER = '\xff'\n", ("x = " + "1+" * 500_000 + "1\n").encode(),
                               ("x = " + "[" * 100_000 + "\n").encode(), ("x = " + "-" * 200_000 + "1\n").encode(),
-                              b"PLUGIN_META_YAML = '" + b"[" * 50_000 + b"'\n"]):
+                              b"PLUGIN_META_YAML = '" + b"[" * 50_000 + b"'\n",
+                              # an integer of 100,000 digits (past Python's int-from-str limit) in a shape
+                              b"CUDA_HEADER=''\nCUDA_SOURCE=''\nPLUGIN_META_YAML='plugin_name: x\\ninputs:\\n"
+                              b"- {name: a, dtype: float16, shape: [" + b"9" * 100_000 + b"]}\\n'\n"]):
         p = tmp_path / f"{i}.module_source.py"
         p.write_bytes(data)
         try:
