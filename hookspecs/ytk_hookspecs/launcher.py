@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import ValidationError
 
 from . import shape_expr
 from .contract import layout_error
@@ -51,8 +49,8 @@ class LauncherLibrary:
         except PluginInfoError as e:
             raise StageError(str(e)) from None
         try:
-            self.meta: PluginMeta = PluginMeta.model_validate(yaml.safe_load(self.description.meta_yaml or ""))
-        except (yaml.YAMLError, ValidationError, TypeError) as e:
+            self.meta: PluginMeta = self.description.plugin_meta()
+        except (ValueError, TypeError) as e:  # pydantic's ValidationError and a YAML error are ValueErrors
             raise StageError(
                 f"{self.path}: plugin {self.description.name!r} carries no readable plugin_meta in its "
                 f"self-description ({type(e).__name__}); rebuild it with `ytk embedded build-plugin`.") from None

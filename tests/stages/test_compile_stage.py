@@ -166,3 +166,24 @@ def test_missing_inputs_are_clear_errors(ytk, fixture_dir):
     assert r.code == 2 and "not an ELF" in r.stderr
     r = _compile(ytk, d, fixture_dir)
     assert r.code == 2 and "is a folder" in r.stderr
+
+
+@pytest.mark.parametrize("shape", [["in0[0]", "in0[1]", "in0[2] // 0", "in0[3]"], ["in0[0]", "in0[1]", "in0[2] - 99",
+                                    "in0[3]"], ["in0[0]", "in0[1]", "in0[99999999999]", "in0[3]"]])
+def test_a_plugin_built_without_candidates_is_checked_against_the_region_at_compile(ytk, fixture_dir, tmp_path,
+                                                                                    shape):
+    """A trust trial built plugins whose output shapes divide by zero, go negative or index past the inputs,
+    without --candidates, and compile took them (rc 0): compile now makes build-plugin's region check."""
+    from ytk_hookspecs.kernel_source import KernelSource
+
+    build_mock_plugin(ytk, fixture_dir)
+    src = KernelSource.read(fixture_dir / "carved" / "sources" / f"{PLUGIN}.module_source.py")
+    out0 = src.meta.outputs[0].model_copy(update={"shape": shape})
+    meta = src.meta.model_copy(update={"outputs": [out0, *src.meta.outputs[1:]]})
+    bad = KernelSource(header=src.header, source=src.source, meta=meta).write(tmp_path / "bad.module_source.py")
+    so = tmp_path / "bad.so"
+    r = ytk("embedded", "build-plugin", "-a", ARCH, "--plugin-name", PLUGIN, "-s", bad, "-o", so, "--builder", "mock")
+    assert r.code == 0, r.stderr[-1500:]  # on its own the source is consistent: only its region tells
+    r = _compile(ytk, fixture_dir / "carved", tmp_path / "g.tgz", so)
+    assert r.code == 2 and f"plugin yasp::{PLUGIN}" in r.stderr and str(so) in r.stderr, r.stderr[-1500:]
+    assert not (tmp_path / "g.tgz").exists()

@@ -19,6 +19,7 @@ import numpy as np
 from ytk_hookspecs.models import (NETWORK_OUTPUTS, ArtifactError, CompileRequest, CompileResult, PluginArtifact,
                                   ProfileRequest, ProfileResult, sha256_file)
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
+from ytk_hookspecs.models.base import problem
 
 from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE, RAW_PROFILE, TAPS, TAPS_REFERENCE,
                       BenchmarkRecord, BundleManifest, BundlePlugin, EngineBundle, LayerProfile, write_bundle)
@@ -62,6 +63,36 @@ def _read_plugins(paths: list[Path]) -> list[PluginFile]:
     return out
 
 
+def _check_against_regions(onnx: Path, match: Any, precision: str) -> list[str]:
+    """Each matched plugin's contract (carried in its self-description) against the carved region it
+    replaces, from the ``candidates.json`` beside the ONNX: the check build-plugin makes with --candidates,
+    made here too, so a plugin built without it (output shapes that do not evaluate, or evaluate to
+    another shape than the region's) never reaches an engine."""
+    from ytk_hookspecs.contract import check_meta_against_candidate
+    from ytk_hookspecs.models import CandidatesFile
+
+    cj = Path(onnx).parent / "candidates.json"
+    if not cj.is_file():
+        return []
+    try:
+        cands = {c.name: c for c in CandidatesFile.read(cj).candidates}
+    except ArtifactError:
+        return []  # a carve's record that does not read: the plugins are matched to the nodes as they are
+    errors: list[str] = []
+    for pf in {str(pf.path): pf for pf in match.matches.values()}.values():
+        d, cand = pf.description, cands.get(pf.description.name)
+        if cand is None or not d.meta_yaml:
+            continue
+        try:
+            meta = d.plugin_meta()
+        except (ValueError, TypeError) as e:
+            errors.append(f"plugin {plugin_label(d)} ({pf.path}): its plugin_meta does not read ({problem(e)})")
+            continue
+        errors += [f"plugin {plugin_label(d)} ({pf.path}): {e}"
+                   for e in check_meta_against_candidate(meta, cand, precision).errors]
+    return errors
+
+
 def _check_inputs(onnx: Path, npz: Path) -> None:
     """Every caller (the CLI, the autoloop) gets the same check: the ONNX reads, and the npz holds
     exactly its inputs, numeric, of their dtype and shape (a crafted npz is one clear error)."""
@@ -102,6 +133,7 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
     plugins = _read_plugins(list(custom_plugins or []))
     nodes = custom_nodes(onnx)
     match = match_plugins(nodes, plugins, prec, sm=target.sm, simulated_engine=sel.backend.info.simulated)
+    match.errors += _check_against_regions(onnx, match, prec)
     if match.errors:
         raise YtkError(f"{len(match.errors)} plugin problem(s) found before building the engine (nothing was "
                        "compiled):\n  - " + "\n  - ".join(match.errors))

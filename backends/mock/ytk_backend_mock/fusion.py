@@ -249,11 +249,9 @@ def _group_outputs(lay: Layer, g: Graph) -> list[str]:
 
 def plugin_meta(desc: PluginDescription) -> PluginMeta | None:
     """The plugin_meta a plugin was built from (carried in its self-description)."""
-    import yaml
-
     if not desc.meta_yaml:
         return None
     try:
-        return PluginMeta.model_validate(yaml.safe_load(desc.meta_yaml))
+        return desc.plugin_meta()
     except Exception:
         return None

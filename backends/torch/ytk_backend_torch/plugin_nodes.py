@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from ytk_hookspecs import shape_expr
 from ytk_hookspecs.contract import layout_error
@@ -86,8 +86,8 @@ def bind_plugins(nodes: list[Node], plugins: list[PluginArtifact]) -> dict[str, 
                    if d.engine_api == "mock-cpu" else "")
                 + "rebuild it with a builder that targets the torch engine (e.g. --builder nvcc).")
         try:
-            meta = PluginMeta.model_validate(yaml.safe_load(d.meta_yaml or ""))
-        except (yaml.YAMLError, ValidationError, TypeError) as e:
+            meta = d.plugin_meta()
+        except (ValueError, TypeError) as e:  # pydantic's ValidationError and a YAML error are ValueErrors
             raise StageError(f"plugin {d.name!r} ({art.path}) carries no readable plugin_meta in its self-description "
                              f"({type(e).__name__}); rebuild it with `ytk embedded build-plugin`.") from None
         n_in = len([x for x in node.inputs if x])

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import Versioned
-from .kernel import KernelDtype, TensorFormat
+from .kernel import KernelDtype, PluginMeta, TensorFormat
 
 EngineApi = Literal["trt8-IPluginV2DynamicExt", "trt10-IPluginV3", "torch-launcher", "mock-cpu"]
 
@@ -32,6 +32,16 @@ class PluginDescription(Versioned):
     builder: str
     source_sha256: str
     meta_yaml: str = Field(default="", description="the full plugin_meta the plugin was built from")
+
+    def plugin_meta(self) -> PluginMeta:
+        """``meta_yaml`` as the contract it is; ValueError (pydantic's, or YAML's) when it does not read as one."""
+        import yaml
+
+        try:
+            raw = yaml.safe_load(self.meta_yaml or "")
+        except yaml.YAMLError as e:
+            raise ValueError(f"its plugin_meta is not YAML: {str(e).splitlines()[0]}") from None
+        return PluginMeta.model_validate(raw)
 
 
 class BuildRequest(Versioned):
