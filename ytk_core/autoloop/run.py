@@ -211,6 +211,7 @@ def choose_backends(arch: str, flags: BackendChoice, remote_engine: str | None =
 
 def _choose(role: str, spec: ArchSpec, flags: BackendChoice, remote_engine: str | None,
             chosen: dict[str, tuple[str | None, str]]) -> tuple[str, str]:
+    from ..errors import YtkError
     from ..plugins.selection import Selection, select_backend, select_chain
 
     rt = runtime()
@@ -231,7 +232,14 @@ def _choose(role: str, spec: ArchSpec, flags: BackendChoice, remote_engine: str 
         # a simulated generator's placeholders are built by a simulated builder, never into real .so files
         gen = rt.manager.get(gens.split(",")[0])
         if gen is not None and role in gen.info.roles:
-            return select(role, gen.name).name, f"paired: the kernel generator {gen.name} is simulated"
+            paired = select(role, gen.name).name
+            try:
+                sel = select(role, None)
+            except YtkError:
+                sel = None
+            if sel is not None and sel.name == paired:  # the settings chose it anyway: say how
+                return sel.name, f"{sel.source}: {sel.reason}"
+            return paired, f"paired: the kernel generator {gen.name} is simulated"
     sel = select(role, getattr(flags, role))
     engine = chosen.get("engine", (None, ""))[0]
     eng = rt.manager.get(engine) if role == "builder" and engine else None
