@@ -265,6 +265,9 @@ def test_a_damaged_state_resumes_from_the_last_good_one(finished, tmp_path):
         f.write_text("{not json")
     r = autoloop(w)
     assert r.code == 2 and "no good autoloop.prev.json" in r.stderr and "Traceback" not in r.stderr
+    assert "run again with --fresh" in r.stderr  # the way out it names works
+    r = autoloop(w, "--fresh", "--max-rounds", "1")
+    assert r.code == 0 and state(w).finished, r.stderr[-1500:]
 
 
 def test_round0_prepare_is_recorded_and_not_traced_again(tmp_path):

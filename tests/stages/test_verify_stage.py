@@ -14,12 +14,16 @@ from ytk_hookspecs.models import LayerTime
 
 
 def _bundle(path, outputs, times, precision="fp16", simulated=True, label=None,  # type: ignore[no-untyped-def]
-            alternatives=None, npz_sha256="0" * 64):
+            alternatives=None, npz_sha256="0" * 64, plugins=()):
+    from ytk_core.bundle import BundlePlugin
+
     buf = io.BytesIO()
     np.savez(buf, **outputs)
     m = BundleManifest(arch="arm64-sm87-dos6010-cu114-trt86", precision=precision, engine_backend="test",
                        engine_version="1", device="dev (simulated)" if simulated else "dev", simulated=simulated,
-                       onnx="model.onnx", onnx_sha256="0" * 64, npz_sha256=npz_sha256, label=label or path.stem)
+                       onnx="model.onnx", onnx_sha256="0" * 64, npz_sha256=npz_sha256, label=label or path.stem,
+                       plugins=[BundlePlugin(name=n, namespace="yasp", version="1", sha256="0" * 64, file=f"{n}.so",
+                                             engine_api="mock-cpu") for n in plugins])
     prof = LayerProfile(device="dev", simulated=simulated, iterations=len(times),
                         layers=[LayerTime(name="/a/Conv + PWN(/a/Relu)", type="CaskConvolution", median_ms=0.7),
                                 LayerTime(name="Reformatting CopyNode for Input Tensor 0 to x", median_ms=0.1)])

@@ -95,7 +95,7 @@ def test_shape_and_dtype_mismatches_fail_naming_the_outputs(ytk, tmp_path, outs)
 def test_each_case_is_its_own_line_across_bundles(ytk, tmp_path, outs):
     a = _bundle(tmp_path / "a.tgz", {"y": outs["y"]}, [1.0])
     bad = {"y": outs["y"] + 0.05 * np.abs(outs["y"]).max(), "z": outs["z"], "extra": outs["z"]}
-    b = _bundle(tmp_path / "b.tgz", bad, [1.0])
+    b = _bundle(tmp_path / "b.tgz", bad, [1.0], plugins=["DwConv"])
     r = _verify(ytk, tmp_path, outs, a, b)
     assert r.code == 5
     lines = _error_lines(r.stderr)
@@ -104,6 +104,10 @@ def test_each_case_is_its_own_line_across_bundles(ytk, tmp_path, outs):
     assert "b (simulated): the reference lacks 1 output(s) the engine produces: extra" in lines[1]
     assert "numerics failed for 1 output(s): b (simulated) y (max rel err over tolerance" in lines[2]
     assert "--debug-taps" in lines[3]  # how to find the region that drifts
+    # a base engine (no plugin) that drifts has no region to find: no such hint
+    b = _bundle(tmp_path / "b.tgz", bad, [1.0])
+    r = _verify(ytk, tmp_path, outs, a, b)
+    assert r.code == 5 and "--debug-taps" not in r.stderr and len(_error_lines(r.stderr)) == 3
 
 
 def test_dtype_widths_and_whole_number_floats_are_not_mismatches(tmp_path, outs):

@@ -123,8 +123,8 @@ def _read_state(workdir: Path) -> AutoloopState:
     try:
         st = AutoloopState.read(prev)
     except ArtifactError:
-        raise UsageError(f"{damaged}, and there is no good {PREV_STATE_FILE} beside it. Move the workdir aside "
-                         "to start over.") from None
+        raise UsageError(f"{damaged}, and there is no good {PREV_STATE_FILE} beside it: run again with --fresh to "
+                         "start over in this workdir (its rounds and report go), or use a new --workdir") from None
     runtime().log.warning(f"{damaged}; resuming from the last good state {PREV_STATE_FILE} (one save older: "
                           "at most one step runs again)")
     st.save(workdir)  # the damaged file is replaced at once (the good copy stays where it is)

@@ -49,7 +49,9 @@ def propose(
         "--launch-ms", help="kernel-launch cost per site counted in the roofline bound (ms)")] = 0.002,
     namespace: Annotated[str, typer.Option("--namespace", help="plugin namespace of the proposed selectors")] = "yasp",
     verbose: Annotated[bool, typer.Option("--verbose", help="torch-class table and per-proposal detail")] = False,
-    top: Annotated[int, typer.Option("--top", help="rows to show per table")] = 20,
+    top: Annotated[int, typer.Option("--top", help="rows to show per table (what is shown only: --emit-prepare "
+                                                   "carves every proposal; choose regions with --min-ms or "
+                                                   "--plugin)")] = 20,
     depth: Annotated[int, typer.Option("--depth", help="module-path depth of the --verbose module table")] = 3,
     kernelgen: KernelgenOpt = None,
     no_kernelgen_check: Annotated[bool, typer.Option(

@@ -36,6 +36,7 @@ class LatencyRow(BaseModel):
     bundle: str | None = None
     engine: str = ""
     precision: str = ""
+    plugins: int = Field(0, description="plugins the bundle's engine loads")
     device: str
     simulated: bool
     iterations: int
@@ -108,7 +109,9 @@ class VerifyReport(Versioned):
             lines.append("verify failed")
         if lines:
             lines += [f"debug taps: {v.implementation}: {v.reason}" for v in self.taps]
-            if not self.taps and any(n.problem in ("", "non-finite") and not n.passed for n in self.numerics):
+            plugged = {r.implementation for r in self.rows if r.plugins}
+            if not self.taps and any(n.problem in ("", "non-finite") and not n.passed and n.implementation in plugged
+                                     for n in self.numerics):  # a base engine has no region to blame
                 lines.append("to find the region that drifts: prepare the carve again with --debug-taps, compile "
                              "it, and verify that bundle (docs/byom.md, \"When numerics drift\")")
         return lines
@@ -155,7 +158,7 @@ def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_r
     if not bench.iterations_ms:
         raise UsageError(f"{b.path}: its benchmark holds no iterations")
     row = latency_row(impl, label, "bundle", m.device, m.simulated, bench.iterations_ms, bundle=str(b.path),
-                      engine=f"{m.engine_backend} {m.engine_version}", precision=m.precision)
+                      engine=f"{m.engine_backend} {m.engine_version}", precision=m.precision, plugins=len(m.plugins))
     prof = b.profile
     top = BundleLayers(implementation=impl, total_ms=prof.total_ms, simulated=m.simulated,
                        layers=sorted(prof.layers, key=lambda x: -x.median_ms)[:max(0, layers_top)])
