@@ -170,8 +170,11 @@ def run_kernelgen_compile(reference: Path, gpu: str, output: Path, config: list[
     cand, prep = find_candidate(reference, candidates)
     warnings: list[str] = []
     if cand is None:
-        warnings.append(f"no candidates.json entry for {reference} (looked in {reference.resolve().parent.parent}); "
-                        "the result cannot be checked against an ONNX node (arity, shapes)")
+        where = reference.resolve().parent
+        warnings.append(f"no candidates.json entry for {reference} (looked for candidates.json in {where.parent} and "
+                        f"{where}); the result cannot be checked against an ONNX node (arity, shapes), and "
+                        "a generator that works from the carved region's record (the mock) refuses it: carve the "
+                        "region with `ytk embedded prepare --plugin`")
         rt.log.warning(warnings[-1])
     chain = rt.select_chain("kernelgen", kernelgen, target)
     check_config_keys(check_keys, chain)
