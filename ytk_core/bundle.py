@@ -289,14 +289,12 @@ class EngineBundle:
 
     def outputs(self) -> dict[str, np.ndarray]:
         """The engine's outputs: numeric arrays only (an object array or a damaged npz is an ArtifactError)."""
+        from .npz import NpzError, read_npz
+
         try:
-            with np.load(io.BytesIO(self.read_bytes(OUTPUTS)), allow_pickle=False) as z:
-                out = {k: z[k] for k in z.files}
-        except ArtifactError:
-            raise
-        except Exception as e:  # noqa: BLE001  -- numpy/zipfile raise many types on a crafted npz
-            raise ArtifactError(f"{self.path}: its {OUTPUTS} is not a readable npz of numeric arrays "
-                                f"({type(e).__name__}: {str(e)[:200]})") from None
+            out = read_npz(self.read_bytes(OUTPUTS))
+        except NpzError as e:
+            raise ArtifactError(f"{self.path}: its {OUTPUTS} is not a readable npz of numeric arrays ({e})") from None
         bad = [k for k, a in out.items() if a.dtype.kind not in "biuf"]
         if bad:
             raise ArtifactError(f"{self.path}: its {OUTPUTS} holds non-numeric arrays {sorted(bad)[:5]} "
@@ -310,12 +308,12 @@ class EngineBundle:
         from .stages.taps import TapsFile
 
         tf = _model(self, TAPS, TapsFile)
+        from .npz import NpzError, read_npz
+
         try:
-            with np.load(io.BytesIO(self.read_bytes(TAPS_REFERENCE)), allow_pickle=False) as z:
-                ref = {k: z[k] for k in z.files}
-        except Exception as e:  # noqa: BLE001  -- numpy/zipfile raise many types on a crafted npz
-            raise ArtifactError(f"{self.path}: its {TAPS_REFERENCE} is not a readable npz "
-                                f"({type(e).__name__})") from None
+            ref = read_npz(self.read_bytes(TAPS_REFERENCE))
+        except NpzError as e:
+            raise ArtifactError(f"{self.path}: its {TAPS_REFERENCE} is not a readable npz ({e})") from None
         return tf, ref
 
     def extract(self, name: str, dest: Path) -> Path:

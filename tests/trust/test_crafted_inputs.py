@@ -33,6 +33,19 @@ def compile_with(fx, npz):
                       "-o", npz.parent / "out.tgz", "--iterations", "2", "--warmup", "0", **MOCK)
 
 
+def warnings_ignored():  # zipfile warns about the duplicate name it is told to write
+    import contextlib
+    import warnings
+
+    @contextlib.contextmanager
+    def cm():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+
+    return cm()
+
+
 def _arrays(fx):
     with np.load(fx / "base" / "model.npz") as z:
         return {k: z[k] for k in z.files}
@@ -44,6 +57,8 @@ def _arrays(fx):
     ("object_array", "object array"),
     ("int64", "int64"),
     ("wrong_shape", "shape"),
+    ("plain_text", "not an .npz (a zip archive of .npy arrays)"),  # was "it holds an object array"
+    ("twice", "appear twice in it"),  # numpy kept the last copy without a word
 ])
 def test_crafted_npz_is_usage_error(fx, tmp_path, kind, says):
     a = _arrays(fx)
@@ -59,6 +74,15 @@ def test_crafted_npz_is_usage_error(fx, tmp_path, kind, says):
         np.savez(npz, **{k: np.array([object()] * 2, dtype=object) for k in a})
     elif kind == "int64":
         np.savez(npz, **{k: v.astype(np.int64) for k, v in a.items()})
+    elif kind == "plain_text":
+        npz.write_text("these are not the inputs\n")
+    elif kind == "twice":
+        import zipfile
+
+        np.savez(npz, **a)
+        with zipfile.ZipFile(npz, "a") as z, warnings_ignored():
+            k = next(iter(a))
+            z.writestr(f"{k}.npy", z.read(f"{k}.npy"))
     else:
         np.savez(npz, **{k: v[..., :1] for k, v in a.items()})
     line = one_line_error(compile_with(fx, npz), 2)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UsageError
+from ..npz import NpzError, read_npz
 
 _HINT = "Use the npz `ytk embedded prepare` wrote beside this ONNX."
 
@@ -43,13 +44,9 @@ def check_npz_inputs(onnx: Path, npz: Path) -> None:
     """Every array in ``npz`` is readable, numeric, an input of ``onnx``, of its dtype and shape."""
     wanted = _onnx_inputs(onnx)
     try:
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}  # reads (and CRC-checks) every member now
-    except Exception as e:  # noqa: BLE001  -- zipfile, numpy format and pickle refusals
-        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        why = ("it holds an object array, which ytk never loads (no pickles)" if "allow_pickle" in msg
-               else f"corrupt or not an npz: {type(e).__name__}{': ' + msg if msg else ''}")
-        raise UsageError(f"--npz {npz}: not a readable .npz ({why}). {_HINT}") from None
+        arrays = read_npz(npz)
+    except NpzError as e:
+        raise UsageError(f"--npz {npz}: not a readable .npz ({e}). {_HINT}") from None
     missing = [w for w in wanted if w not in arrays]
     if missing:
         raise UsageError(f"--npz {npz} lacks input(s) {', '.join(missing)} of {onnx.name} (it has "

@@ -142,11 +142,12 @@ def load_reference(reference: Path) -> dict[str, np.ndarray]:
     if tarfile.is_tarfile(reference):
         raise UsageError(f"reference {reference} is an engine bundle: verify takes the model.reference.npz first, "
                          "then the bundles (ytk embedded verify model.reference.npz base.tgz plugged.tgz)")
+    from ..npz import NpzError, read_npz
+
     try:
-        with np.load(reference, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except Exception as e:
-        raise UsageError(f"reference {reference}: not a readable .npz ({type(e).__name__}: {e})") from None
+        return read_npz(reference)
+    except NpzError as e:
+        raise UsageError(f"reference {reference}: not a readable .npz ({e})") from None
 
 
 def _score_bundle(b: EngineBundle, label: str, ref: dict[str, np.ndarray], max_rel_err: float | None,
