@@ -65,7 +65,7 @@ def latency_by_round(points: list[RoundPoint], unit_note: str, path_svg: Path) -
     ax.set_title("Latency by round", fontsize=11)
     empty = [p.label for p in points if p.measured_ms is None]
     note = unit_note + (f"; no engine built in {', '.join(empty)}" if empty else "")
-    return _finish(plt, fig, ax, note, -0.28, "lower left", "y", path_svg)
+    return _finish(plt, fig, ax, note, "lower left", "y", path_svg)
 
 
 def regions_before_after(rows: list[tuple[str, float, float | None]], unit_note: str,
@@ -90,13 +90,15 @@ def regions_before_after(rows: list[tuple[str, float, float | None]], unit_note:
     ax.set_title("Time per plugged region, before and after", fontsize=11)
     if not rows:
         ax.text(0.5, 0.5, "no plugin in the final engine", transform=ax.transAxes, ha="center", va="center")
-    return _finish(plt, fig, ax, unit_note, -0.2 - 0.5 / n, "lower right" if rows else None, "x", path_svg)
+    return _finish(plt, fig, ax, unit_note, "best" if rows else None, "x", path_svg)
 
 
-def _finish(plt, fig, ax, note: str, note_y: float, legend_loc: str | None, grid_axis: str,  # type: ignore[no-untyped-def]
+def _finish(plt, fig, ax, note: str, legend_loc: str | None, grid_axis: str,  # type: ignore[no-untyped-def]
             path_svg: Path) -> list[Path]:
-    """What both charts end with: the figures' source under the axis, legend, grid, SVG + PNG written."""
-    ax.text(0.5, note_y, note, transform=ax.transAxes, ha="center", fontsize=8, color="#555555")
+    """What both charts end with: the figures' source under the axis label (a fixed distance in points, so
+    a tall chart has no blank band), legend, grid, SVG + PNG written."""
+    ax.annotate(note, xy=(0.5, 0), xycoords="axes fraction", xytext=(0, -44), textcoords="offset points",
+                ha="center", va="top", fontsize=8, color="#555555")
     if legend_loc:
         ax.legend(fontsize=8, loc=legend_loc)
     ax.grid(axis=grid_axis, alpha=0.3)
