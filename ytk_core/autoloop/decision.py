@@ -96,7 +96,8 @@ def _without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) ->
         return
     for c in losers:
         c.status, c.dropped_at = "built", None
-        c.reason = f"kept although its layers took {c.plugin_ms or 0:.3f} ms where the region took " \
+        other = "the plugged kernel" if c.replaces else "the region"
+        c.reason = f"kept although its layers took {c.plugin_ms or 0:.3f} ms where {other} took " \
                    f"{c.region_ms:.3f} ms: {why}"
     ws.event(f"round {rnd.index}: took back {_names(losers)}: {why}")
 

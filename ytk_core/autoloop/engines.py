@@ -42,15 +42,16 @@ class EngineCompiler:
         if prep is None:
             prep = self.carver.prepare_dir_for(state.rounds[round_index - 1], plugins)
         names = sorted(p.name for p in plugins)
+        shas = sorted(p.so_sha256 or "" for p in plugins)
         records = self.records(round_index)
-        rec = next((old for old in records if old.plugins == names and ws.path(old.bundle).is_file()
-                    and sha256_file(ws.path(old.bundle)) == old.sha256), None)
+        rec = next((old for old in records if old.plugins == names and old.plugin_sha256s == shas
+                    and ws.path(old.bundle).is_file() and sha256_file(ws.path(old.bundle)) == old.sha256), None)
         if rec is None:
             res = run_compile(state.arch, state.precision, prep / "model.onnx", prep / "model.npz", out,
                               [ws.path(p.so or "") for p in plugins], engine=state.backends.engine,
                               worker=self.worker)
             rec = CompileRecord(bundle=ws.rel(out), prepare_dir=ws.rel(prep), sha256=sha256_file(out), plugins=names,
-                                p50_ms=statistics.median(res.benchmark.iterations_ms))
+                                plugin_sha256s=shas, p50_ms=statistics.median(res.benchmark.iterations_ms))
             records.append(rec)
             ws.save()
             checkpoint(f"{round_index}:compile-job")

@@ -71,6 +71,9 @@ class CompileRecord(_M):
     sha256: str
     p50_ms: float
     plugins: list[str]
+    plugin_sha256s: list[str] = Field(default_factory=list, description="the .so files' sha256, sorted: a "
+                                      "re-optimization has its plugin's name, so names alone do not tell two "
+                                      "engines apart")
     numerics_passed: bool | None = None
     numerics_note: str = ""
 
