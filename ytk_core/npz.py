@@ -23,12 +23,16 @@ def read_npz(src: Path | bytes) -> dict[str, np.ndarray]:
         if not zipfile.is_zipfile(handle()):
             raise NpzError("not an .npz (a zip archive of .npy arrays)")
         with zipfile.ZipFile(handle()) as z:
-            names = z.namelist()
-        twice = sorted({n.removesuffix(".npy") for n in names if names.count(n) > 1})
+            keys = [n.removesuffix(".npy") for n in z.namelist()]  # numpy names "x" and "x.npy" both x
+        twice = sorted({k for k in keys if keys.count(k) > 1})
         if twice:  # numpy keeps one copy without a word: which one a reader sees is not the archive's to decide
             raise NpzError(f"array(s) {', '.join(map(repr, twice[:5]))} appear twice in it")
         with np.load(handle(), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            out = {k: z[k] for k in z.files}
+        raw = sorted(k for k, v in out.items() if not isinstance(v, np.ndarray))
+        if raw:  # a member in no .npy format comes back as bytes
+            raise NpzError(f"member(s) {', '.join(map(repr, raw[:5]))} are no .npy arrays")
+        return out
     except NpzError:
         raise
     except Exception as e:  # noqa: BLE001  -- zipfile, numpy format and pickle refusals of every kind

@@ -47,3 +47,18 @@ def test_plain_so_is_a_clear_error(tmp_path):
     (tmp_path / "t.so").write_bytes(b"not elf")
     with pytest.raises(PluginInfoError, match="not an ELF"):
         read_plugin_description(tmp_path / "t.so")
+
+
+def test_a_carried_contract_that_does_not_read_is_a_value_error():
+    """compile exited 1 (RecursionError) on a .so whose meta_yaml was 3000 nested brackets."""
+    import pytest
+
+    from ytk_hookspecs.models import PluginDescription
+
+    d = PluginDescription(name="X", namespace="yasp", version="1", num_inputs=1, num_outputs=1,
+                          input_dtypes=["float16"], output_dtypes=["float16"], input_formats=["kLINEAR"],
+                          output_formats=["kLINEAR"], sm=90, cpu_arch="x86_64", engine_api="mock-cpu",
+                          launcher="launch", builder="mock", source_sha256="0" * 64)
+    for bad, says in (("[" * 3000, "too deeply nested"), ("a: [", "not YAML"), ("3", "validation error")):
+        with pytest.raises(ValueError, match=says):
+            d.model_copy(update={"meta_yaml": bad}).plugin_meta()

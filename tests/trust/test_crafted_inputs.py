@@ -59,6 +59,8 @@ def _arrays(fx):
     ("wrong_shape", "shape"),
     ("plain_text", "not an .npz (a zip archive of .npy arrays)"),  # was "it holds an object array"
     ("twice", "appear twice in it"),  # numpy kept the last copy without a word
+    ("twice_by_suffix", "appear twice in it"),  # "x" and "x.npy" are both x to numpy
+    ("raw_member", "are no .npy arrays"),  # came back as bytes: an internal error
 ])
 def test_crafted_npz_is_usage_error(fx, tmp_path, kind, says):
     a = _arrays(fx)
@@ -76,6 +78,13 @@ def test_crafted_npz_is_usage_error(fx, tmp_path, kind, says):
         np.savez(npz, **{k: v.astype(np.int64) for k, v in a.items()})
     elif kind == "plain_text":
         npz.write_text("these are not the inputs\n")
+    elif kind in ("twice_by_suffix", "raw_member"):
+        import zipfile
+
+        np.savez(npz, **a)
+        with zipfile.ZipFile(npz, "a") as z:
+            k = next(iter(a))
+            z.writestr(k if kind == "twice_by_suffix" else "extra.bin", b"not an array")
     elif kind == "twice":
         import zipfile
 

@@ -39,9 +39,12 @@ class PluginDescription(Versioned):
 
         try:
             raw = yaml.safe_load(self.meta_yaml or "")
+            return PluginMeta.model_validate(raw)
         except yaml.YAMLError as e:
             raise ValueError(f"its plugin_meta is not YAML: {str(e).splitlines()[0]}") from None
-        return PluginMeta.model_validate(raw)
+        except (RecursionError, MemoryError) as e:
+            raise ValueError(f"its plugin_meta is too deeply nested or too large to read ({type(e).__name__})") \
+                from None
 
 
 class BuildRequest(Versioned):
