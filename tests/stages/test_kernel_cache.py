@@ -87,6 +87,36 @@ def test_an_entry_planted_whole_or_with_an_edited_report_is_a_miss(tmp_path):
     assert kernel_cache.lookup(cache, key, "B", out) is None
 
 
+def test_a_key_that_is_not_the_caches_own_seals_nothing_and_costs_no_job(tmp_path):
+    """A key file others can read, a symlink, a short one or a folder: store() says why it keeps nothing
+    (the job is not failed), and lookup() reuses nothing."""
+    import os
+
+    key = kernel_cache.cache_key(_cand("A"), "templates", "1", "H200", None, "fp16", {})
+    src = _src("A").write(tmp_path / "A.module_source.py")
+    (tmp_path / "A.report.json").write_text("{}")
+    out = tmp_path / "B.module_source.py"
+    for n, plant in enumerate(("readable", "symlink", "short", "folder")):
+        cache = tmp_path / f"c{n}"
+        assert kernel_cache.store(cache, key, src, tmp_path / "A.report.json") is None
+        k = cache / kernel_cache.KEY_FILE
+        if plant == "readable":
+            k.chmod(0o644)
+        elif plant == "symlink":
+            (tmp_path / f"elsewhere{n}").write_bytes(k.read_bytes())
+            k.unlink()
+            k.symlink_to(tmp_path / f"elsewhere{n}")
+        elif plant == "short":
+            k.write_bytes(b"x")
+        else:
+            k.unlink()
+            k.mkdir()
+        assert kernel_cache.lookup(cache, key, "B", out) is None, plant
+        why = kernel_cache.store(cache, key, src, tmp_path / "A.report.json")
+        assert why and "key" in why, (plant, why)
+        assert os.path.lexists(k)  # never replaced behind the user's back
+
+
 def test_the_key_holds_the_heavy_ops_attributes():
     from ytk_hookspecs.models import RegionOp
 

@@ -95,24 +95,47 @@ KEY_FILE = "cache.key"
 SEAL = "seal"
 
 
+class NoKey(OSError):
+    """The cache's key is missing, unreadable or not one this process may trust: nothing is sealed or reused."""
+
+
+KEY_BYTES = 32
+
+
 def _secret(root: Path) -> bytes:
-    """The cache's key: made once (owner-only), then read. A key that cannot be made or read seals nothing,
-    and no entry is reused."""
+    """The cache's key: made once (owner-only, synced before it is linked into place), then read and trusted
+    only as a regular file of this user, readable by no one else, of :data:`KEY_BYTES` bytes (a key another
+    user planted or left group-readable seals nothing). Raises :class:`NoKey` otherwise."""
     import secrets
+    import stat
 
     p = root / KEY_FILE
-    if not p.is_file():
-        root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=root)  # 0600
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(32))
-        try:
-            os.link(tmp, p)  # the first writer wins; a concurrent one reads that key
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
-    return p.read_bytes()
+    try:
+        if not p.exists() and not p.is_symlink():
+            root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=root)  # 0600
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(secrets.token_bytes(KEY_BYTES))
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, p)  # the first writer wins; a concurrent one reads that key
+                except FileExistsError:
+                    pass
+            finally:
+                os.unlink(tmp)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read(KEY_BYTES + 1)
+    except OSError as e:
+        raise NoKey(f"the kernel cache's key {p} cannot be made or read ({e.strerror or e})") from None
+    if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077
+            or len(data) != KEY_BYTES):
+        raise NoKey(f"the kernel cache's key {p} is not a {KEY_BYTES}-byte file of this user that only it can "
+                    "read: nothing is reused from that cache (delete the file to make a new key)")
+    return data
 
 
 def _seal(root: Path, key: str, entry: Path) -> str:
@@ -150,7 +173,17 @@ def lookup(root: Path, key: str, plugin_name: str, output: Path) -> Path | None:
     return None
 
 
-def store(root: Path, key: str, source: Path, report: Path | None) -> None:
+def store(root: Path, key: str, source: Path, report: Path | None) -> str | None:
+    """Keep a finished job under ``key``. A cache that cannot take it (no trustworthy key, a read-only or full
+    disk) costs the reuse, never the job: returns why it was not kept, else None."""
+    try:
+        _store(root, key, source, report)
+    except OSError as e:
+        return str(e) if isinstance(e, NoKey) else f"the kernel cache at {root} cannot keep it ({e.strerror or e})"
+    return None
+
+
+def _store(root: Path, key: str, source: Path, report: Path | None) -> None:
     from ..staging import remove_dead
 
     entry = root / "kernels" / key

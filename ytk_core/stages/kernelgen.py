@@ -253,7 +253,10 @@ def _run_one(sel: Any, req: KernelGenRequest, cand: Candidate | None, reference:
     if res.status == "done":
         _check_result(out, Path(output), cand, prec)
         if key is not None:
-            kernel_cache.store(cache_dir(), key, Path(res.source or output), Path(res.report) if res.report else None)
+            why = kernel_cache.store(cache_dir(), key, Path(res.source or output),
+                                     Path(res.report) if res.report else None)
+            if why:
+                rt.warn_once(f"{why}; the kernel is not cached for reuse")
     return out
 
 
