@@ -21,11 +21,13 @@ clear error rather than wrong numbers.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import shutil
 import tarfile
 import tempfile
+import threading
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -205,6 +207,18 @@ class EngineBundle:
         self.path = path
         self._members = members  # name -> a spooled temp file: small ones in memory, large ones on disk
         self.manifest = manifest
+        self._lock = threading.Lock()  # one reader at a time moves a member's file position
+
+    def close(self) -> None:
+        """Let the members' temp files go now (they go when the object does, too)."""
+        for spool in self._members.values():
+            spool.close()
+
+    def __enter__(self) -> "EngineBundle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def open(cls, path: str | Path) -> "EngineBundle":
@@ -234,21 +248,16 @@ class EngineBundle:
         except (tarfile.TarError, EOFError, OSError, ValueError) as e:
             for spool in members.values():
                 spool.close()
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # the temp dir is full: a disk-full error, not a damaged bundle
             raise ArtifactError(f"{p}: not a readable engine bundle (corrupt or truncated .tgz: {e})") from None
-        if MANIFEST not in members:
-            raise ArtifactError(f"{p}: not an engine bundle (no {MANIFEST})")
-        members[MANIFEST].seek(0)
-        manifest = read_manifest(p, members[MANIFEST].read())
-        for name, digest in manifest.members.items():
-            if name not in members:
-                raise ArtifactError(f"{p}: member {name} listed in the manifest is missing")
-            if digests[name] != digest:
-                raise ArtifactError(f"{p}: member {name} does not match its sha256 in the manifest "
-                                    "(the bundle was modified or damaged)")
-        extra = set(members) - set(manifest.members) - {MANIFEST}
-        if extra:
-            raise ArtifactError(f"{p}: members not covered by the manifest: {sorted(extra)}")
-        return cls(p, members, manifest)
+        bundle = cls(p, members, BundleManifest.model_construct())
+        try:
+            bundle.manifest = _checked_manifest(p, members, digests)
+        except ArtifactError:
+            bundle.close()
+            raise
+        return bundle
 
     # -- members --------------------------------------------------------------------------------
     def has(self, name: str) -> bool:
@@ -258,8 +267,9 @@ class EngineBundle:
         if name not in self._members:
             raise ArtifactError(f"{self.path}: bundle has no {name}")
         spool = self._members[name]
-        spool.seek(0)
-        return bytes(spool.read())
+        with self._lock:
+            spool.seek(0)
+            return bytes(spool.read())
 
     @property
     def profile(self) -> LayerProfile:
@@ -323,10 +333,28 @@ class EngineBundle:
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         spool = self._members[name]
-        spool.seek(0)
-        with open(dest, "wb") as out:
+        with self._lock, open(dest, "wb") as out:
+            spool.seek(0)
             shutil.copyfileobj(spool, out, 1 << 20)
         return dest
+
+
+def _checked_manifest(p: Path, members: dict[str, Any], digests: dict[str, str]) -> BundleManifest:
+    """The manifest of an opened bundle, after every member was checked against it."""
+    if MANIFEST not in members:
+        raise ArtifactError(f"{p}: not an engine bundle (no {MANIFEST})")
+    members[MANIFEST].seek(0)
+    manifest = read_manifest(p, members[MANIFEST].read())
+    for name, digest in manifest.members.items():
+        if name not in members:
+            raise ArtifactError(f"{p}: member {name} listed in the manifest is missing")
+        if digests[name] != digest:
+            raise ArtifactError(f"{p}: member {name} does not match its sha256 in the manifest "
+                                "(the bundle was modified or damaged)")
+    extra = set(members) - set(manifest.members) - {MANIFEST}
+    if extra:
+        raise ArtifactError(f"{p}: members not covered by the manifest: {sorted(extra)}")
+    return manifest
 
 
 def read_manifest(path: Path, data: bytes) -> BundleManifest:

@@ -195,3 +195,23 @@ def test_a_large_member_waits_on_disk_and_reads_back_whole(tmp_path, monkeypatch
     b = EngineBundle.open(_write(tmp_path))
     assert b.read_bytes(ENGINE) == b"engine" and b.benchmark.iterations_ms == [1.0, 1.1]
     assert b.extract(ENGINE, tmp_path / "x" / "engine.plan").read_bytes() == b"engine"
+
+
+def test_a_full_temp_dir_is_a_disk_full_error_not_a_damaged_bundle(tmp_path, monkeypatch):
+    import errno
+
+    import ytk_core.bundle as bundle_mod
+
+    p = _write(tmp_path)
+
+    class Full(io.BytesIO):
+        def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+            super().__init__()
+
+        def write(self, data):  # type: ignore[no-untyped-def]
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(bundle_mod.tempfile, "SpooledTemporaryFile", Full)
+    with pytest.raises(OSError) as e:
+        EngineBundle.open(p)
+    assert e.value.errno == errno.ENOSPC and not isinstance(e.value, ArtifactError)
