@@ -223,3 +223,19 @@ def test_a_model_that_prints_leaves_json_stdout_one_document(tmp_path):
     r = ytk_inproc("embedded", "prepare", tmp_path / "missing.py", "--onnx-out", out / "m.onnx", "--npz-out",
                    out / "m.npz", "--reference-out", out / "r.npz", "--json", **MOCK)
     assert r.code == 2 and json.loads(r.stdout)["exit_code"] == 2
+
+
+def test_a_child_process_of_the_model_does_not_write_into_json_stdout(tmp_path):
+    """The swap was Python-level only: a subprocess (or native code) the model starts wrote to fd 1."""
+    import json
+
+    from tests.conftest import run_cli
+
+    model = model_file(tmp_path, "shell", top="import os\n",
+                       forward="os.system('echo FROM-A-CHILD'); return x * 2")
+    out = tmp_path / "o"
+    r = run_cli("embedded", "prepare", model, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz",
+                "--reference-out", out / "r.npz", "--json", env={"YTK_ENGINE": "mock"})
+    assert r.code == 0, r.stderr[-2000:]
+    assert "FROM-A-CHILD" not in r.stdout and "FROM-A-CHILD" in r.stderr
+    json.loads(r.stdout)

@@ -142,11 +142,29 @@ def _main(args: list[str]) -> int:
 
     if not _wants_json(args):
         return _run(args)
-    rt_mod.JSON_OUT, sys.stdout = sys.stdout, sys.stderr
+    saved, real = sys.stdout, None
+    rt_mod.JSON_OUT = saved
+    try:
+        if saved.fileno() == 1:  # the process's stdout: what a child process or native code writes moves too
+            saved.flush()
+            real = os.dup(1)
+            rt_mod.JSON_OUT = os.fdopen(os.dup(real), "w", encoding=getattr(saved, "encoding", None) or "utf-8")
+            os.dup2(2, 1)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's capture): Python-level only
+        pass
+    sys.stdout = sys.stderr
     try:
         return _run(args)
     finally:
-        sys.stdout, rt_mod.JSON_OUT = rt_mod.JSON_OUT, None
+        sys.stdout = saved
+        if real is not None:
+            try:
+                rt_mod.JSON_OUT.close()
+            except OSError:
+                pass
+            os.dup2(real, 1)
+            os.close(real)
+        rt_mod.JSON_OUT = None
 
 
 def _run(args: list[str]) -> int:
@@ -258,9 +276,11 @@ def _reader_gone(e: SystemExit) -> bool:
 def _stdout_closed() -> int:
     """The reader of ytk's output closed it (``| head``): stop quietly, as a program killed by SIGPIPE does
     (exit 141 = 128 + SIGPIPE), with stdout pointed at /dev/null so the interpreter's last flush cannot fail."""
+    from .. import runtime as rt_mod
+
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (rt_mod.JSON_OUT or sys.stdout).fileno())  # with --json, the JSON's own stream
     except (OSError, ValueError):
         pass
     return 141
