@@ -77,7 +77,7 @@ def _limit(value: int | None, env: str) -> int:
     raw = os.environ.get(env, "").strip()
     if not raw:
         return _DEFAULT_LIMITS[env]
-    if not raw.isdigit() or int(raw) == 0:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
         raise ArtifactError(f"{env}={raw!r}: expected a positive whole number of bytes (default "
                             f"{_DEFAULT_LIMITS[env]})")
     return int(raw)

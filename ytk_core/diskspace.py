@@ -34,14 +34,14 @@ class DiskFull(OSError):
 
 
 def _gb(n: int) -> str:
-    return f"{n / 1e9:.1f} GB"
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def ensure_free_space(path: Path, need: int, what: str) -> None:
     """Raise :class:`DiskFull` unless ``need`` bytes (plus a margin) fit on the disk holding ``path``.
     ``YTK_FREE_BYTES`` overrides the free space measured (tests plant a full disk with it)."""
     override = os.environ.get("YTK_FREE_BYTES", "").strip()
-    if override and not override.isdigit():
+    if override and not (override.isascii() and override.isdigit()):
         from .errors import UsageError
 
         raise UsageError(f"YTK_FREE_BYTES={override!r}: expected a whole number of bytes (or unset it)")

@@ -57,9 +57,9 @@ class Staged:
             rel = final.resolve().relative_to(self.home.resolve())
         except ValueError:
             # beside its final place, not in ``home``: a rename across file systems is no rename (EXDEV)
+            # (no sweep of other processes' entries there: a shared folder may hold another host's live ones)
             self._made += _mkdirs(final.parent)
-            remove_dead(final.parent, PREFIX)
-            staged = final.parent / f"{self.dir.name}-{len(self._outside)}.{final.name}"
+            staged = final.parent / f"{self.dir.name}-{len(self._outside)}.tmp"
             self._outside[staged] = final
             return staged
         return self.dir / rel

@@ -177,7 +177,7 @@ def test_propose_reader_refuses_a_malformed_manifest_in_one_line(tmp_path, manif
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("value", ["abc", "1e3", "-5", "0"])
+@pytest.mark.parametrize("value", ["abc", "1e3", "-5", "0", "\u00b2"])
 def test_a_size_limit_from_the_environment_that_is_no_number_is_one_line(tmp_path, monkeypatch, value):
     p = _write(tmp_path)
     monkeypatch.setenv("YTK_BUNDLE_MAX_MEMBER_BYTES", value)

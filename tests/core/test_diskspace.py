@@ -19,7 +19,7 @@ def test_a_small_disk_keeps_a_tenth_spare_not_a_gigabyte(tmp_path: Path, monkeyp
     monkeypatch.delenv("YTK_FREE_BYTES", raising=False)
     monkeypatch.setattr(ds.shutil, "disk_usage", lambda _p: Usage(400_000_000, 0, 390_000_000))
     ds.ensure_free_space(tmp_path, 100_000_000, "the carve's captures")
-    with pytest.raises(ds.DiskFull, match="0.4 GB is free and 0.0 GB is kept spare"):
+    with pytest.raises(ds.DiskFull, match="390 MB is free and 40 MB is kept spare"):
         ds.ensure_free_space(tmp_path, 360_000_000, "the carve's captures")
     monkeypatch.setattr(ds.shutil, "disk_usage", lambda _p: Usage(500 << 30, 0, 2 << 30))
     with pytest.raises(ds.DiskFull, match="1.1 GB is kept spare"):
@@ -27,6 +27,7 @@ def test_a_small_disk_keeps_a_tenth_spare_not_a_gigabyte(tmp_path: Path, monkeyp
 
 
 def test_the_free_space_override_must_be_a_number(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("YTK_FREE_BYTES", "abc")
-    with pytest.raises(UsageError, match="YTK_FREE_BYTES='abc'"):
-        ds.ensure_free_space(tmp_path, 1, "x")
+    for bad in ("abc", "\u00b2", "1e9"):  # "²" passed str.isdigit() and then failed int()
+        monkeypatch.setenv("YTK_FREE_BYTES", bad)
+        with pytest.raises(UsageError, match="YTK_FREE_BYTES="):
+            ds.ensure_free_space(tmp_path, 1, "x")

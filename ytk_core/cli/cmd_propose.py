@@ -84,9 +84,9 @@ def propose(
         raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
     if top < 1 or depth < 0:
         raise UsageError("--top must be at least 1 and --depth zero or more")
-    import re
+    from ..frontend.selectors import NAMESPACE_RE
 
-    if not re.fullmatch(r"[A-Za-z0-9_]*", namespace):  # what a selector's namespace may hold
+    if not NAMESPACE_RE.fullmatch(namespace):
         raise UsageError(f"--namespace {namespace!r}: letters, digits and _ only (a plugin's namespace, as in "
                          "yasp::Name), or '' for the empty one")
     opts = ProposeOptions(min_ms=min_t.value if not min_t.relative else 1.0,

@@ -35,7 +35,9 @@ from ..errors import UsageError
 
 DEFAULT_NAMESPACE = "yasp"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NS = re.compile(r"[A-Za-z0-9_]*")
+#: what a plugin namespace may hold (also checked where a namespace is given on its own: propose --namespace)
+NAMESPACE_RE = re.compile(r"[A-Za-z0-9_]*")
+_NS = NAMESPACE_RE
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_0-9][A-Za-z0-9_]*)*")
 _NODE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _MODPATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
