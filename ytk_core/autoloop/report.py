@@ -101,6 +101,13 @@ def export_replaces(dest: Path, workdir: Path) -> list[Path]:
     files = [Path(prev.engine_bundle), Path(prev.onnx), Path(prev.npz), dest / "plugins.json"]
     for p in prev.plugins:
         files += [Path(p.so), AdmissionRecord.path_for(Path(p.so))]
+    try:  # each region's .pt2 the earlier export copied, as its plugins.json names them
+        from ytk_hookspecs.models import PluginsFile
+
+        files += [dest / e.kernelgen_input for e in PluginsFile.read(dest / "plugins.json").plugins
+                  if e.kernelgen_input]
+    except Exception:  # noqa: BLE001  -- no readable plugins.json: those files stay
+        pass
     return [f for f in files if rd in f.resolve().parents]  # never a file outside the old export
 
 
