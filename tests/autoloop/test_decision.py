@@ -18,11 +18,29 @@ ORIN = "arm64-sm87-dos6010-cu114-trt86"
 MOCK = ["--engine", "mock", "--kernelgen", "mock", "--builder", "mock"]
 
 
-def autoloop(model: Path, workdir: Path):  # type: ignore[no-untyped-def]
+def autoloop(model: Path, workdir: Path, crash_at: str = ""):  # type: ignore[no-untyped-def]
     r = run_cli("autoloop", model, "-a", ORIN, "--workdir", workdir, "--max-rounds", "1", "--min-gain-ms",
-                "0.001", *MOCK, "--json", env={"YTK_AUTOLOOP_CRASH_AT": ""})
+                "0.001", *MOCK, "--json", env={"YTK_AUTOLOOP_CRASH_AT": crash_at})
+    if crash_at:
+        assert r.code != 0, r.stderr[-2000:]  # killed there
+        return autoloop(model, workdir)
     assert r.code == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("model", [HYVIT, DW], ids=["taken_back", "dropped"])
+def test_a_kill_between_the_two_engines_resumes_to_the_same_decision(tmp_path: Path, model: Path) -> None:
+    """Killed after the losers were recorded, before the engine without them: the resume compares the same
+    two engines and ends as an uninterrupted run does."""
+    whole = autoloop(model, tmp_path / "whole")
+    again = autoloop(model, tmp_path / "killed", crash_at="1:decide-losers")
+
+    def decided(rep):  # type: ignore[no-untyped-def]
+        rnd = rep["state"]["rounds"][0]
+        return ({c["name"]: c["status"] for c in rnd["candidates"]}, Path(rnd["result_bundle"]).name,
+                rnd["losers_ms"] is not None)
+
+    assert decided(again) == decided(whole)
 
 
 def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ round's engine must beat the best engine so far; the winners become the new best
 from __future__ import annotations
 
 from ..bundle import EngineBundle
+from .control import checkpoint
 from .engines import EngineCompiler
 from .gains import plugin_layer_ms
 from .state import BestEngine, PluginRecord, RoundRecord
@@ -19,6 +20,7 @@ def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> No
     if rnd.losers_engine is None and _drop_losers(ws, rnd):
         rnd.losers_engine, rnd.losers_ms = rnd.result_bundle, rnd.result_ms
         ws.save()  # a resume compares the same two engines, never judges the winners' engine again
+        checkpoint(f"{rnd.index}:decide-losers")
     if rnd.losers_engine is not None and rnd.result_bundle == rnd.losers_engine:
         _without_losers(ws, engines, rnd)
     winners = ws.active(rnd)
