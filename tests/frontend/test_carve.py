@@ -362,3 +362,38 @@ def test_a_lift_with_nothing_to_lift_and_a_bad_namespace_are_refused(tmp_path):
         r = ytk_inproc("embedded", "propose", "--profile", tmp_path / "x.tgz", "--onnx", tmp_path / "m.onnx",
                        "--fx-nodes", tmp_path / "f.json", "--namespace", ns)
         assert r.code == 2 and "--namespace" in r.stderr and "letters, digits and _" in r.stderr, r.stderr
+
+
+def test_1d_and_3d_convolutions_carve_with_their_weights_lifted(tmp_path):
+    """Every carve of a Conv1d with the default lift died with 'expected output_padding to be a single integer'
+    (the rebuilt region called conv2d with 2-D defaults), so a 1-D model got nothing plugged."""
+    from tests.helpers import ytk_inproc
+
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.c1 = nn.Sequential(nn.Conv1d(8, 16, 3, bias=False), nn.BatchNorm1d(16))\n"
+        "        self.dw = nn.Sequential(nn.Conv1d(16, 16, 5, padding='same', dilation=2, groups=16), nn.ReLU())\n"
+        "        self.c3 = nn.Sequential(nn.Conv3d(4, 4, 3, padding=1, groups=4), nn.BatchNorm3d(4))\n\n"
+        "    def forward(self, x, v):\n"
+        "        return self.dw(self.c1(x)), self.c3(v)\n\n\n"
+        "def get_fwd_args():\n"
+        "    torch.manual_seed(0)\n"
+        "    return (torch.randn(1, 8, 32), torch.randn(1, 4, 6, 6, 6))\n")
+    out = tmp_path / "o"
+    r = ytk_inproc("embedded", "prepare", model, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz",
+                   "--reference-out", out / "r.npz", "--plugin", "yasp::C1=mod:c1", "--plugin", "yasp::Dw=mod:dw",
+                   "--plugin", "yasp::C3=mod:c3", YTK_ENGINE="mock")
+    assert r.code == 0, r.stderr[-2000:]
+    cands = {c.name: c for c in CandidatesFile.read(out / "candidates.json").candidates}
+    assert {n: c.lift for n, c in cands.items()} == {"C1": "fold_conv_bn", "Dw": "fold_conv_bn", "C3": "fold_conv_bn"}
+    assert cands["Dw"].input_roles == ["activation", "weight", "bias"]
+    kws = Path(__file__).resolve().parents[1] / "data" / "tiny_kws1d_model.py"
+    r = ytk_inproc("embedded", "prepare", kws, "--onnx-out", tmp_path / "k" / "m.onnx", "--npz-out",
+                   tmp_path / "k" / "m.npz", "--reference-out", tmp_path / "k" / "r.npz", "--plugin",
+                   "yasp::Dw=ConvBNAct1d@where=*.0.dw", "--plugin", "yasp::Stem=ConvBNAct1d@where=stem",
+                   YTK_ENGINE="mock")
+    assert r.code == 0, r.stderr[-2000:]

@@ -29,10 +29,15 @@ def _templates(request: SupportRequest) -> SupportAnswer:
     (RegionSketch(kind="conv", kernel=[3, 3], stride=[2, 2], onnx_ops={"Conv": 1}), False),
     (RegionSketch(kind="gemm", onnx_ops={"Gemm": 1}), False),
     (RegionSketch(kind="attention", around=True, onnx_ops={"MatMul": 2, "Softmax": 1}), False),
+    # 1-D convs: "kernel 5: templates cover square 3x3 ..." (depthwise) and "likely" (pointwise) were wrong
+    (RegionSketch(kind="depthwise_conv", kernel=[5], stride=[1], onnx_ops={"Conv": 1}), False),
+    (RegionSketch(kind="conv", kernel=[1], stride=[1], onnx_ops={"Conv": 1, "Relu": 1}), False),
 ])
 def test_templates_answer_from_the_sketch(sketch, supported):
     ans = _templates(SupportRequest(sketch=sketch))
     assert ans.supported is supported and ans.backend == "templates" and ans.why
+    if len(sketch.kernel) == 1:
+        assert "1-D convolution" in ans.why and ans.certain
     if supported:
         assert not ans.certain  # the carved program decides
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..errors import RegionRefused, UsageError
+from ..errors import RegionRefused, UsageError, YtkError
 from .control import checkpoint
 from .isolate import describe, find_culprits, must_stop, named_selector
 from .state import CarveFailure, PluginRecord, RoundRecord
@@ -58,7 +58,11 @@ class Carver:
             if must_stop(e):
                 raise
             ws.debug_traceback(f"round {rnd.index}: carving {len(sels)} selector(s) failed", e)
-            failure = CarveFailure(message=describe(e), selector=named_selector(e, sels))
+            message = describe(e)
+            if not isinstance(e, YtkError):  # not a refusal: the carve itself broke on these selectors
+                message = f"internal carve error (a ytk bug; -v shows its traceback, please report it): {message}"
+                ws.log.warning(f"round {rnd.index}: {message}")
+            failure = CarveFailure(message=message, selector=named_selector(e, sels))
             rnd.carve_failures[key] = failure
             ws.save()
             checkpoint(f"{rnd.index}:carve")

@@ -28,23 +28,38 @@ class RegionSpec:
     baked: list[Any] = field(default_factory=list)       # weight placeholders kept inside the region
 
 
-def _conv_parts(c: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
-    """(input, weight, bias, stride, padding, dilation, groups) of aten.conv2d / aten.convolution."""
+def _spatial_dims(c: Any) -> int:
+    """1, 2 or 3: a conv's spatial rank, from its op (conv1d/conv3d) or its weight's rank."""
+    name = op_name(c).split(".")[0]
+    if name in ("conv1d", "conv3d"):
+        return int(name[4])
+    a = list(c.args)
+    wval = getattr(a[1] if len(a) > 1 else None, "meta", {}).get("val")
+    return int(wval.dim()) - 2 if wval is not None and wval.dim() >= 3 else 2
+
+
+def _conv_parts(c: Any) -> tuple[Any, Any, Any, Any, Any, Any, Any]:
+    """(input, weight, bias, stride, padding, dilation, groups) of aten.conv1d/2d/3d or aten.convolution, omitted
+    arguments at the op's defaults for its spatial rank. ``padding`` may be a string ('same', 'valid')."""
     a = list(c.args) + [None] * 9
-    if op_name(c).startswith("convolution"):
-        return a[0], a[1], a[2], a[3], a[4], a[5], a[8]  # type: ignore[return-value]
+    n = _spatial_dims(c)
+    if op_name(c).split(".")[0] in ("convolution", "_convolution"):
+        if a[6]:  # transposed
+            raise UsageError(f"{c.name} is a transposed convolution, whose weights a conv lift cannot rebuild; "
+                             "use @lift=none")
+        return a[0], a[1], a[2], a[3], a[4], a[5], a[8]
     kw = c.kwargs
     return (a[0], a[1], a[2] if len(c.args) > 2 else kw.get("bias"),
-            a[3] if len(c.args) > 3 else kw.get("stride", [1, 1]),
-            a[4] if len(c.args) > 4 else kw.get("padding", [0, 0]),
-            a[5] if len(c.args) > 5 else kw.get("dilation", [1, 1]),
-            a[6] if len(c.args) > 6 else kw.get("groups", 1))  # type: ignore[return-value]
+            a[3] if len(c.args) > 3 else kw.get("stride", [1] * n),
+            a[4] if len(c.args) > 4 else kw.get("padding", [0] * n),
+            a[5] if len(c.args) > 5 else kw.get("dilation", [1] * n),
+            a[6] if len(c.args) > 6 else kw.get("groups", 1))
 
 
 def _is_depthwise(conv: Any, groups: Any) -> bool:
     x = _conv_parts(conv)[0]
     val = getattr(x, "meta", {}).get("val")
-    return val is not None and val.dim() == 4 and int(groups) > 1 and int(val.shape[1]) == int(groups)
+    return val is not None and val.dim() >= 3 and int(groups) > 1 and int(val.shape[1]) == int(groups)
 
 
 def conv_signature(conv: Any) -> tuple[Any, ...]:
@@ -185,8 +200,13 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
                 if wval is not None:
                     c_in = g.call_function(torch.ops.aten.sym_size.int, (env[x], 1))
                     groups_arg = g.call_function(operator.floordiv, (c_in, int(wval.shape[1])))
-            env[n] = g.call_function(torch.ops.aten.conv2d.default,
-                                     (env[x], w, b, list(stride), list(padding), list(dilation), groups_arg))
+            op = {1: torch.ops.aten.conv1d, 2: torch.ops.aten.conv2d, 3: torch.ops.aten.conv3d}[_spatial_dims(n)]
+            if isinstance(padding, str):  # padding="same"/"valid": the overload that takes the word
+                env[n] = g.call_function(op.padding, (env[x], w, b, list(stride), padding, list(dilation),
+                                                      groups_arg))
+            else:
+                env[n] = g.call_function(op.default, (env[x], w, b, list(stride), list(padding), list(dilation),
+                                                      groups_arg))
         elif n in folded_bn:
             env[n] = ("folded", folded_bn[n])
         elif n.target is operator.getitem and isinstance(env.get(n.args[0]), tuple) and env[n.args[0]][0] == "folded":

@@ -26,7 +26,7 @@ from .cost_model import LAUNCH_MS, target_gpu
 
 #: Bandwidth fraction the simulator credits a generated kernel with, by region kind. A fused
 #: depthwise kernel streams its tile once; attention-like regions keep more intermediates.
-SIMULATED_FRACTION = {"depthwise": 0.75, "attention": 0.55, "other": 0.6}
+SIMULATED_FRACTION = {"conv": 0.75, "attention": 0.55, "other": 0.6}
 
 def _sm(request: KernelGenRequest) -> int:
     if request.arch:
@@ -42,7 +42,7 @@ def region_kind(cand: Candidate) -> str:
     if "matmul" in ops or "bmm" in ops:
         return "attention"
     if "conv" in ops:
-        return "depthwise"
+        return "conv"
     return "other"
 
 
@@ -286,7 +286,7 @@ def supports(request: SupportRequest) -> SupportAnswer:
     except ValueError as e:
         return SupportAnswer(supported=False, backend="mock", why=f"the kernel contract cannot express it: {e}")
     kind = region_kind(cand)
-    what = {"depthwise": "a conv region", "attention": "an attention region"}.get(kind, "a region without convs "
-                                                                                      "or matmuls")
+    what = {"conv": "a conv region", "attention": "an attention region"}.get(
+        kind, "a region without convs or attention matmuls (a linear layer, elementwise ops)")
     return SupportAnswer(supported=True, backend="mock", kind=kind,
                          why=f"simulates a kernel for {what}, priced as its '{kind}' class (SIMULATED)")

@@ -68,6 +68,9 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         return SupportAnswer(supported=False, backend=NAME, why=why)
 
     extra = sorted(op for op in s.onnx_ops if op not in _ACTIVATION_ONNX | {"Conv"})
+    if s.kind in ("depthwise_conv", "conv", "grouped_conv") and s.kernel and len(s.kernel) != 2:
+        return no(f"a {len(s.kernel)}-D convolution (kernel {'x'.join(map(str, s.kernel))}): templates cover 2-D "
+                  "convolutions (NCHW) only")
     if s.kind == "depthwise_conv":
         k = s.kernel
         if len(k) != 2 or k[0] != k[1] or k[0] not in (3, 5, 7):
