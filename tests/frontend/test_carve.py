@@ -397,3 +397,15 @@ def test_1d_and_3d_convolutions_carve_with_their_weights_lifted(tmp_path):
                    "yasp::Dw=ConvBNAct1d@where=*.0.dw", "--plugin", "yasp::Stem=ConvBNAct1d@where=stem",
                    YTK_ENGINE="mock")
     assert r.code == 0, r.stderr[-2000:]
+
+
+def test_call_of_a_module_class_points_at_the_class_form(tmp_path):
+    """`call:nn.SiLU` listed unrelated ops (the match was case-sensitive) and did not say SiLU is a class."""
+    from tests.helpers import ytk_inproc
+
+    kws = Path(__file__).resolve().parents[1] / "data" / "tiny_kws1d_model.py"
+    out = tmp_path / "o"
+    r = ytk_inproc("embedded", "prepare", kws, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz",
+                   "--reference-out", out / "r.npz", "--plugin", "yasp::X=call:nn.SiLU", YTK_ENGINE="mock")
+    assert r.code == 2 and "select it as SiLU, without call:" in r.stderr and "Closest ops: silu" in r.stderr, \
+        r.stderr[-1500:]

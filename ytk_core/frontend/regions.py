@@ -234,11 +234,14 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
                 (not sel.where or _glob_ok(gi.stacks[n][-1][0] if gi.stacks[n] else "", sel))]
         if not hits:
             ops = sorted({op_name(n).split(".")[0] for n in gi.calls})
-            near = [o for o in ops if any(w.lstrip("_").split("_")[0] in o for w in want)]
+            near = [o for o in ops if any(w.lstrip("_").split("_")[0].lower() in o for w in want)]
+            leaf = sel.call_target.rsplit(".", 1)[-1]
+            as_class = (f" ({leaf} names a module class: select it as {leaf}, without call:)"
+                        if leaf[:1].isupper() and leaf in gi.classes() else "")
             raise UsageError(f"selector {sel.text!r}: no call of {sel.call_target} ("
                              f"{' or '.join('aten.' + w for w in want)}) in the traced graph"
-                             f"{_LOWERED_HINT.get(want[0], '')}. Closest ops: "
-                             f"{', '.join(near[:5]) if near else _closest(want[0], ops)}.")
+                             f"{_LOWERED_HINT.get(want[0], '')}{as_class}. Closest ops: "
+                             f"{', '.join(near[:5]) if near else _closest(want[0].lower(), ops)}.")
         return [Site(module_path=gi.stacks[n][-1][0] if gi.stacks[n] else "", nodes=[n]) for n in hits]
     names = list(sel.span) if sel.kind == "span" else list(sel.nodes)
     missing = [x for x in names if x not in gi.by_name]
