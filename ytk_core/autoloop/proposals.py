@@ -70,7 +70,7 @@ def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord]
                 + hidden)
     if refused:
         return "every candidate worth a job is one the carve or the kernel generators refuse" + hidden
-    if report is not None and not report.candidates and not ws.state.rounds[:-1]:
+    if getattr(report, "candidates", None) == [] and not ws.state.rounds[:-1]:
         under = next((w for w in getattr(report, "not_worth", []) or [] if w.category == "under_threshold"), None)
         why = "propose found no region worth a kernel in this model"
         if under is not None:
