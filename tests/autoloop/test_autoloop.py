@@ -375,7 +375,7 @@ def test_a_larger_time_budget_goes_on_where_the_spent_one_stopped(tmp_path):
     assert st.stop_kind == "time_budget" and not st.rounds and "a larger --time-budget" in st.stop_reason
     r = autoloop(w, "--time-budget", "1s")  # the same budget: nothing more to do
     assert r.code == 0 and not state(w).rounds
-    r = autoloop(w, "--time-budget", "30m")
+    r = autoloop(w, "--time-budget", "30m", "--max-rounds", "1")
     assert r.code == 0, r.stderr[-2000:]
     st = state(w)
     assert st.rounds and st.stop_kind != "time_budget" and st.best.ms < st.baseline.ms

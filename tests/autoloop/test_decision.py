@@ -28,11 +28,16 @@ def autoloop(model: Path, workdir: Path, crash_at: str = ""):  # type: ignore[no
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("model", [HYVIT, DW], ids=["taken_back", "dropped"])
-def test_a_kill_between_the_two_engines_resumes_to_the_same_decision(tmp_path: Path, model: Path) -> None:
-    """Killed after the losers were recorded, before the engine without them: the resume compares the same
-    two engines and ends as an uninterrupted run does."""
-    whole = autoloop(model, tmp_path / "whole")
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One uninterrupted run per model (shared: each is an autoloop)."""
+    return {m: autoloop(m, tmp_path_factory.mktemp("whole")) for m in (HYVIT, DW)}
+
+
+def test_a_kill_between_the_two_engines_resumes_to_the_same_decision(tmp_path: Path, whole) -> None:
+    """Killed after the losers were recorded, before the engine without them: the resume compiles the engine
+    without them, compares the same two engines and ends as an uninterrupted run does (here: taken back)."""
+    model = HYVIT
     again = autoloop(model, tmp_path / "killed", crash_at="1:decide-losers")
 
     def decided(rep):  # type: ignore[no-untyped-def]
@@ -40,13 +45,13 @@ def test_a_kill_between_the_two_engines_resumes_to_the_same_decision(tmp_path: P
         return ({c["name"]: c["status"] for c in rnd["candidates"]}, Path(rnd["result_bundle"]).name,
                 rnd["losers_ms"] is not None)
 
-    assert decided(again) == decided(whole)
+    assert decided(again) == decided(whole[model])
 
 
-def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(tmp_path: Path) -> None:
+def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(whole) -> None:
     """On this model the stem conv's layers (with the reformat feeding it) time slower than its region did,
     yet the engine without it is slower: the round keeps the engine it verified, with every plugin."""
-    rep = autoloop(HYVIT, tmp_path / "w")
+    rep = whole[HYVIT]
     rnd = rep["state"]["rounds"][0]
     stem = next(c for c in rnd["candidates"] if c["name"].startswith("Conv3x3s2C3to24"))
     assert stem["status"] == "kept" and "kept although its layers took" in stem["reason"], stem
@@ -57,8 +62,8 @@ def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(tmp_path: Path) ->
     assert stem["name"] in {p["name"] for p in rep["ship"]["plugins"]}
 
 
-def test_a_loser_whose_engine_is_slower_with_it_stays_dropped(tmp_path: Path) -> None:
-    rep = autoloop(DW, tmp_path / "w")
+def test_a_loser_whose_engine_is_slower_with_it_stays_dropped(whole) -> None:
+    rep = whole[DW]
     rnd = rep["state"]["rounds"][0]
     stem = next(c for c in rnd["candidates"] if c["name"] == "Conv3x3s2C3to16")
     assert stem["status"] == "dropped" and stem["dropped_at"] == "decide", stem
