@@ -96,15 +96,22 @@ class Staged:
                 Path(old).unlink(missing_ok=True)
 
 
-def _mkdirs(d: Path) -> list[Path]:
-    """Make ``d`` and its missing parents; returns those it made, outermost first."""
+def missing_folders(d: Path) -> tuple[Path, list[Path]]:
+    """The nearest existing ancestor of ``d`` (or ``d`` itself), and the folders below it up to ``d`` that
+    do not exist yet, outermost first."""
     missing = []
     p = Path(d).absolute()
     while not p.exists() and p != p.parent:
         missing.append(p)
         p = p.parent
+    return p, list(reversed(missing))
+
+
+def _mkdirs(d: Path) -> list[Path]:
+    """Make ``d`` and its missing parents; returns those it made, outermost first."""
+    made = missing_folders(d)[1]
     Path(d).mkdir(parents=True, exist_ok=True)
-    return list(reversed(missing))
+    return made
 
 
 def remove_stale(home: Path) -> None:

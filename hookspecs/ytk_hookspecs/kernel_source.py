@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from .models.base import write_text_atomic
+from .models.base import problem, write_text_atomic
 from .models.kernel import PluginMeta
 
 _FIELDS = ("CUDA_HEADER", "CUDA_SOURCE", "PLUGIN_META_YAML")
@@ -105,11 +105,7 @@ class KernelSource:
             raise KernelSourceError(f"{origin}: plugin_meta.yaml is too deeply nested or too large to check "
                                     f"({type(e).__name__})") from None
         except ValidationError as e:
-            first = e.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise KernelSourceError(
-                f"{origin}: plugin_meta.yaml is not a valid contract ({e.error_count()} problem(s); "
-                f"first at {loc}: {first['msg']})") from None
+            raise KernelSourceError(f"{origin}: plugin_meta.yaml is not a valid contract ({problem(e)})") from None
         return cls(header=found["CUDA_HEADER"], source=found["CUDA_SOURCE"], meta=meta, generator=generator)
 
     # -- writing --------------------------------------------------------------------------------

@@ -56,11 +56,6 @@ def check_writable(*paths: Path) -> None:
     from ..stages.inputs import output_file
 
     for p in paths:
-        parent = Path(p).absolute().parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        if not parent.is_dir():
-            raise UsageError(f"cannot create output directory {Path(p).parent}: {parent} is a file, not a folder")
         output_file(Path(p), "output path")
 
 

@@ -75,11 +75,11 @@ def output_file(path: Path, what: str) -> Path:
                          "path to write")
     # the nearest folder that exists must take new files (the missing ones are created in it): said before any work
     # is done, and in the user's words rather than through the name of a temporary file beside the output
-    parent = p.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    from ..staging import missing_folders
+
+    parent = missing_folders(p.absolute().parent)[0]
     if not parent.is_dir():
-        raise UsageError(f"{what} {p}: {parent} is not a folder")
+        raise UsageError(f"{what} {p}: cannot create output directory {p.parent}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{what} {p}: cannot write in {parent} (permission denied); choose another path")
     return p
