@@ -3,11 +3,12 @@ Python traceback (exit 1); each must now be one clear line and a documented exit
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 from tests.helpers import ytk_inproc
 
 ARCH = "arm64-sm87-dos6010-cu114-trt86"
@@ -106,6 +107,20 @@ def test_autoloop_user_exit0_is_not_success(tmp_path):
     r = ytk_inproc("autoloop", m, "-a", ARCH, "--workdir", tmp_path / "w", **MOCK)
     assert "sys.exit(0)" in one_line_error(r, 2)
     assert not (tmp_path / "w" / ".autoloop.lock").exists()
+
+
+def test_model_os_exit_is_not_ytks_exit(tmp_path):
+    """os._exit(0) in the model once ended ytk at once, rc 0 and nothing written; run as a process so a
+    regression cannot end the test session with it."""
+    m = model_file(tmp_path, "hardexit", forward="import os; os._exit(0)")
+    r = run_cli("embedded", "prepare", str(m), "--onnx-out", str(tmp_path / "out" / "m.onnx"), "--npz-out",
+                str(tmp_path / "out" / "m.npz"), "--reference-out", str(tmp_path / "out" / "r.npz"),
+                env=MOCK)
+    assert r.code == 2, (r.code, r.stderr)
+    errs = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errs) == 1 and "os._exit(0)" in errs[0] and "hardexit.py:" in errs[0], r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+    assert callable(os._exit) and os._exit.__module__ in ("posix", "nt", "os")
 
 
 def test_real_ctrl_c_is_still_an_interrupt(tmp_path):

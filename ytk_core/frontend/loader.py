@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -61,11 +62,25 @@ def raised_by_user(exc: BaseException, path: Path) -> bool:
             and (last.line or "").lstrip().startswith("raise"))
 
 
+class _HardExit(BaseException):
+    """``os._exit(code)`` called by the model's code while ytk runs it (see :func:`user_code`)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _refuse_hard_exit(code: int = 0) -> None:
+    raise _HardExit(code)
+
+
 def user_exit_error(exc: BaseException, path: Path, what: str) -> UsageError:
-    """The UsageError for a ``sys.exit()`` / ``raise KeyboardInterrupt`` inside the user's model code."""
+    """The UsageError for a ``sys.exit()`` / ``os._exit()`` / ``raise KeyboardInterrupt`` in the model's code."""
     where = _user_line(exc, path)
     at = f" at {Path(path).name}:{where[0]} ({where[1]})" if where else ""
-    if isinstance(exc, SystemExit):
+    if isinstance(exc, _HardExit):
+        act = f"called os._exit({exc.code!r})"
+    elif isinstance(exc, SystemExit):
         act = f"called sys.exit({exc.code!r})" if exc.code is not None else "called sys.exit()"
     else:
         act = "raised KeyboardInterrupt"
@@ -75,15 +90,23 @@ def user_exit_error(exc: BaseException, path: Path, what: str) -> UsageError:
 
 @contextlib.contextmanager
 def user_code(path: Path, what: str) -> Iterator[None]:
-    """Run the model's own code: its sys.exit() or KeyboardInterrupt become a UsageError, not ytk's exit."""
+    """Run the model's own code: its sys.exit(), os._exit() or KeyboardInterrupt become a UsageError.
+
+    ``os._exit`` would end ytk at once with the model's exit status (often 0) and nothing written, so
+    it is swapped for a function that raises while the model's code runs, and put back after.
+    """
+    hard_exit = os._exit
+    os._exit = _refuse_hard_exit
     try:
         yield
-    except SystemExit as e:
+    except (SystemExit, _HardExit) as e:
         raise user_exit_error(e, path, what) from None
     except KeyboardInterrupt as e:
         if not raised_by_user(e, path):
             raise
         raise user_exit_error(e, path, what) from None
+    finally:
+        os._exit = hard_exit
 
 
 def import_model_file(path: Path) -> ModuleType:
