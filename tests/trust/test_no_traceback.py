@@ -123,6 +123,13 @@ def test_model_os_exit_is_not_ytks_exit(tmp_path):
     assert callable(os._exit) and os._exit.__module__ in ("posix", "nt", "os")
 
 
+def test_a_quote_in_a_module_name_is_named_not_blamed_on_control_flow(tmp_path):
+    m = model_file(tmp_path, "quoted", init="self.b = torch.nn.ModuleDict({'c\"d': torch.nn.Conv2d(3, 3, 1)})",
+                   forward="return self.b['c\"d'](x)")
+    line = one_line_error(prepare(m, tmp_path / "out"), 2)
+    assert "'b.c\"d'" in line and "Rename" in line and "control flow" not in line, line
+
+
 def test_real_ctrl_c_is_still_an_interrupt(tmp_path):
     """A KeyboardInterrupt that is not a `raise` in model.py (a real Ctrl-C) still exits 130."""
     from ytk_core.frontend.loader import user_code

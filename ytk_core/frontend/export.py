@@ -222,6 +222,12 @@ def export_onnx(program: Any, args: tuple[Any, ...], model_path: Path, opset: in
     except UsageError:
         raise
     except Exception as e:
+        quoted = _quoted_names(program)
+        if quoted:
+            # torch's FX code generator writes getattr(self.x, "name") unescaped: a '"' is a SyntaxError
+            raise UsageError(f"{model_path}: ONNX export failed on module {quoted[0]!r}: torch's exporter cannot "
+                             "handle a '\"' in a module name (a ModuleDict key or add_module name). Rename that "
+                             "module without '\"' and run the command again.") from None
         msg = str(e)
         op = ""
         for line in msg.splitlines():
@@ -229,6 +235,15 @@ def export_onnx(program: Any, args: tuple[Any, ...], model_path: Path, opset: in
                 op = f" ({line.strip()[:200]})"
                 break
         raise UsageError(_failure_message("ONNX export" + op, e, model_path, None)) from None
+
+
+def _quoted_names(program: Any) -> list[str]:
+    """Module paths (from parameter and buffer names) of ``program`` that hold a '"'."""
+    try:
+        names = list(program.state_dict) + [c.fqn for c in program.module_call_graph]
+    except Exception:  # noqa: BLE001 - only an explanation is at stake
+        return []
+    return sorted({n.rsplit(".", 1)[0] if n in program.state_dict else n for n in names if '"' in n})
 
 
 def torch_env() -> dict[str, str]:

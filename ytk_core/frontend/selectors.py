@@ -41,7 +41,9 @@ _NS = NAMESPACE_RE
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_0-9][A-Za-z0-9_]*)*")
 _NODE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _MODPATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
-_GLOB = re.compile(r"!?[A-Za-z0-9_.*?\[\]\-]+")
+#: a module-path glob: anything but what ends it ('@' a modifier, ',' the next glob) or whitespace, so a
+#: ModuleDict key such as "a;b" or "c\"d" can be named; a leading '!' excludes
+_GLOB = re.compile(r"!?[^@,\s]+")
 LIFT_MODES = ("fold_conv_bn", "fold_conv_bn_seq", "none")
 
 RegionKind = Literal["class", "call", "span", "nodes", "mod"]

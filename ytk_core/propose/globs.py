@@ -28,8 +28,14 @@ def select(universe: list[str], globs: list[str] | tuple[str, ...]) -> list[str]
     return [p for p in universe if where_matches(p, globs)] if globs else list(universe)
 
 
+def escape(part: str) -> str:
+    """One module-path component as a glob that matches it: fnmatch's specials in brackets, and the few
+    characters a selector cannot hold ('@', ',', whitespace) as '?' (a glob's leading '!': see _candidates)."""
+    return "".join(f"[{c}]" if c in "*?[" else "?" if c in "@," or c.isspace() else c for c in part)
+
+
 def _candidates(path: str) -> list[str]:
-    parts = path.split(".")
+    parts = [escape(c) for c in path.split(".")]
     out: list[str] = []
     # A glob must name the module, not just its index: "*.aggreg.0.0", never "*.0".
     named = max((k for k, c in enumerate(parts) if not c.isdigit()), default=0)
@@ -43,7 +49,8 @@ def _candidates(path: str) -> list[str]:
             variants.append([("*" if k in numeric else c) for k, c in enumerate(suffix)])
         for v in variants:
             out.append(("*." if i > 0 else "") + ".".join(v))
-    return out
+    # a leading '!' would make the glob an exclusion
+    return ["?" + g[1:] if g.startswith("!") else g for g in out]
 
 
 @lru_cache(maxsize=4096)
@@ -74,12 +81,16 @@ def synthesize(targets: list[str], universe: list[str]) -> list[str]:
                 cover[g] = hit
     chosen: list[str] = []
     left = set(want)
-    while left:
+    while left and cover:
         best = max(cover, key=lambda g: (len(cover[g] & left), -len(g), -g.count("*")))
         if not cover[best] & left:
             break
         chosen.append(best)
         left -= cover[best]
-    assert not left, "exact paths always cover their own targets"
+    if left:
+        # Only where two paths differ by nothing but characters a selector cannot hold (escape's '?'):
+        # name the rest by their own escaped paths, the closest a selector can come.
+        chosen += sorted(_candidates(t)[0] for t in left)  # [0]: the whole path, no index wildcarded
+        cover.update({g: frozenset(p for p in every if _matcher(g)(p)) for g in chosen if g not in cover})
     # Keep the order stable and readable: by first site in path order.
     return sorted(chosen, key=lambda g: min(sorted(cover[g])))
