@@ -168,7 +168,29 @@ def test_bad_duration():
 
 def test_json_state_is_versioned(finished):
     data = json.loads((finished[0] / STATE_FILE).read_text())
-    assert data["schema_version"] == 1 and os.path.isabs(data["model"])
+    assert data["schema_version"] == 2 and os.path.isabs(data["model"])
+
+
+def test_a_schema1_state_is_read_or_refused_by_what_it_can_say(finished, tmp_path):
+    """Schema 1 had no stop_kind (so a larger limit could not go on) and decided in one step (so a state
+    killed mid-decide cannot say which engine holds the dropped plugins)."""
+    from ytk_hookspecs.models import ArtifactError
+
+    data = json.loads((finished[0] / STATE_FILE).read_text())
+    data["schema_version"] = 1
+    data.pop("stop_kind", None)
+    for r in data["rounds"]:
+        r.pop("losers_engine", None), r.pop("losers_ms", None)
+    for reason, kind in [("reached --max-rounds 2", "max_rounds"), ("round 1 gained 0.000 ms, under --min-gain-ms "
+                         "0.1 ms", "min_gain"), ("time budget of 60 s spent", "time_budget"), ("no candidate left",
+                                                                                             "nothing_left")]:
+        (tmp_path / "s.json").write_text(json.dumps({**data, "finished": True, "stop_reason": reason}))
+        st = AutoloopState.read(tmp_path / "s.json")
+        assert st.stop_kind == kind and st.schema_version == 2
+    data["rounds"][-1]["stage"] = "decide"
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="stopped mid-decide by an older ytk"):
+        AutoloopState.read(tmp_path / "s.json")
 
 
 def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,6 +25,9 @@ PREV_STATE_FILE = "autoloop.prev.json"
 PluginStatus = Literal["pending", "generated", "built", "kept", "dropped"]
 #: What ended a loop: --max-rounds, --time-budget, --min-gain-ms, or nothing left to propose.
 StopKind = Literal["max_rounds", "time_budget", "min_gain", "nothing_left"]
+#: How a schema-1 state's stop reason says its stop kind (the texts ws.stop() was given).
+_STOP_SAYS = (("max_rounds", "reached --max-rounds"), ("time_budget", "time budget of"),
+              ("min_gain", "under --min-gain-ms"))
 RoundStage = Literal["propose", "prepare", "kernelgen", "build", "compile", "verify", "decide", "done"]
 #: Where a candidate was dropped: the round stage, named as the user knows it ("carve", not "prepare").
 DropStage = Literal["propose", "carve", "kernelgen", "build", "compile", "numerics", "decide"]
@@ -176,6 +179,11 @@ class AutoloopLimits(_M):
 
 
 class AutoloopState(Versioned):
+    """Schema 2 added ``stop_kind`` and a round's ``losers_engine`` / ``losers_ms``; a schema-1 state is
+    read with its stop kind taken from its stop reason, except one stopped mid-decide (see _from_schema1)."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     model: str
     model_sha256: str
     arch: str
@@ -202,6 +210,24 @@ class AutoloopState(Versioned):
     stop_kind: StopKind | None = Field(None, description="which limit stopped it: a resume with that limit "
                                        "loosened goes on")
     history: list[str] = Field(default_factory=list, description="one line per notable event, for the report")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema1(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("schema_version", 1) != 1:
+            return data
+        data = dict(data)
+        for r in data.get("rounds") or []:
+            if isinstance(r, dict) and r.get("stage") == "decide":
+                # ytk before schema 2 dropped the losers and rebuilt the engine without them in one go: a
+                # state killed in between cannot tell which engine holds what, so it is not picked up
+                raise ValueError(f"round {r.get('index')} was stopped mid-decide by an older ytk, which this one "
+                                 "cannot pick up")
+        if data.get("finished") and data.get("stop_kind") is None:
+            reason = str(data.get("stop_reason", ""))
+            data["stop_kind"] = next((k for k, says in _STOP_SAYS if says in reason), "nothing_left")
+        data["schema_version"] = cls.SCHEMA_VERSION
+        return data
 
     def resolve_min_gain(self) -> None:
         """A --min-gain-ms given as a share of the baseline becomes milliseconds once the baseline is measured."""
