@@ -74,13 +74,12 @@ def _limit(value: int | None, env: str) -> int:
     """A bundle size limit: set in code (tests), else from ``env``, else its default."""
     if value is not None:
         return value
-    raw = os.environ.get(env, "").strip()
-    if not raw:
-        return _DEFAULT_LIMITS[env]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
-        raise ArtifactError(f"{env}={raw!r}: expected a positive whole number of bytes (default "
-                            f"{_DEFAULT_LIMITS[env]})")
-    return int(raw)
+    from .config import env_bytes
+
+    got = env_bytes(env, minimum=1, default=str(_DEFAULT_LIMITS[env]))
+    return _DEFAULT_LIMITS[env] if got is None else got
+
+
 _BINARY_MEMBERS = (ENGINE, OUTPUTS, TAPS_REFERENCE)
 #: gzip level of a bundle. Engines and outputs are weights and activations that barely compress at any
 #: level; level 9 (tarfile's default) spent a minute per full-size bundle for a few percent

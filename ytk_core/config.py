@@ -14,7 +14,19 @@ from .errors import UsageError
 from ytk_hookspecs.project_config import CONFIG_NAME, ConfigNotFound
 from ytk_hookspecs.project_config import find_config as _find_config
 
-__all__ = ["CONFIG_NAME", "env_overlay", "find_config", "load_config"]
+__all__ = ["CONFIG_NAME", "env_bytes", "env_overlay", "find_config", "load_config"]
+
+
+def env_bytes(name: str, *, minimum: int = 0, default: str = "") -> int | None:
+    """A byte count from environment variable ``name`` (None when unset or empty): ASCII digits only, at
+    least ``minimum``; anything else is a one-line :class:`UsageError` naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < minimum:
+        what = "a positive whole number of bytes" if minimum > 0 else "a whole number of bytes"
+        raise UsageError(f"{name}={raw!r}: expected {what}{f' (default {default})' if default else ''}, or unset it")
+    return int(raw)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,6 @@ autoloop stopping rather than blaming a candidate) applies unchanged.
 from __future__ import annotations
 
 import errno
-import os
 import shutil
 from pathlib import Path
 
@@ -40,12 +39,10 @@ def _gb(n: int) -> str:
 def ensure_free_space(path: Path, need: int, what: str) -> None:
     """Raise :class:`DiskFull` unless ``need`` bytes (plus a margin) fit on the disk holding ``path``.
     ``YTK_FREE_BYTES`` overrides the free space measured (tests plant a full disk with it)."""
-    override = os.environ.get("YTK_FREE_BYTES", "").strip()
-    if override and not (override.isascii() and override.isdigit()):
-        from .errors import UsageError
+    from .config import env_bytes
 
-        raise UsageError(f"YTK_FREE_BYTES={override!r}: expected a whole number of bytes (or unset it)")
-    free = int(override) if override else shutil.disk_usage(path).free
+    override = env_bytes("YTK_FREE_BYTES")
+    free = override if override is not None else shutil.disk_usage(path).free
     spare = margin(path)
     if need + spare > free:
         raise DiskFull(Path(path), need, free, what, spare)

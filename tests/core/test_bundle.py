@@ -8,6 +8,7 @@ import tarfile
 import numpy as np
 import pytest
 
+from ytk_core.errors import UsageError
 from ytk_core.bundle import (BENCHMARK, ENGINE, MANIFEST, OUTPUTS, PROFILE, BenchmarkRecord, BundleManifest,
                              EngineBundle, LayerProfile, write_bundle)
 from ytk_hookspecs.models import ArtifactError, LayerTime
@@ -181,7 +182,7 @@ def test_propose_reader_refuses_a_malformed_manifest_in_one_line(tmp_path, manif
 def test_a_size_limit_from_the_environment_that_is_no_number_is_one_line(tmp_path, monkeypatch, value):
     p = _write(tmp_path)
     monkeypatch.setenv("YTK_BUNDLE_MAX_MEMBER_BYTES", value)
-    with pytest.raises(ArtifactError, match="YTK_BUNDLE_MAX_MEMBER_BYTES=.*expected a positive whole number"):
+    with pytest.raises(UsageError, match="YTK_BUNDLE_MAX_MEMBER_BYTES=.*expected a positive whole number"):
         EngineBundle.open(p)
     monkeypatch.setenv("YTK_BUNDLE_MAX_MEMBER_BYTES", "5")
     with pytest.raises(ArtifactError, match="over the 5-byte limit"):
