@@ -172,6 +172,13 @@ def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path, model_referen
     return tf
 
 
+def _label(t: Tap, taps: list[Tap]) -> str:
+    """``Att input 0``; where the plugin has several sites, which one in graph order: ``Att #2 input 0``."""
+    nodes = sorted({(x.node_order, x.onnx_node) for x in taps if x.plugin == t.plugin})
+    site = f" #{[n for _, n in nodes].index(t.onnx_node) + 1}" if len(nodes) > 1 else ""
+    return f"{t.plugin}{site} {t.io} {t.index}"
+
+
 def judge(implementation: str, taps: TapsFile, ref: dict[str, np.ndarray], got: dict[str, np.ndarray],
           tol: Tolerance) -> TapVerdict:
     """Score every tap and name the first region in graph order whose outputs drift while its inputs hold."""
@@ -179,7 +186,7 @@ def judge(implementation: str, taps: TapsFile, ref: dict[str, np.ndarray], got: 
     scored = {t.tensor: compare(implementation, t.tensor, got.get(t.tensor), ref[t.tensor], tol)
               for t in taps.taps if t.tensor in ref and not t.graph_input}
     ordered = [scored[t.tensor] for t in taps.taps if t.tensor in scored]
-    labels = [f"{t.plugin} {t.io} {t.index}" for t in taps.taps if t.tensor in scored]
+    labels = [_label(t, taps.taps) for t in taps.taps if t.tensor in scored]
     by_node: dict[str, list[Tap]] = {}
     for t in taps.taps:
         by_node.setdefault(t.onnx_node, []).append(t)
