@@ -44,12 +44,17 @@ class NumericsFailed(YtkError):
     exit_code = 5
 
 
+#: How a crash of the carve itself (a ytk bug, not a refusal of the region) begins its one line.
+INTERNAL_CARVE_ERROR = "internal carve error (a ytk bug; please report it)"
+
+
 class RegionRefused(UsageError):
     """One region (one ``--plugin`` selector) cannot go on: the carve, a generator, a build, an
     engine compile or numerics refused it. ``selector`` names it, ``stage`` says where, so a caller
     running several regions (the autoloop) can drop exactly this one and keep the rest."""
 
-    def __init__(self, selector: str, stage: str, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
+    def __init__(self, selector: str, stage: str, message: str, *, hint: str | None = None,
+                 exit_code: int | None = None) -> None:
+        super().__init__(message, hint=hint, exit_code=exit_code)
         self.selector = selector
         self.stage = stage

@@ -84,6 +84,38 @@ def test_carve_refusing_one_selector_drops_it(ytk, tmp_path, monkeypatch):
     assert len(calls) == 3  # baseline, both (refused), the good one alone: no isolation needed
 
 
+@pytest.mark.parametrize("phase", ["_plan_selector", "_carve_plugin"])
+def test_a_carve_crash_on_one_selector_is_pinned_on_it_without_isolation(ytk, tmp_path, monkeypatch, phase):
+    """A bug of the carve (a KeyError, not a refusal) in one selector's own work once named no selector,
+    so the loop carved groups to find it (37 of 41 s in a trial). The carve now names it, says it is a
+    bug, and the loop drops that one at once; the standalone prepare exits 1 with the selector."""
+    import ytk_core.frontend.carve as carve_mod
+
+    real = getattr(carve_mod, phase)
+
+    def crash(first, *a, **kw):  # type: ignore[no-untyped-def]
+        if (first if phase == "_plan_selector" else first.sel).text == BAD_SEL:
+            raise KeyError("aten.convolution.default")
+        return real(first, *a, **kw)
+
+    monkeypatch.setattr(carve_mod, phase, crash)
+    calls = _prepare_calls(monkeypatch)
+    r = cli(ytk, tmp_path / "w")
+    check_dropped(r, tmp_path / "w", "carve", "carve refused it: internal carve error (a ytk bug; please report it) "
+                  f"on '{BAD_SEL}': KeyError: 'aten.convolution.default'")
+    assert len(calls) == 3  # baseline, both (the bad one named), the good one alone: no isolation carves
+    assert "(-v shows its traceback)" in r.stderr
+    out = tmp_path / "p"
+    r = ytk("embedded", "prepare", MODEL, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz", "--reference-out",
+            out / "r.npz", "--plugin", BAD_SEL)
+    assert r.code == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert f"internal carve error (a ytk bug; please report it) on '{BAD_SEL}': KeyError" in r.stderr
+    monkeypatch.setenv("YTK_TRACEBACK", "1")  # as -vv: the bug's own traceback, then the one line
+    r = ytk("embedded", "prepare", MODEL, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz", "--reference-out",
+            out / "r.npz", "--plugin", BAD_SEL)
+    assert r.code == 1 and "Traceback" in r.stderr and ", in crash" in r.stderr, r.stderr[-2000:]
+
+
 def test_carve_error_naming_nobody_is_isolated(ytk, tmp_path, monkeypatch):
     """The field's crash: a plain usage error that does not quote the selector. The loop checks the
     carve still works without new candidates, then carves them apart and drops only the bad one."""
@@ -142,7 +174,7 @@ def test_unexpected_carve_error_pinned_on_the_right_candidate_and_resumed(tmp_pa
     cands = {c.name: c for c in rep.state.rounds[0].candidates}
     bad = cands["DwConv7x7s1C32"]
     assert bad.status == "dropped" and bad.dropped_at == "carve" and bad.reason == \
-        "carve refused it: internal carve error (a ytk bug; -v shows its traceback, please report it): " \
+        "carve refused it: internal carve error (a ytk bug; please report it): " \
         "KeyError: 'aten.convolution.default'"  # not passed off as an ordinary refusal
     assert all(c.status != "dropped" or c.dropped_at == "decide" for n, c in cands.items() if n != bad.name)
     assert {"DwConv5x5s1C64", "DwConv3x3s1C64"} <= {p.name for p in rep.state.best.plugins}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..errors import RegionRefused, UsageError, YtkError
+from ..errors import INTERNAL_CARVE_ERROR, RegionRefused, UsageError, YtkError
 from .control import checkpoint
 from .isolate import describe, find_culprits, must_stop, named_selector
 from .state import CarveFailure, PluginRecord, RoundRecord
@@ -60,8 +60,9 @@ class Carver:
             ws.debug_traceback(f"round {rnd.index}: carving {len(sels)} selector(s) failed", e)
             message = describe(e)
             if not isinstance(e, YtkError):  # not a refusal: the carve itself broke on these selectors
-                message = f"internal carve error (a ytk bug; -v shows its traceback, please report it): {message}"
-                ws.log.warning(f"round {rnd.index}: {message}")
+                message = f"{INTERNAL_CARVE_ERROR}: {message}"
+            if message.startswith(INTERNAL_CARVE_ERROR):  # here, or pinned on its selector by the carve
+                ws.log.warning(f"round {rnd.index}: {message} (-v shows its traceback)")
             failure = CarveFailure(message=message, selector=named_selector(e, sels))
             rnd.carve_failures[key] = failure
             ws.save()

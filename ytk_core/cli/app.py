@@ -213,6 +213,8 @@ def _run(args: list[str]) -> int:
         return _json_error(args, "bad command line (the usage error is on stderr)", code)
     except StageError as e:
         msg = e.render() if isinstance(e, YtkError) else str(e)
+        if e.exit_code == 1 and e.__cause__ is not None and _wants_traceback(args):  # a bug, said in one line
+            sys.stderr.write("".join(traceback.format_exception(e.__cause__)))
         _print_error(msg)
         return _json_error(args, msg, e.exit_code)
     except _bad_input_errors() as e:

@@ -19,7 +19,7 @@ from ytk_hookspecs.models import (Candidate, CandidatesFile, CarveRequest, Carve
 from ytk_hookspecs.models.base import ArtifactError, sha256_file, write_bytes_atomic
 
 from ..diskspace import ensure_free_space
-from ..errors import RegionRefused, UsageError
+from ..errors import INTERNAL_CARVE_ERROR, RegionRefused, UsageError
 from .canonical import canonicalise
 from .capture import capture, capture_onnx, weight_values
 from .onnx_rewrite import OnnxGraph, finalize, replace_with_plugin
@@ -134,12 +134,22 @@ def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: On
     for sel in sels:
         try:
             plans.append(PluginPlan(sel=sel, sites=_plan_selector(sel, ctx, claimed)))
-        except RegionRefused:
-            raise
-        except UsageError as e:
-            # one selector's refusal: name it, so a caller carving several can drop just this one
-            raise RegionRefused(sel.text, "carve", str(e), hint=e.hint) from None
+        except Exception as e:
+            raise _refused(sel, e) from e
     return plans
+
+
+def _refused(sel: Selector, e: Exception) -> Exception:
+    """One selector's failure, named, so a caller carving several (the autoloop) drops just this one rather
+    than carving groups of them to find it. A crash of the carve itself (not a refusal) says it is a bug;
+    the disk, memory and the like are nobody's selector and pass unchanged."""
+    if isinstance(e, RegionRefused) or isinstance(e, (OSError, MemoryError)):
+        return e
+    if isinstance(e, UsageError):
+        return RegionRefused(sel.text, "carve", str(e), hint=e.hint)
+    text = " ".join(str(e).split()) or "(no message)"
+    return RegionRefused(sel.text, "carve", f"{INTERNAL_CARVE_ERROR} on {sel.text!r}: {type(e).__name__}: {text}",
+                         exit_code=1)
 
 
 @dataclass
@@ -310,10 +320,8 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
         for plan in plans:
             try:
                 cand, entry, futures = _carve_plugin(plan, values, weights, og, prep, cdir, value_infos, writer)
-            except RegionRefused:
-                raise
-            except UsageError as e:
-                raise RegionRefused(plan.sel.text, "carve", str(e), hint=e.hint) from None
+            except Exception as e:
+                raise _refused(plan.sel, e) from e
             candidates.append(cand)
             entries.append(entry)
             pending += futures
