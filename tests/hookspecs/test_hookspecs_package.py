@@ -101,8 +101,9 @@ def test_kernel_source_bad_meta_is_clear(tmp_path):
         KernelSource.read(p)
 
 
-def test_kernel_report_schema_2_reads_schema_1(tmp_path):
-    """report.json gained copy_ms_per_site in schema 2: old reports still read, newer ones are refused."""
+def test_kernel_report_reads_older_schemas(tmp_path):
+    """report.json gained copy_ms_per_site in schema 2 and a candidate's note in 3: old reports still read,
+    newer ones are refused."""
     from ytk_hookspecs.models import KernelReport
 
     rep = KernelReport(plugin_name="P", backend="templates", job_id="j", region_kind="dw", measured_on="GPU",
@@ -110,13 +111,13 @@ def test_kernel_report_schema_2_reads_schema_1(tmp_path):
                        copy_ms_per_site=[0.012])
     p = rep.write(tmp_path / "new.report.json")
     back = KernelReport.read(p)
-    assert back.schema_version == 2 and back.copy_ms_per_site == [0.012]
+    assert back.schema_version == 3 and back.copy_ms_per_site == [0.012]
     old = rep.model_dump(mode="json")
     old.pop("copy_ms_per_site")
     old["schema_version"] = 1
     (tmp_path / "old.report.json").write_text(json.dumps(old))
     assert KernelReport.read(tmp_path / "old.report.json").copy_ms_per_site == []
-    old["schema_version"] = 3
+    old["schema_version"] = 4
     (tmp_path / "newer.report.json").write_text(json.dumps(old))
     with pytest.raises(ArtifactError, match="newer ytk"):
         KernelReport.read(tmp_path / "newer.report.json")

@@ -197,6 +197,7 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
         task.advance()
         copy_shape_ms = copy_times(region, shapes, device, gpu.l2_bytes)
         task.advance()
+    n_cases = len(cases)
     del cases
     winner = pick_winner(scored)
     report = KernelReport(
@@ -207,8 +208,10 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
         floor_ms_per_site=winner.score.floor_ms_per_site if winner else [],
         copy_ms_per_site=[copy_shape_ms[i] for i in site_index],
         notes=[f"copy bandwidth measured in-process: {copy_gbs:.0f} GB/s (bytes read + written)",
-               f"{len(variants)} variants, {sum(1 for s in scored if s.score.correct)} correct; "
-               f"timed as CUDA-graph replays over rotating input sets >= 3x L2",
+               f"{len(variants)} variants; {sum(1 for s in scored if s.score.time_ms_per_site)} passed one case per "
+               f"shape and were timed (CUDA-graph replays over rotating input sets >= 3x L2); the fastest were "
+               f"checked on all {n_cases} cases in order of time until one passed: "
+               f"{sum(1 for s in scored if s.score.correct)} did",
                f"scored for sm_{arch.sm} with nvcc on {arch.cpu_arch}"])
     rpath = report_path(Path(request.output))
     if winner is None:

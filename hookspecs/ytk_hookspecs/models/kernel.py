@@ -137,15 +137,18 @@ class CandidateScore(BaseModel):
     floor_ms_per_site: list[float] = Field(default_factory=list)
     fraction_of_floor: float | None = None
     rejected: str | None = None
+    note: str | None = Field(None, description="why ``correct`` is None: e.g. checked on fewer cases, as slower "
+                                               "than a winner that passed all of them")
 
 
 class KernelReport(Versioned):
     """``report.json`` beside a generated source: every candidate tried, the winner, the hardware.
 
-    Schema 2 added ``copy_ms_per_site`` (reports of schema 1 still read, with it empty).
+    Schema 2 added ``copy_ms_per_site`` (reports of schema 1 still read, with it empty); schema 3 a
+    candidate's ``note``.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     plugin_name: str
     backend: str

@@ -1,0 +1,56 @@
+"""Scoring checks every variant on one case per shape, times those that pass, then checks the fastest on
+all other cases in order of time until one passes. Every variant on every case once cost most of a cold
+kernel generation on the GPU (2.5 to 6 s a variant at full size); here the GPU parts are stand-ins."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from ytk_backend_templates import scoring
+from ytk_backend_templates.harness import CheckResult, SiteTiming
+
+#: variant -> the cases (labels) it fails, and its time
+VARIANTS = {"fast_wrong_on_large": ({"shape0/large"}, 1.0), "second": (set(), 2.0), "third": (set(), 3.0),
+            "wrong_everywhere": ({"shape0/normal0", "shape0/large"}, 0.5)}
+
+
+def _run(monkeypatch, variants):  # type: ignore[no-untyped-def]
+    checked: list[tuple[str, str]] = []
+
+    def check_case(lib, case, device, **kw):  # type: ignore[no-untyped-def]
+        checked.append((lib.name, case.label))
+        bad = case.label in VARIANTS[lib.name][0]
+        return CheckResult(ok=not bad, max_abs_err=1.0 if bad else 0.0, problems=[f"{case.label} wrong"] if bad else [])
+
+    monkeypatch.setattr(scoring, "check_case", check_case)
+    monkeypatch.setattr(scoring, "LauncherLibrary", lambda path, **kw: SimpleNamespace(name=path))
+    monkeypatch.setattr(scoring, "time_kernel", lambda lib, *a: SiteTiming(VARIANTS[lib.name][1], 0.0, 0.1, True))
+    built = SimpleNamespace(library_of=lambda v: SimpleNamespace(path=v.name), error_of=lambda v: "")
+    cases = [SimpleNamespace(shape_index=0, label=lab) for lab in ("shape0/normal0", "shape0/normal1", "shape0/large")]
+    vs = [SimpleNamespace(name=n, params={}, launcher="l", workspace=None) for n in variants]
+    region = SimpleNamespace()
+    shapes = [SimpleNamespace(inputs=[(1, 2)])]
+    return scoring.score_variants(vs, built, region, shapes, cases, "cpu", 1.0, 1, [0]), checked
+
+
+def test_only_the_fastest_are_checked_on_every_case(monkeypatch):  # type: ignore[no-untyped-def]
+    scored, checked = _run(monkeypatch, list(VARIANTS))
+    by = {s.variant.name: s for s in scored}
+    assert scoring.pick_winner(scored) is by["second"]
+    assert by["wrong_everywhere"].score.correct is False and by["wrong_everywhere"].total_ms is None
+    assert not by["wrong_everywhere"].score.time_ms_per_site  # failed the screen: never timed
+    assert by["fast_wrong_on_large"].score.correct is False and "shape0/large wrong" in by[
+        "fast_wrong_on_large"].score.rejected
+    assert by["third"].score.correct is None and by["third"].score.note == \
+        "checked on 1 of 3 cases: slower than the winner"
+    assert [c for c in checked if c[0] == "third"] == [("third", "shape0/normal0")]
+    assert len(checked) == 4 + 2 + 2  # the screen of all four, the rest for the two fastest that passed it
+
+
+@pytest.mark.parametrize("only", [["third"], ["fast_wrong_on_large"]])
+def test_one_variant_is_checked_on_every_case(monkeypatch, only):  # type: ignore[no-untyped-def]
+    scored, checked = _run(monkeypatch, only)
+    assert len(checked) == 3 or scored[0].score.correct is False
+    assert (scoring.pick_winner(scored) is scored[0]) == (only == ["third"])
