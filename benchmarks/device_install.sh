@@ -4,5 +4,6 @@
 #   install_ytk_for_device PYTHON
 install_ytk_for_device() {
   "$1" -m pip install -q --no-deps --no-build-isolation --no-index -e hookspecs -e . -e backends/mock \
-    -e backends/nvcc -e backends/torch -e backends/templates -e backends/triton
+    -e backends/nvcc -e backends/torch -e backends/templates -e backends/triton -e backends/tensorrt \
+    -e backends/kronos -e backends/gaia
 }
