@@ -90,6 +90,8 @@ def build_command(plan: BuildPlan) -> list[str]:
     cmd = [plan.trtexec, f"--onnx={plan.onnx}", f"--saveEngine={plan.engine}"]
     if plan.precision == "fp16":
         cmd.append("--fp16")
+    else:  # fp32 means fp32: TensorRT would otherwise pick TF32 tactics, outside fp32's tolerance
+        cmd.append("--noTF32")
     if plan.int8:
         cmd.append("--int8")
     cmd += plugin_args(plan.plugins, plan.version)

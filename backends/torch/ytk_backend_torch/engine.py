@@ -48,14 +48,17 @@ def resolve_device(requested: str | None) -> torch.device:
 
 @contextlib.contextmanager
 def tuned_kernels(device: torch.device) -> Iterator[None]:
-    """cuDNN picks the fastest algorithm per shape (what an engine builder's tactic search does)."""
-    old = torch.backends.cudnn.benchmark
+    """cuDNN picks the fastest algorithm per shape (what an engine builder's tactic search does). TF32 is
+    off: an fp32 layer computes in fp32, which -p fp32's tolerance (max rel 1e-4) holds it to; cuDNN's
+    default TF32 convolutions missed it (1.8e-4 on an H100)."""
+    old = (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     torch.backends.cudnn.benchmark = device.type == "cuda"
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
         with torch.inference_mode():
             yield
     finally:
-        torch.backends.cudnn.benchmark = old
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def build_plan(onnx_path: Path, precision: str, plugins: list[PluginArtifact],

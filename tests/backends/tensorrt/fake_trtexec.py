@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
-COMMON = {"--onnx", "--saveEngine", "--fp16", "--int8", "--profilingVerbosity", "--exportLayerInfo", "--skipInference",
+COMMON = {"--onnx", "--saveEngine", "--fp16", "--noTF32", "--int8", "--profilingVerbosity", "--exportLayerInfo", "--skipInference",
           "--shapes", "--memPoolSize", "--loadEngine", "--loadInputs", "--iterations", "--warmUp", "--duration",
           "--avgRuns", "--separateProfileRun", "--exportTimes", "--exportProfile", "--exportOutput", "--useCudaGraph",
           "--useSpinWait", "--help", "--verbose", "--plugins"}

@@ -31,9 +31,10 @@ def test_build_command_variants() -> None:
     base = dict(trtexec="trtexec", onnx=Path("m.onnx"), engine="e.plan", layer_info="l.json", plugins=[Path("a.so")])
     fp32_85 = build_command(BuildPlan(**base, precision="fp32", version=V85))  # type: ignore[arg-type]
     assert "--fp16" not in fp32_85 and "--plugins=a.so" in fp32_85 and not any("dynamicPlugins" in a for a in fp32_85)
+    assert "--noTF32" in fp32_85  # fp32 is held to fp32's tolerance: no TF32 tactics
     full = build_command(BuildPlan(**base, precision="fp16", version=V10, shapes="x:1x3x8x8", int8=True,  # type: ignore[arg-type]
                                    workspace_mib=2048, extra=("--builderOptimizationLevel=5",)))
-    assert full[3:5] == ["--fp16", "--int8"] and "--dynamicPlugins=a.so" in full
+    assert full[3:5] == ["--fp16", "--int8"] and "--dynamicPlugins=a.so" in full and "--noTF32" not in full
     assert full[-3:] == ["--shapes=x:1x3x8x8", "--memPoolSize=workspace:2048M", "--builderOptimizationLevel=5"]
 
 
