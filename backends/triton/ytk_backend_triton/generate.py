@@ -110,7 +110,9 @@ def generate(request: KernelGenRequest, workdir: Path) -> KernelGenResult:
         sms = sorted({local_sm, target_sm})
     try:
         ep = load_exported(Path(request.reference))
-        program = ep.module()
+        # on the GPU, weights too: inductor traces it with the inputs there (a LayerNorm's weight left on the
+        # host stopped it with "Unhandled FakeTensor Device Propagation")
+        program = ep.module().to(dev)
         roles = list(candidate.input_roles) if candidate else ["activation"] * len(ep.graph_signature.user_inputs)
         metas = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"
                  and n.name in ep.graph_signature.user_inputs]
@@ -118,6 +120,11 @@ def generate(request: KernelGenRequest, workdir: Path) -> KernelGenResult:
         return _run(request, workdir, job_id, name, candidate, program, roles, shapes, dev, gpu, local_sm, sms)
     except UnsupportedRegion as e:
         return _failed(job_id, f"triton cannot plug region {name}: {e}")
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - inductor's own failure on this region: the job fails, saying so
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        return _failed(job_id, f"triton could not compile region {name}: {type(e).__name__}: {first}")
 
 
 def _run(request: KernelGenRequest, workdir: Path, job_id: str, name: str, candidate: Any, program: Any,
@@ -138,7 +145,7 @@ def _run(request: KernelGenRequest, workdir: Path, job_id: str, name: str, candi
     for case in logical:
         try:
             with torch.no_grad():
-                outs0.append([tuple(o.shape) for o in _as_list(program(*case))])
+                outs0.append([tuple(o.shape) for o in _as_list(program(*[t.to(dev) for t in case]))])
         except Exception as e:  # a program exported for other shapes than a site's (guards), or one that fails
             first = (str(e).strip().splitlines() or [""])[0][:200]
             raise UnsupportedRegion(f"the region's program does not run at site shapes "

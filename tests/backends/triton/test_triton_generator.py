@@ -293,3 +293,14 @@ def test_the_job_reads_its_region_and_sites_before_any_gpu_work(tmp_path: Path, 
     static = export_region(_NormGelu(), (torch.randn(*shapes[0][0]),), tmp_path / "Static.pt2")
     res = job(static)
     assert res.status == "failed" and "does not run at site shapes [[3, 16, 2, 3]]" in res.message
+    # inductor's own error on a region (on the H100: a LayerNorm's weight left on the host) ends the job
+    # failed with its first line, never as an exception out of generate()
+    import ytk_backend_triton.generate as gen_mod
+
+    def broken(*a, **kw):  # type: ignore[no-untyped-def]
+        raise RuntimeError("Unhandled FakeTensor Device Propagation for aten.mul.Tensor\nmore")
+
+    monkeypatch.setattr(gen_mod, "_compile_cases", broken)
+    res = job(pt2)
+    assert res.status == "failed" and res.message == ("triton could not compile region NormGelu: RuntimeError: "
+                                                      "Unhandled FakeTensor Device Propagation for aten.mul.Tensor")
