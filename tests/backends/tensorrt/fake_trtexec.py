@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
-COMMON = {"--onnx", "--saveEngine", "--fp16", "--noTF32", "--int8", "--profilingVerbosity", "--exportLayerInfo", "--skipInference",
-          "--shapes", "--memPoolSize", "--loadEngine", "--loadInputs", "--iterations", "--warmUp", "--duration",
-          "--avgRuns", "--separateProfileRun", "--exportTimes", "--exportProfile", "--exportOutput", "--useCudaGraph",
-          "--useSpinWait", "--help", "--verbose", "--plugins"}
+COMMON = {"--onnx", "--saveEngine", "--fp16", "--noTF32", "--int8", "--profilingVerbosity", "--exportLayerInfo",
+          "--skipInference", "--shapes", "--memPoolSize", "--loadEngine", "--loadInputs", "--iterations", "--warmUp",
+          "--duration", "--avgRuns", "--separateProfileRun", "--exportTimes", "--exportProfile", "--exportOutput",
+          "--useCudaGraph", "--useSpinWait", "--help", "--verbose", "--plugins"}
 
 
 def version() -> tuple[int, int, int, str]:
