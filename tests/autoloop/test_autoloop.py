@@ -403,6 +403,24 @@ def test_a_larger_time_budget_goes_on_where_the_spent_one_stopped(tmp_path):
     assert st.rounds and st.stop_kind != "time_budget" and st.best.ms < st.baseline.ms
 
 
+def test_fixing_the_model_after_it_failed_runs_again_in_the_same_workdir(tmp_path):
+    """The guide says: fix the cause and run the same command again. After a model that failed before any
+    kernel was generated, that was refused as "holds an autoloop of ... differs" until --fresh."""
+    model = tmp_path / "model.py"
+    good = MODEL.read_text()
+    model.write_text(good.replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('oops')", 1))
+    w = tmp_path / "w"
+    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
+    assert r.code == 2 and "oops" in r.stderr, r.stderr[-2000:]
+    model.write_text(good)
+    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
+    assert r.code == 0 and "starting over" in r.stderr, r.stderr[-2000:]
+    assert state(w).baseline is not None
+    model.write_text(good + "\n# an edit after kernels were made\n")  # now there is something to keep: asked
+    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
+    assert r.code == 2 and "differs" in r.stderr and "--fresh" in r.stderr, r.stderr[-2000:]
+
+
 def test_a_model_with_nothing_to_plug_says_so(tmp_path):
     """The stop reason said 'every proposal is plugged already or was dropped earlier' when propose had
     proposed nothing at all."""

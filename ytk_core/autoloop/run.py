@@ -71,12 +71,26 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
                             stale=stale)
 
 
+def _costly(st: AutoloopState) -> bool:
+    """Whether ``st`` records work worth keeping: a candidate that went past its carve (a kernel generated, or
+    a generator's answer on it)."""
+    return any(c.status != "pending" and not (c.status == "dropped" and c.dropped_at in ("propose", "carve"))
+               for r in st.rounds for c in r.candidates)
+
+
 def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice,
                    limits: AutoloopLimits, min_gain: Threshold, worker: str | None) -> AutoloopState:
     sf = workdir / STATE_FILE
     if sf.is_file():
         st = _read_state(workdir)
-        if Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model):
+        changed = Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model)
+        if changed and not _costly(st):
+            # the guide's "fix the cause and run the same command again" after a model that failed to export, or
+            # stopped before its first kernel: nothing worth keeping was recorded
+            runtime().log.info(f"{workdir}: the model changed before any kernel was generated; starting over")
+            discard_run(workdir)
+            return _load_or_start(model, arch, precision, workdir, flags, limits, min_gain, worker)
+        if changed:
             raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs, and no "
                              "flag (--resume neither) goes on with another model's results: resume with the same "
                              "model file, or start over with --fresh (or a new --workdir).")
