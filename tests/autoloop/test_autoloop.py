@@ -408,7 +408,8 @@ def test_fixing_the_model_after_it_failed_runs_again_in_the_same_workdir(tmp_pat
     kernel was generated, that was refused as "holds an autoloop of ... differs" until --fresh."""
     model = tmp_path / "model.py"
     good = MODEL.read_text()
-    model.write_text(good.replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('oops')", 1))
+    model.write_text(good.replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('oops')",
+                                  1))
     w = tmp_path / "w"
     r = run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
     assert r.code == 2 and "oops" in r.stderr, r.stderr[-2000:]
@@ -623,3 +624,27 @@ def test_a_round_under_the_minimum_gain_is_not_shipped(tmp_path):
     assert not [c for c in rnd.candidates if c.status == "kept"]
     assert any("not worth shipping" in c.reason for c in rnd.candidates if c.dropped_at == "decide")
     assert st.best.round == 0 and not st.best.plugins
+
+
+def test_the_report_names_the_simulated_device_of_the_asked_target(tmp_path):
+    """autoloop_report.md said 'simulated DRIVE AGX Orin' for every target, an H100/H200 one too."""
+    r = run_cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", tmp_path / "w",
+                "--max-rounds", "1", *MOCK)
+    assert r.code == 0, r.stderr[-2000:]
+    md = (tmp_path / "w" / "report" / "autoloop_report.md").read_text()
+    line = next(ln for ln in md.splitlines() if "comes from the mock backend's simulated" in ln)
+    assert "H100/H200" in line and "Orin" not in line, line
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--max-rounds", "0"], "--max-rounds must be at least 1, not 0"),
+    (["--max-jobs", "0"], "--max-jobs must be at least 1, not 0"),
+])
+def test_a_bad_count_names_its_own_flag(tmp_path, args, says):
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "w", *args, *MOCK)
+    assert r.code == 2 and says in r.stderr, r.stderr[-1000:]
+
+
+def test_a_directory_given_as_the_model_is_called_one(tmp_path):
+    r = run_cli("autoloop", tmp_path, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
+    assert r.code == 2 and "is a directory: pass the model.py file in it" in r.stderr, r.stderr[-1000:]

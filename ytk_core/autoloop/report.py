@@ -262,8 +262,10 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         md += ["> **Resumed with `--resume` although " + "; ".join(stale) + ".** The figures below were measured "
                "before that change; run with `--fresh` to measure the model as it is now.", ""]
     if simulated:
-        md += ["> Every latency here comes from the mock backend's simulated DRIVE AGX Orin (a cost model), "
-               "not from hardware.", ""]
+        device = next((r.device for r in verify.rows if r.kind == "bundle"), "") if verify is not None else ""
+        device = device.removesuffix(" (simulated)") or f"target {state.arch}"
+        md += [f"> Every latency here comes from the {state.backends.engine} backend's simulated {device} (a cost "
+               "model), not from hardware.", ""]
     if base and best:
         md += ["## Result", "", f"**{base.ms:.3f} ms -> {best.ms:.3f} ms ({speedup:.2f}x)** with "
                f"{len(kept)} plugin(s): {', '.join(p.name for p in kept) or 'none'}.", ""]

@@ -36,12 +36,15 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
     compiled there, with its engine and (for ``-a auto``) its target."""
     if precision not in ("fp16", "fp32"):
         raise UsageError(f"-p {precision!r}: expected fp16 or fp32")
-    if max_rounds < 1 or max_jobs < 1:
-        raise UsageError("--max-rounds and --max-jobs must be at least 1")
+    for flag, value in (("--max-rounds", max_rounds), ("--max-jobs", max_jobs)):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1, not {value}")
     if not 0 < roofline <= 1:
         raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
     min_gain_t = Threshold.parse(min_gain, "--min-gain-ms")
     model = Path(model)
+    if model.is_dir():
+        raise UsageError(f"{model} is a directory: pass the model.py file in it (a Model class and get_fwd_args())")
     if not model.is_file():
         raise UsageError(f"model file {model} does not exist")
     budget = parse_duration(time_budget)
