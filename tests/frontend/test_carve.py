@@ -409,3 +409,18 @@ def test_call_of_a_module_class_points_at_the_class_form(tmp_path):
                    "--reference-out", out / "r.npz", "--plugin", "yasp::X=call:nn.SiLU", YTK_ENGINE="mock")
     assert r.code == 2 and "select it as SiLU, without call:" in r.stderr and "Closest ops: silu" in r.stderr, \
         r.stderr[-1500:]
+
+
+def test_an_integer_boundary_is_refused_naming_the_tensor(tmp_path):
+    """Token ids into an embedding were carved as a plugin input and passed every contract check as fp16,
+    which holds integers exactly only up to 2048 (a 4096-word vocabulary read wrong ids, silently)."""
+    model = tmp_path / "lm.py"
+    model.write_text("import torch\ntorch.manual_seed(0)\n\n\nclass Model(torch.nn.Module):\n"
+                     "    def __init__(self):\n        super().__init__()\n"
+                     "        self.embed = torch.nn.Embedding(4096, 16)\n        self.lin = torch.nn.Linear(16, 16)\n\n"
+                     "    def forward(self, ids):\n        return self.lin(self.embed(ids))\n\n\n"
+                     "def get_fwd_args():\n    return (torch.randint(0, 4096, (1, 8)),)\n")
+    r = prepare(model, tmp_path / "p", ["yasp::Emb=Embedding"], size="")
+    assert r.code == 2 and "region embed has the int64 input ids" in r.stderr, r.stderr[-1500:]
+    r = prepare(model, tmp_path / "q", ["yasp::L=Linear"], size="")
+    assert r.code == 0, r.stderr[-1500:]

@@ -343,6 +343,20 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
                        custom_nodes=sum(len(p.sites) for p in plans), wall_s=time.perf_counter() - t0)
 
 
+def _check_float_boundary(sel: Selector, where: str, sp: Any, acts: list[Any], outs: list[Any]) -> None:
+    """A plugin's activations and outputs are tensors of the engine's precision (fp16 or fp32): an integer one
+    (token ids into an embedding, an argmax out) would be read or written as floats, silently wrong past
+    2048 in fp16. Refused here, naming the tensor."""
+    for what, names, ts in (("input", [a.name for a in sp.spec.activations], acts),
+                            ("output", [o.name for o in sp.spec.outputs], outs)):
+        for name, t in zip(names, ts):
+            if not t.is_floating_point():
+                raise UsageError(f"selector {sel.text!r}: region {where} has the {str(t.dtype).replace('torch.', '')} "
+                                 f"{what} {name}; a plugin's inputs and outputs are floating-point tensors at the "
+                                 "engine's precision. Start the region after the op that makes it floating point "
+                                 "(the embedding's gather), or end it before the op that makes integers.")
+
+
 def _capture_bytes(plans: list[PluginPlan], values: dict[str, Any]) -> int:
     """What the region files will take on disk: every site's inputs twice (``io.npz`` and ``inputs.pt``)
     and its outputs once; the programs and lifted weights are small beside them."""
@@ -392,6 +406,7 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                              f"{[conv_signature(c) for c in plan.sites[0].spec.convs]} "
                              f"(kernel, stride, padding, dilation, depthwise) but {where} has "
                              f"{[conv_signature(c) for c in sp.spec.convs]}. Split it with @where.")
+        _check_float_boundary(sel, where, sp, ins[:len(sp.spec.activations)], outs)
         if k and len(ins) != len(site_inputs[0]):
             raise UsageError(f"selector {sel.text!r}: sites differ in input count "
                              f"({len(site_inputs[0])} vs {len(ins)})")
