@@ -328,10 +328,33 @@ def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
     return LiteMLARegion(dim=d, eps=eps, joined=len(g.inputs) == 2, channels=ch)
 
 
+def _baked_users(g: RegionGraph) -> list[OpNode]:
+    """The ops that read a baked parameter (directly, or through a view or cast of it)."""
+    reads = set(g.baked)
+    users = []
+    for o in g.ops:  # graph order: a view of a baked parameter is seen before its users
+        flat = [a for a in o.args for a in (a if isinstance(a, list) else [a])] + list(o.kwargs.values())
+        if any(isinstance(a, str) and a in reads for a in flat):
+            if o.target in ("aten.view.default", "aten.reshape.default", "aten.unsqueeze.default",
+                            "aten._to_copy.default", "aten.to.dtype", "aten.expand.default"):
+                reads.add(o.name)
+            else:
+                users.append(o)
+    return users
+
+
 def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
     """The region ``g`` computes; :class:`UnsupportedRegion` with the reason when no template fits."""
     has_conv = any(o.target in _CONV for o in g.ops)
     if g.baked and has_conv:
+        users = _baked_users(g)
+        if users and not any(o.target in _CONV for o in users):
+            # the conv is lifted; what keeps its parameters is another op (a GroupNorm's affine, a scale), which
+            # no carve option lifts: advising @lift would send the user after a fix that does not exist
+            ops = sorted({o.target.removeprefix("aten.").removesuffix(".default") for o in users})
+            raise UnsupportedRegion(f"its {', '.join(ops)} keeps parameters inside the region "
+                                    f"({', '.join(g.baked[:3])}); templates take a conv with its bias, a folded "
+                                    "BatchNorm and an activation, and the carve lifts conv weights only")
         raise UnsupportedRegion(f"the region uses parameters baked into it ({', '.join(g.baked[:3])}) instead of "
                                 "taking them as lifted inputs; carve it with weights lifted (@lift=fold_conv_bn)")
     if g.baked:

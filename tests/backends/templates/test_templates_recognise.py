@@ -259,3 +259,25 @@ def test_fp16_weight_variants_can_be_kept_out(tmp_path: Path) -> None:
     assert "fp16" not in exact and "hilo" in exact and len(exact) == len(default) - default.count("fp16")
     with pytest.raises(StageError, match="fp16_weights=yes"):
         weights("yes")
+
+
+def test_a_norm_keeping_its_parameters_is_named_not_sent_to_lift():
+    """A conv + GroupNorm region carved with the conv lifted was told to 'carve it with weights lifted
+    (@lift=fold_conv_bn)', which changes nothing: no carve option lifts a GroupNorm's affine."""
+    from ytk_backend_templates.recognise import OpNode, RegionGraph
+    from ytk_hookspecs.errors import UnsupportedRegion
+
+    def graph(weight_baked: bool) -> RegionGraph:
+        ops = [OpNode("conv2d", "aten.conv2d.default", ["x", "b_w" if weight_baked else "w", None], {}, (1, 8, 4, 4)),
+               OpNode("view", "aten.view.default", ["b_const0", [8]], {}, (8,)),
+               OpNode("group_norm", "aten.group_norm.default", ["conv2d", 2, "view", "b_const1"], {}, (1, 8, 4, 4))]
+        return RegionGraph(inputs=["x"] + ([] if weight_baked else ["w"]), input_shapes=[(1, 8, 4, 4), (8, 8, 3, 3)],
+                           baked=["b_const0", "b_const1"] + (["b_w"] if weight_baked else []), ops=ops,
+                           outputs=["group_norm"])
+
+    with pytest.raises(UnsupportedRegion) as e:
+        recognise(graph(weight_baked=False))
+    assert "its group_norm keeps parameters inside the region (b_const0, b_const1)" in str(e.value)
+    assert "@lift" not in str(e.value)
+    with pytest.raises(UnsupportedRegion, match="carve it with weights lifted"):
+        recognise(graph(weight_baked=True))
