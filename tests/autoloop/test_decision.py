@@ -58,7 +58,11 @@ def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(whole) -> None:
     assert rnd["losers_engine"] == rnd["result_bundle"] == rep["state"]["best"]["bundle"]
     winners = next(c for c in rnd["compiles"] if c["bundle"].endswith("round1-winners.tgz"))
     assert winners["p50_ms"] >= rnd["result_ms"] == rep["final_ms"]
-    assert any("took back Conv3x3s2C3to24" in h for h in rep["state"]["history"])
+    hist = rep["state"]["history"]
+    assert any(h.startswith("round 1: kept Conv3x3s2C3to24") and "after all: without" in h for h in hist), hist
+    # the drop that came first says it may be undone, so the log does not read as a retraction
+    assert any(h.startswith("dropped Conv3x3s2C3to24") and "it is kept if that one is not faster" in h
+               for h in hist), hist
     assert stem["name"] in {p["name"] for p in rep["ship"]["plugins"]}
 
 
@@ -69,3 +73,10 @@ def test_a_loser_whose_engine_is_slower_with_it_stays_dropped(whole) -> None:
     assert stem["status"] == "dropped" and stem["dropped_at"] == "decide", stem
     assert rnd["result_bundle"].endswith("round1-winners.tgz") and rnd["result_ms"] < rnd["losers_ms"]
     assert rep["ship"]["engine_bundle"].endswith("round1-winners.tgz")
+
+
+def test_two_times_are_shown_with_the_decimals_that_tell_them_apart() -> None:
+    from ytk_core.autoloop.decision import ms_pair
+
+    assert ms_pair(0.0321, 0.0324) == ("0.0321", "0.0324")
+    assert ms_pair(0.5, 0.25) == ("0.500", "0.250")

@@ -58,14 +58,24 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
         bar = c.region_ms - (min_gain if c.replaces else 0.0)
         if c.plugin_ms is not None and c.plugin_ms >= bar:
             losers.append(c)
+    then = "the engine without it is compiled next, and it is kept if that one is not faster"
     for c in losers:
+        mine, theirs = ms_pair(c.plugin_ms or 0.0, c.region_ms)
         if c.replaces:
-            ws.drop(c, "decide", f"re-optimization lost: its layers took {c.plugin_ms:.3f} ms, the plugged "
-                                 f"kernel's {c.region_ms:.3f} ms (needs {min_gain:.3g} ms less)")
+            ws.drop(c, "decide", f"re-optimization lost: its layers took {mine} ms, the plugged kernel's "
+                                 f"{theirs} ms (needs {min_gain:.3g} ms less)", then)
         else:
-            ws.drop(c, "decide",
-                    f"lost: its layers took {c.plugin_ms:.3f} ms where the region took {c.region_ms:.3f} ms")
+            ws.drop(c, "decide", f"lost: its layers took {mine} ms where the region took {theirs} ms", then)
     return bool(losers)
+
+
+def ms_pair(a: float, b: float) -> tuple[str, str]:
+    """Two times with enough decimals to tell them apart ("0.032 where 0.032" read as a tie that lost)."""
+    for d in range(3, 7):
+        x, y = f"{a:.{d}f}", f"{b:.{d}f}"
+        if x != y:
+            return x, y
+    return x, y
 
 
 def _without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> None:
@@ -99,9 +109,9 @@ def _without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) ->
     for c in losers:
         c.status, c.dropped_at = "built", None
         other = "the plugged kernel" if c.replaces else "the region"
-        c.reason = f"kept although its layers took {c.plugin_ms or 0:.3f} ms where {other} took " \
-                   f"{c.region_ms:.3f} ms: {why}"
-    ws.event(f"round {rnd.index}: took back {_names(losers)}: {why}")
+        mine, theirs = ms_pair(c.plugin_ms or 0.0, c.region_ms)
+        c.reason = f"kept although its layers took {mine} ms where {other} took {theirs} ms: {why}"
+    ws.event(f"round {rnd.index}: kept {_names(losers)} after all: {why}")
 
 
 def _names(cands: list[PluginRecord]) -> str:

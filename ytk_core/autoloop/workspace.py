@@ -91,12 +91,13 @@ class Workspace:
         """The round's candidates still in it."""
         return [c for c in rnd.candidates if c.status != "dropped"]
 
-    def drop(self, cand: PluginRecord, stage: DropStage, why: str) -> None:
-        """Drop one candidate; the event names its selector, since two rounds' plugins may share a name."""
+    def drop(self, cand: PluginRecord, stage: DropStage, why: str, then: str = "") -> None:
+        """Drop one candidate; the event names its selector, since two rounds' plugins may share a name, and
+        ``then`` what may still follow (decide's losers are taken back when the engine without them is slower)."""
         cand.status = "dropped"
         cand.reason = why
         cand.dropped_at = stage
-        self.event(f"dropped {cand.name} ({cand.selector}): {why}")
+        self.event(f"dropped {cand.name} ({cand.selector}): {why}{f'; {then}' if then else ''}")
 
     def round_plugins(self, rnd: RoundRecord, only: list[PluginRecord] | None = None) -> list[PluginRecord]:
         """The kept plugins plus this round's (or ``only`` those); a re-optimization stands in for the
