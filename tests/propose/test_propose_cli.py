@@ -262,8 +262,12 @@ def test_a_generator_refusing_every_proposal_hears_what_roofline_left_out(ytk, w
     assert takes == ["no", "no", "no"], r.stdout
     hint = [ln for ln in lines if ln.startswith("pwonly would also take 1x1 / dense GEMMs")]
     assert len(hint) == 1 and hint[0].endswith("left out below as at roofline: --roofline 1 lists it"), r.stdout
+    # the trial's transformer: templates said "no" to all 7 rows under a summary that 55% could be taken over
+    none = [ln for ln in lines if ln.startswith("pwonly takes none of the")]
+    assert len(none) == 1 and "the autoloop would plug nothing (1.00x)" in none[0], r.stdout
+    assert "ask another installed generator: " in none[0] and "--kernelgen templates" in none[0], none
     r = ytk(*_args(worked))  # the mock takes every proposal: nothing to add
-    assert r.code == 0 and "would also take" not in r.stdout
+    assert r.code == 0 and "would also take" not in r.stdout and "takes none of" not in r.stdout
 
 
 def test_a_gaia_service_setting_that_is_wrong_stops_propose(ytk, worked, tmp_path, monkeypatch):

@@ -84,6 +84,9 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
         lines = columns([f"KERNEL GENERATOR ({backend})", "TAKES IT", "why"], rows, set())
     # a generator that takes every proposal has enough to do; one that refuses some (a generator of the
     # user's own for one op) should hear which families it would take that --roofline left out
+    if asked and not any(p.supported for p in asked):
+        lines.append(f"{backend} takes none of the {len(asked)} proposal{'s' if len(asked) != 1 else ''}: with it "
+                     "the autoloop would plug nothing (1.00x)" + _other_generators(backend))
     refused = not asked or any(not p.supported for p in asked)
     for row in r.not_worth if refused else []:
         if row.category == "roofline" and row.supported:
@@ -91,6 +94,16 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
                          f"({row.ms:.3g} ms, {row.support_why}), left out below as at roofline: "
                          f"--roofline 1 lists it")
     return lines
+
+
+def _other_generators(asked: str) -> str:
+    """'; ask another installed generator: --kernelgen triton' (real ones; the mock only where it is all)."""
+    from ..runtime import runtime
+
+    names = [n for n, b in runtime().manager.backends.items()
+             if "kernelgen" in b.info.roles and n != asked and not b.info.simulated]
+    return f"; ask another installed generator: {', '.join(f'--kernelgen {n}' for n in sorted(names))}" if names \
+        else "; no other real kernel generator is installed (`ytk backends` lists them)"
 
 
 def not_worth_lines(r: ProposeReport, top: int) -> list[str]:
