@@ -252,3 +252,25 @@ def test_a_contract_warning_is_logged_once_per_invocation(ytk, fixture_dir, caps
     finally:
         reset_runtime()
     assert err.count("layout: ") == 1, err
+
+
+@pytest.mark.parametrize("kind", ["npz", "pt"])
+@pytest.mark.parametrize("dry", [(), ("--dry-run",)])
+def test_a_zip_that_is_no_region_program_is_refused_as_what_it_is(ytk, fixture_dir, tmp_path, kind, dry):
+    """-r took any zip: a region's .io.npz reached the generator (exit 3, torch's own traceback in its log),
+    and the mock made a 'kernel' of a .pt named like a candidate."""
+    import numpy as np
+    import torch
+
+    bad = tmp_path / f"{PLUGIN}.{kind}"
+    if kind == "npz":
+        with open(bad, "wb") as f:
+            np.savez(f, site0_in0=np.zeros(3))
+    else:
+        torch.save({"x": torch.zeros(3)}, bad)
+    out = tmp_path / "out.module_source.py"
+    r = ytk("kernelgen", "compile", "-r", bad, "-g", "Orin", "-o", out, "--kernelgen", "mock", "--config",
+            "deployment_target=tensorrt", *dry)
+    what = "a NumPy .npz" if kind == "npz" else "a torch.save file"
+    assert r.code == 2 and f"is {what}, not a .pt2 (a torch.export archive)" in r.stderr, r.stderr[-1500:]
+    assert not out.exists() and "Traceback" not in r.stderr

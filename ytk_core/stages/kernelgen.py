@@ -84,6 +84,16 @@ def _region_file(reference: Path) -> Path:
     reference = existing_file(reference, "-r/--reference", hint)
     if not zipfile.is_zipfile(reference):
         raise UsageError(f"-r/--reference {reference} is not a .pt2 (a torch.export archive). {hint}")
+    try:
+        with zipfile.ZipFile(reference) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError) as e:
+        raise UsageError(f"-r/--reference {reference} cannot be read as a zip archive ({e}). {hint}") from None
+    # a torch.export archive names its format; a .npz (arrays) or a torch.save .pt is a zip too
+    if not any(n.rsplit("/", 1)[-1] == "archive_format" or n.endswith("/models/model.json") for n in names):
+        kind = ("a NumPy .npz" if names and all(n.endswith(".npy") for n in names) else
+                "a torch.save file" if any(n.endswith("/data.pkl") for n in names) else "another zip archive")
+        raise UsageError(f"-r/--reference {reference} is {kind}, not a .pt2 (a torch.export archive). {hint}")
     return reference
 
 
