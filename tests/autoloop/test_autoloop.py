@@ -334,18 +334,22 @@ def test_what_to_ship_is_named_exported_and_rebuilds(finished, tmp_path):
     ship = ShipList.read(dest / "ship.json")
     kept = state(w).best.plugins
     assert sorted(p.name for p in ship.plugins) == sorted(p.name for p in kept) and kept
-    assert all(Path(p.so).is_file() and Path(p.so).parent == dest / "plugins" for p in ship.plugins)
-    assert Path(ship.engine_bundle).is_file() and Path(ship.onnx).is_file()
+    assert all((dest / p.so).is_file() and p.so == f"plugins/{p.name}.so" for p in ship.plugins)
+    assert (dest / ship.engine_bundle).is_file() and ship.onnx == "model.onnx" and (dest / ship.onnx).is_file()
     files = sorted(p.name for p in dest.rglob("*") if p.is_file())
     assert files == sorted(
         [Path(ship.engine_bundle).name, "model.onnx", "model.npz", "plugins.json", "ship.json"]
         + [f"{p.name}.so" for p in ship.plugins] + [f"{p.name}.so.admission.json" for p in ship.plugins]
         + [f"{p.name}.pt2" for p in ship.plugins])
     assert f"exported {len(files)} file(s) to {dest}" in r.stdout  # the count is what landed there
-    # the exported ship.json's command rebuilds from the copies alone
-    assert str(w) not in ship.reproduce and str(dest) in ship.reproduce
-    rb = run_cli(*shlex.split(ship.reproduce)[1:], cwd=dest)
+    # the exported ship.json's command rebuilds from the copies alone, wherever the folder is moved to
+    assert str(w) not in ship.reproduce and str(tmp_path) not in ship.reproduce
+    moved = tmp_path / "elsewhere" / "sh ip"
+    moved.parent.mkdir()
+    dest.rename(moved)
+    rb = run_cli(*shlex.split(ship.reproduce)[1:], cwd=moved)
     assert rb.code == 0, rb.stderr[-2000:]
+    moved.rename(dest)
     # the rebuild command, as printed, builds the final engine again
     args = shlex.split(r.stdout.split("rebuild: ", 1)[1].splitlines()[0])
     assert args[:3] == ["ytk", "embedded", "compile"]

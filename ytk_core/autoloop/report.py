@@ -30,7 +30,9 @@ class ShipPlugin(BaseModel):
 
 class ShipList(Versioned):
     """What to ship from an autoloop: the final engine bundle, the plugin libraries it loads (with the
-    selector each one replaces), and the one command that rebuilds that engine from them."""
+    selector each one replaces), and the one command that rebuilds that engine from them. In the workdir's
+    list the paths are absolute; in an ``--export`` folder's ``ship.json`` they are relative to that folder,
+    and its command runs there."""
 
     engine_bundle: str
     onnx: str = Field(description="the carved ONNX the engine was built from")
@@ -98,9 +100,10 @@ def export_replaces(dest: Path, workdir: Path) -> list[Path]:
                          "empty folder, so that none of your files is overwritten") from None
     from ytk_hookspecs.models import AdmissionRecord
 
-    files = [Path(prev.engine_bundle), Path(prev.onnx), Path(prev.npz), dest / "plugins.json"]
+    # an export's paths are relative to it (older exports wrote absolute ones: dest / absolute is absolute)
+    files = [dest / prev.engine_bundle, dest / prev.onnx, dest / prev.npz, dest / "plugins.json"]
     for p in prev.plugins:
-        files += [Path(p.so), AdmissionRecord.path_for(Path(p.so))]
+        files += [dest / p.so, AdmissionRecord.path_for(dest / p.so)]
     try:  # each region's .pt2 the earlier export copied, as its plugins.json names them
         from ytk_hookspecs.models import PluginsFile
 
@@ -159,18 +162,18 @@ def export_outputs(ship: ShipList, dest: Path, workdir: Path) -> list[Path]:
             so = st.path(dest / "plugins" / f"{p.name}.so")
             so.parent.mkdir(parents=True, exist_ok=True)
             _copy_checked(p.so, so, p.sha256, f"plugin {p.name}")
-            plugins.append(p.model_copy(update={"so": str(st.final(so).resolve())}))
+            plugins.append(p.model_copy(update={"so": f"plugins/{so.name}"}))
             verdict = AdmissionRecord.path_for(p.so)
             if verdict.is_file():
                 shutil.copyfile(verdict, AdmissionRecord.path_for(so))
                 written.append(AdmissionRecord.path_for(st.final(so)))
-        copied = ship.model_copy(update={"engine_bundle": str(st.final(bundle).resolve()),
-                                         "onnx": str(st.final(onnx).resolve()), "npz": str(st.final(npz).resolve()),
-                                         "plugins": plugins})
+        # paths relative to the export, so the folder can be moved or shipped whole and rebuilt where it lands
+        copied = ship.model_copy(update={"engine_bundle": st.final(bundle).name, "onnx": "model.onnx",
+                                         "npz": "model.npz", "plugins": plugins})
         copied = copied.model_copy(update={"reproduce": rebuild_command(copied)})
         copied.write(st.path(dest / "ship.json"))
         st.commit(replaced=replaced)
-    return [Path(copied.engine_bundle), Path(copied.onnx), Path(copied.npz), *[Path(p.so) for p in plugins],
+    return [dest / copied.engine_bundle, dest / copied.onnx, dest / copied.npz, *[dest / p.so for p in plugins],
             *written, dest / "ship.json"]
 
 
