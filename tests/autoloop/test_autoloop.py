@@ -440,6 +440,15 @@ def test_a_model_with_nothing_to_plug_says_so(tmp_path):
     assert st.stop_reason.startswith("propose found no region worth a kernel in this model"), st.stop_reason
 
 
+def test_a_loop_that_finds_everything_at_roofline_says_so(tmp_path):
+    """--roofline 0.05 on a trial's U-Net: 1.00x with 'propose found no region worth a kernel' and no why."""
+    r = autoloop(tmp_path / "w", "--roofline", "0.01")
+    assert r.code == 0, r.stderr[-2000:]
+    st = state(tmp_path / "w")
+    assert st.stop_kind == "nothing_left" and "already reach --roofline 0.01 of their roofline bound" in \
+        st.stop_reason and "a larger --roofline (at most 1) tries them" in st.stop_reason, st.stop_reason
+
+
 def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     """--min-gain-ms 5%: resolved against the measured baseline, shown as the user wrote it."""
     w = tmp_path / "pct"

@@ -73,9 +73,19 @@ def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord]
     if getattr(report, "candidates", None) == [] and not ws.state.rounds[:-1]:
         under = next((w for w in getattr(report, "not_worth", []) or [] if w.category == "under_threshold"), None)
         why = "propose found no region worth a kernel in this model"
+        rows = getattr(report, "not_worth", []) or []
+        roof = [w for w in rows if w.category == "roofline"]
+        said = []
         if under is not None:
-            why += (f" ({len(under.members)} region families, {under.ms:.3f} ms in all, are under --min-gain-ms "
-                    f"{ws.state.min_gain_label()}; `ytk embedded propose ... --min-ms 0` lists them)")
+            said.append(f"{len(under.members)} region families, {under.ms:.3f} ms in all, are under --min-gain-ms "
+                        f"{ws.state.min_gain_label()}; `ytk embedded propose ... --min-ms 0` lists them")
+        if roof:
+            n = sum(len(w.members) or 1 for w in roof)
+            said.append(f"{n} region famil{'ies' if n != 1 else 'y'}, {sum(w.ms for w in roof):.3f} ms in all, already "
+                        f"reach --roofline {ws.limits.roofline:g} of their roofline bound, where a kernel has little "
+                        "to win; a larger --roofline (at most 1) tries them")
+        if said:
+            why += f" ({'; '.join(said)})"
         return why + hidden
     return "no candidate left to try (every proposal is plugged already or was dropped earlier)" + hidden
 
