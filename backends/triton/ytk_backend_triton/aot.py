@@ -40,10 +40,11 @@ def binary(compiled_by_sm: dict[int, Any], user_params: int) -> KernelBinary:
         other_name, other = ptx_entry(ck.asm["ptx"], md.name)
         if (other_name, other) != (name, params):
             raise PlanError(f"kernel {name}: its sm_{sm} build takes other parameters than the others")
-        if ck.metadata.num_warps != md.num_warps or ck.metadata.shared != md.shared:
-            # one launch configuration per kernel in the plan; a target needing another is compiled apart
-            raise PlanError(f"kernel {name}: its sm_{sm} build needs {ck.metadata.num_warps} warps / "
-                            f"{ck.metadata.shared} B shared, the others {md.num_warps} / {md.shared}")
+        if ck.metadata.num_warps != md.num_warps:
+            # one block size per kernel in the plan (its grid and launches are one); shared memory may differ
+            # per SM (the launcher takes the loaded cubin's own), warps may not
+            raise PlanError(f"kernel {name}: its sm_{sm} build needs {ck.metadata.num_warps} warps, the others "
+                            f"{md.num_warps}")
     for key in ("num_ctas",):
         if getattr(md, key, 1) not in (1, None):
             raise PlanError(f"kernel {name}: {key}={getattr(md, key)} (thread-block clusters) is not launched by "
@@ -52,6 +53,7 @@ def binary(compiled_by_sm: dict[int, Any], user_params: int) -> KernelBinary:
         raise PlanError(f"kernel {name} needs a cooperative or programmatic-dependent launch")
     return KernelBinary(
         name=name, params=params, num_warps=md.num_warps, shared_bytes=md.shared,
+        shared_by_sm={sm: ck.metadata.shared for sm, ck in compiled_by_sm.items() if ck.metadata.shared != md.shared},
         cubins={sm: base64.b64encode(ck.asm["cubin"]).decode() for sm, ck in sorted(compiled_by_sm.items())},
         global_scratch_bytes=int(getattr(md, "global_scratch_size", 0) or 0),
         profile_scratch_bytes=int(getattr(md, "profile_scratch_size", 0) or 0),

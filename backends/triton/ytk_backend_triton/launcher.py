@@ -47,7 +47,7 @@ def _launch(k: int, kb: KernelBinary, launch: Launch) -> str:
     params = ", ".join(names) if names else "nullptr"
     lines += [f"    void* params[] = {{{params}}};",
               f"    CUresult r = d.launch(f[{k}], {gx}u, {gy}u, {gz}u, {32 * kb.num_warps}u, 1u, 1u, "
-              f"{kb.shared_bytes}u, (CUstream)stream, params, nullptr);",
+              f"sh[{k}], (CUstream)stream, params, nullptr);",
               "    if (r != CUDA_SUCCESS) return (int)r;"]
     return "  {  // " + kb.id + "\n" + "\n".join(lines) + "\n  }"
 
@@ -69,8 +69,8 @@ def launcher_source(plan: LaunchPlan, ns: str, launcher: str, workspace: str | N
     out.append(f"static const unsigned char* const kCubins[{nk}][{len(sms)}] = {{\n  {table}\n}};")
     out.append(f"static const char* const kNames[{nk}] = {{"
                + ", ".join(f'"{kb.name}"' for kb in plan.kernels) + "};")
-    out.append(f"static const unsigned kShared[{nk}] = {{" + ", ".join(f"{kb.shared_bytes}u" for kb in plan.kernels)
-               + "};")
+    shared = ",\n  ".join("{" + ", ".join(f"{kb.shared(sm)}u" for sm in sms) + "}" for kb in plan.kernels)
+    out.append(f"static const unsigned kShared[{nk}][{len(sms)}] = {{\n  {shared}\n}};  // per SM: its build's own")
     out.append(r'''
 typedef CUresult (*LoadFn)(CUmodule*, const void*);
 typedef CUresult (*GetFn)(CUfunction*, CUmodule, const char*);
@@ -98,10 +98,11 @@ static std::mutex g_lock;
 static Driver g_drv;
 static bool g_drv_ok = false;
 static CUfunction g_fn[kMaxDevices][sizeof(kNames) / sizeof(kNames[0])];
+static unsigned g_shared[kMaxDevices][sizeof(kNames) / sizeof(kNames[0])];  // of the cubin loaded there
 static bool g_loaded[kMaxDevices];
 
 // The functions of every kernel on the current device, loaded once; 0 or a CUDA error code.
-static int functions(Driver& d, CUfunction** fns) {
+static int functions(Driver& d, CUfunction** fns, const unsigned** shared) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return (int)e;
@@ -129,13 +130,16 @@ static int functions(Driver& d, CUfunction** fns) {
       CUresult r = d.load(&m, kCubins[k][which]);
       if (r != CUDA_SUCCESS) return (int)r;
       if ((r = d.get(&g_fn[dev][k], m, kNames[k])) != CUDA_SUCCESS) return (int)r;
-      if (kShared[k] > 48 * 1024 &&
-          (r = d.attr(g_fn[dev][k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)kShared[k])) != CUDA_SUCCESS)
+      g_shared[dev][k] = kShared[k][which];
+      if (g_shared[dev][k] > 48 * 1024 &&
+          (r = d.attr(g_fn[dev][k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)g_shared[dev][k]))
+            != CUDA_SUCCESS)
         return (int)r;
     }
     g_loaded[dev] = true;
   }
   *fns = g_fn[dev];
+  *shared = g_shared[dev];
   return 0;
 }
 '''.replace("NO_KERNEL_IMAGE", str(_NO_KERNEL_IMAGE)))
@@ -157,8 +161,8 @@ static int functions(Driver& d, CUfunction** fns) {
     if width == 0:
         out.append("  (void)ext;")
     out += ["  (void)in; (void)out; (void)ws;",
-            "  Driver d; CUfunction* f = nullptr;",
-            "  int err = functions(d, &f);",
+            "  Driver d; CUfunction* f = nullptr; const unsigned* sh = nullptr;",
+            "  int err = functions(d, &f, &sh);",
             "  if (err) return err;",
             "  switch (shape_case(ext)) {"]
     for ci, case in enumerate(plan.cases):

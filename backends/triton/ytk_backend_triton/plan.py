@@ -69,7 +69,9 @@ class KernelBinary(BaseModel):
     name: str = Field(pattern=C_IDENTIFIER)
     params: list[PtxParam]
     num_warps: int = Field(ge=1, le=32)
-    shared_bytes: int = Field(ge=0)
+    shared_bytes: int = Field(ge=0, description="dynamic shared memory of a launch (where shared_by_sm has none)")
+    shared_by_sm: dict[int, int] = Field(default_factory=dict, description="SM -> its build's shared memory, "
+                                         "where Triton's build for that SM needs another amount (sm_87 vs sm_90)")
     cubins: dict[int, str] = Field(description="SM -> base64 of the cubin")
     global_scratch_bytes: int = Field(0, ge=0, description="per program; 0: the scratch pointer is passed null")
     profile_scratch_bytes: int = Field(0, ge=0)
@@ -88,6 +90,9 @@ class KernelBinary(BaseModel):
         if self.global_scratch_bytes or self.profile_scratch_bytes:
             raise ValueError(f"kernel {self.name} needs Triton scratch memory, which plans do not lay out yet")
         return self
+
+    def shared(self, sm: int) -> int:
+        return self.shared_by_sm.get(sm, self.shared_bytes)
 
     def cubin(self, sm: int) -> bytes:
         if sm not in self.cubins:

@@ -157,6 +157,39 @@ def test_a_plan_of_two_kernels_through_a_workspace_builds(two_kernel_plan: Launc
     assert read_plugin_description(so).launcher == "ytk_launch_TrRelu"
 
 
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
+def test_each_sm_launches_with_its_own_builds_shared_memory(relu_plan: LaunchPlan, tmp_path: Path) -> None:
+    """On an H100 targeting Orin, Triton's sm_87 build of a conv kernel needed 16384 B of shared memory and the
+    sm_90 one 8192: the plan refused every such region. The launcher now takes the loaded cubin's own."""
+    from ytk_backend_nvcc.plugin import NvccBuilder
+    from ytk_backend_triton.aot import binary
+
+    kb = relu_plan.kernels[0]
+    plan = relu_plan.model_copy(update={"kernels": [kb.model_copy(update={"shared_by_sm": {87: 65536}})]})
+    assert plan.kernels[0].shared(87) == 65536 and plan.kernels[0].shared(90) == kb.shared_bytes
+    src = _bundle(plan, tmp_path / "TrRelu.module_source.py")
+    text = KernelSource.read(src).source
+    assert f"{{65536u, {kb.shared_bytes}u}}" in text and ", sh[0], (CUstream)stream" in text
+    so = tmp_path / "TrRelu.so"
+    NvccBuilder().build_plugin(BuildRequest(source=src, plugin_name="TrRelu", arch="x86_64-sm90-linux-cu130-trt10",
+                                            output=so), StageContext())
+    assert read_plugin_description(so).launcher == "ytk_launch_TrRelu"
+    # binary(): builds whose shared memory differs make one kernel with a per-SM amount; warps may not differ
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src_ast = ASTSource(fn=relu_fp16, signature={"x_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"},
+                        constexprs={"BLOCK": BLOCK})
+    built = {sm: triton.compile(src_ast, target=GPUTarget("cuda", sm, 32), options={"num_warps": 4}) for sm in (87, 90)}
+    built[87].metadata = built[87].metadata._replace(shared=built[90].metadata.shared + 4096)
+    got = binary(built, user_params=3)
+    assert got.shared(87) == built[90].metadata.shared + 4096 and got.shared(90) == built[90].metadata.shared
+    built[90].metadata = built[90].metadata._replace(num_warps=8)
+    with pytest.raises(PlanError, match="its sm_90 build needs 8 warps, the others 4"):
+        binary(built, user_params=3)
+
+
 def _gpu_plugin(plan: LaunchPlan, tmp_path: Path):  # type: ignore[no-untyped-def]
     """The plan's plugin built for this GPU and loaded (skips where the plan has no cubin for it)."""
     import torch
