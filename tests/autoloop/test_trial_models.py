@@ -1,0 +1,37 @@
+"""Models that new-user trials wrote (tests/data, 2026-12-05), run as those users ran them: the autoloop on
+the mock engine ends faster with numerics intact, and what once went wrong on them stays fixed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+ORIN = "arm64-sm87-dos6010-cu114-trt86"
+MOCK = ["--engine", "mock", "--kernelgen", "mock", "--builder", "mock"]
+
+
+@pytest.mark.parametrize("model, env", [("tiny_seg_unet_model.py", {"UNET_SIZE": "1x64x64"}),
+                                        ("tiny_gpt_model.py", {})])
+def test_a_trial_model_gets_faster_with_numerics_intact(tmp_path, model, env):
+    r = run_cli("autoloop", REPO / "tests" / "data" / model, "-a", ORIN, "--workdir", tmp_path / "w",
+                "--max-rounds", "1", *MOCK, "--json", env=env)
+    assert r.code == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    assert rep["speedup"] > 1.05 and rep["simulated"], (rep["speedup"], rep["state"]["stop_reason"])
+    assert rep["state"]["best"]["plugins"]
+    assert not any(c["reason"] and "internal carve error" in c["reason"]
+                   for rnd in rep["state"]["rounds"] for c in rnd["candidates"])
+
+
+def test_token_ids_are_never_a_plugin_input(tmp_path):
+    """The trial carved the embedding by hand; its int64 ids passed as fp16 (wrong past 2048)."""
+    out = tmp_path / "p"
+    r = run_cli("embedded", "prepare", REPO / "tests" / "data" / "tiny_gpt_model.py", "--onnx-out", out / "m.onnx",
+                "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin", "yasp::Emb=Embedding",
+                env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"})
+    assert r.code == 2 and "has the int64 input" in r.stderr, r.stderr[-1500:]
