@@ -35,3 +35,13 @@ def test_token_ids_are_never_a_plugin_input(tmp_path):
                 "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin", "yasp::Emb=Embedding",
                 env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"})
     assert r.code == 2 and "has the int64 input" in r.stderr, r.stderr[-1500:]
+
+
+def test_around_on_a_block_of_linears_says_what_it_grows_from(tmp_path):
+    """SwiGLU:around said 'no heavy op (matmul/attention/conv)' of a block holding three Linears."""
+    out = tmp_path / "p"
+    r = run_cli("embedded", "prepare", REPO / "tests" / "data" / "tiny_gpt_model.py", "--onnx-out", out / "m.onnx",
+                "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin", "yasp::G=SwiGLU:around",
+                env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"})
+    assert r.code == 2 and "nothing :around grows from" in r.stderr and "Linear projections" in r.stderr, \
+        r.stderr[-1500:]

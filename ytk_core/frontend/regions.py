@@ -344,8 +344,10 @@ def grow_around(nodes: list[Any], gi: GraphIndex, nojoin: bool, where: str) -> l
     seeds = around_seeds(nodes, gi)
     inside = set(nodes) - _weighted_children(nodes, gi, seeds, where)
     if not seeds:
-        raise UsageError(f":around on {where}: the block has no heavy op (matmul/attention/conv) to grow from; "
-                         "select the block bare instead")
+        raise UsageError(f":around on {where}: the block has nothing :around grows from -- no product of two "
+                         "activations (attention's Q.K or attn.V), no softmax, no conv; its GEMMs, if any, multiply by "
+                         "weights (Linear projections), which an :around region leaves outside. Select the block bare, "
+                         "or a span of its fx nodes (A...B), instead")
     region = set(seeds)
     q = deque(seeds)
     while q:
