@@ -45,3 +45,16 @@ def test_around_on_a_block_of_linears_says_what_it_grows_from(tmp_path):
                 env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"})
     assert r.code == 2 and "nothing :around grows from" in r.stderr and "Linear projections" in r.stderr, \
         r.stderr[-1500:]
+
+
+def test_interpolates_of_different_sizes_are_told_apart_by_size(tmp_path):
+    """call:F.interpolate over the U-Net's sites said 'max diff inf; ... an index or a scale'."""
+    out = tmp_path / "p"
+    r = run_cli("embedded", "prepare", REPO / "tests" / "data" / "tiny_seg_unet_model.py", "--onnx-out",
+                out / "m.onnx", "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin",
+                "yasp::Up=call:torch.nn.functional.interpolate",
+                env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock", "UNET_SIZE": "1x64x64"})
+    line = next((ln for ln in r.stderr.splitlines() if ln.startswith("error: ")), "")
+    assert r.code == 2 and "output sizes are baked in differently" in line and "max diff inf" not in line, \
+        r.stderr[-1500:]
+    assert "one selector per output size" in line

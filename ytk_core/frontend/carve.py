@@ -260,9 +260,14 @@ def _check_site_runs_site0_program(sel: Any, first: Any, where: str, gm: Any, in
         return
     got = list(got) if isinstance(got, (tuple, list)) else [got]
     for g, want in zip(got, outs):
+        if g.shape != want.shape:
+            raise UsageError(f"selector {sel.text!r} matches regions whose output sizes are baked in differently: "
+                             f"the program of its first site makes {list(g.shape)} from {where}'s inputs, where "
+                             f"{where} makes {list(want.shape)} (an interpolate's size, a reshape's shape). One plugin "
+                             "runs one program at every site: one selector per output size, split with @where.")
         lo, hi = torch.aminmax(want)
         scale = max(abs(float(lo)), abs(float(hi))) or 1.0
-        err = float((g - want).abs_().max()) if g.shape == want.shape else float("inf")
+        err = float((g - want).abs_().max())
         if not err <= 1e-4 * scale + 1e-5 * scale:
             raise UsageError(f"selector {sel.text!r} matches regions that compute different things: the program of "
                              f"its first site does not reproduce {where} (max diff {err:.3g}; their ops take different "
