@@ -187,7 +187,19 @@ def test_a_schema1_state_is_read_or_refused_by_what_it_can_say(finished, tmp_pat
         (tmp_path / "s.json").write_text(json.dumps({**data, "finished": True, "stop_reason": reason}))
         st = AutoloopState.read(tmp_path / "s.json")
         assert st.stop_kind == kind and st.schema_version == 2
-    data["rounds"][-1]["stage"] = "decide"
+    rnd = next(r for r in data["rounds"] if r["candidates"] and r["result_bundle"])
+    rnd["stage"] = "decide"
+    for c in rnd["candidates"]:
+        if c["dropped_at"] == "decide":
+            c.update(status="built", dropped_at=None)
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    # nothing dropped yet: resumable
+    assert AutoloopState.read(tmp_path / "s.json").rounds[rnd["index"] - 1].stage == "decide"
+    rnd["candidates"][0].update(status="dropped", dropped_at="decide", reason="lost")
+    rnd["losers_engine"], rnd["losers_ms"] = rnd["result_bundle"], rnd["result_ms"]
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    assert AutoloopState.read(tmp_path / "s.json").rounds[rnd["index"] - 1].losers_engine  # two-step: resumable
+    rnd["losers_engine"] = rnd["losers_ms"] = None  # the one-step decide's kill point: which engine is which?
     (tmp_path / "s.json").write_text(json.dumps(data))
     with pytest.raises(ArtifactError, match="stopped mid-decide by an older ytk"):
         AutoloopState.read(tmp_path / "s.json")

@@ -424,3 +424,19 @@ def test_an_integer_boundary_is_refused_naming_the_tensor(tmp_path):
     assert r.code == 2 and "region embed has the int64 input ids" in r.stderr, r.stderr[-1500:]
     r = prepare(model, tmp_path / "q", ["yasp::L=Linear"], size="")
     assert r.code == 0, r.stderr[-1500:]
+
+
+def test_a_mask_output_is_refused_as_one_not_as_a_carve_bug(tmp_path):
+    """A region ending in a comparison outputs bool: the carve crashed subtracting bools before its check
+    ('internal carve error', exit 1) instead of refusing it (exit 2)."""
+    model = tmp_path / "mask.py"
+    model.write_text("import torch\ntorch.manual_seed(0)\n\n\nclass Mask(torch.nn.Module):\n"
+                     "    def forward(self, x):\n        return x > 0\n\n\nclass Model(torch.nn.Module):\n"
+                     "    def __init__(self):\n        super().__init__()\n"
+                     "        self.conv = torch.nn.Conv2d(3, 8, 3)\n        self.mask = Mask()\n\n"
+                     "    def forward(self, x):\n        y = self.conv(x)\n"
+                     "        return y * self.mask(y)\n\n\n"
+                     "def get_fwd_args():\n    return (torch.randn(1, 3, 8, 8),)\n")
+    r = prepare(model, tmp_path / "p", ["yasp::M=Mask"], size="")
+    assert r.code == 2 and "region mask has the bool output" in r.stderr, r.stderr[-1500:]
+    assert "a mask" in r.stderr

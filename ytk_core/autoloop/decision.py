@@ -58,7 +58,9 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
         bar = c.region_ms - (min_gain if c.replaces else 0.0)
         if c.plugin_ms is not None and c.plugin_ms >= bar:
             losers.append(c)
-    then = "the engine without it is compiled next, and it is kept if that one is not faster"
+    winners = [c for c in ws.active(rnd) if c not in losers]
+    then = ("the engine without it is compiled next, and it is kept if that one is not faster" if winners else
+            "it is kept if the engine with it is still faster than the best one so far")
     for c in losers:
         mine, theirs = ms_pair(c.plugin_ms or 0.0, c.region_ms)
         if c.replaces:

@@ -218,9 +218,11 @@ class AutoloopState(Versioned):
             return data
         data = dict(data)
         for r in data.get("rounds") or []:
-            if isinstance(r, dict) and r.get("stage") == "decide":
-                # ytk before schema 2 dropped the losers and rebuilt the engine without them in one go: a
-                # state killed in between cannot tell which engine holds what, so it is not picked up
+            if isinstance(r, dict) and r.get("stage") == "decide" and r.get("losers_engine") is None and any(
+                    isinstance(c, dict) and c.get("status") == "dropped" and c.get("dropped_at") == "decide"
+                    for c in r.get("candidates") or []):
+                # the one-step decide of an older ytk dropped the losers and rebuilt the engine without them at
+                # once: killed in between, the state cannot tell which engine holds what, so it is not picked up
                 raise ValueError(f"round {r.get('index')} was stopped mid-decide by an older ytk, which this one "
                                  "cannot pick up")
         if data.get("finished") and data.get("stop_kind") is None:

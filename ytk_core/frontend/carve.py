@@ -135,7 +135,10 @@ def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: On
         try:
             plans.append(PluginPlan(sel=sel, sites=_plan_selector(sel, ctx, claimed)))
         except Exception as e:
-            raise _refused(sel, e) from e
+            r = _refused(sel, e)
+            if r is e:
+                raise
+            raise r from e
     return plans
 
 
@@ -326,7 +329,10 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
             try:
                 cand, entry, futures = _carve_plugin(plan, values, weights, og, prep, cdir, value_infos, writer)
             except Exception as e:
-                raise _refused(plan.sel, e) from e
+                r = _refused(plan.sel, e)
+                if r is e:
+                    raise
+                raise r from e
             candidates.append(cand)
             entries.append(entry)
             pending += futures
@@ -358,8 +364,9 @@ def _check_float_boundary(sel: Selector, where: str, sp: Any, acts: list[Any], o
             if not t.is_floating_point():
                 raise UsageError(f"selector {sel.text!r}: region {where} has the {str(t.dtype).replace('torch.', '')} "
                                  f"{what} {name}; a plugin's inputs and outputs are floating-point tensors at the "
-                                 "engine's precision. Start the region after the op that makes it floating point "
-                                 "(the embedding's gather), or end it before the op that makes integers.")
+                                 "engine's precision. Start the region after the op that makes floats of it (the "
+                                 "embedding's gather), or end it before the op that makes integers or a mask (an "
+                                 "argmax, a comparison).")
 
 
 def _capture_bytes(plans: list[PluginPlan], values: dict[str, Any]) -> int:
@@ -390,6 +397,7 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
         canon_notes = canonicalise(gm)  # checked against the model's own outputs just below
         ins = [values[a.name] for a in sp.spec.activations] + [t for pair in pairs for t in pair]
         outs = [values[o.name] for o in sp.spec.outputs]
+        _check_float_boundary(sel, where, sp, ins[:len(sp.spec.activations)], outs)  # before any arithmetic on them
         with torch.no_grad():
             got = gm(*ins)
         got = list(got) if isinstance(got, (tuple, list)) else [got]
@@ -411,7 +419,6 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                              f"{[conv_signature(c) for c in plan.sites[0].spec.convs]} "
                              f"(kernel, stride, padding, dilation, depthwise) but {where} has "
                              f"{[conv_signature(c) for c in sp.spec.convs]}. Split it with @where.")
-        _check_float_boundary(sel, where, sp, ins[:len(sp.spec.activations)], outs)
         if k and len(ins) != len(site_inputs[0]):
             raise UsageError(f"selector {sel.text!r}: sites differ in input count "
                              f"({len(site_inputs[0])} vs {len(ins)})")

@@ -70,7 +70,13 @@ class _HardExit(BaseException):
         self.code = code
 
 
+_REAL_EXIT = os._exit
+_GUARD_PID = [0]  # the process whose model code runs under the guard
+
+
 def _refuse_hard_exit(code: int = 0) -> None:
+    if os.getpid() != _GUARD_PID[0]:
+        _REAL_EXIT(code)  # a child the model forked (a DataLoader worker) ends as multiprocessing means it to
     raise _HardExit(code)
 
 
@@ -96,6 +102,7 @@ def user_code(path: Path, what: str) -> Iterator[None]:
     it is swapped for a function that raises while the model's code runs, and put back after.
     """
     hard_exit = os._exit
+    _GUARD_PID[0] = os.getpid()
     os._exit = _refuse_hard_exit
     try:
         yield

@@ -120,7 +120,7 @@ def generate(request: KernelGenRequest, workdir: Path) -> KernelGenResult:
         return _run(request, workdir, job_id, name, candidate, program, roles, shapes, dev, gpu, local_sm, sms)
     except UnsupportedRegion as e:
         return _failed(job_id, f"triton cannot plug region {name}: {e}")
-    except (MemoryError, KeyboardInterrupt):
+    except (MemoryError, OSError):  # the disk or memory, not the region: the loop stops on them
         raise
     except Exception as e:  # noqa: BLE001 - inductor's own failure on this region: the job fails, saying so
         first = (str(e).strip().splitlines() or [""])[0][:300]
