@@ -89,6 +89,9 @@ class KernelBinary(BaseModel):
                 raise ValueError(f"kernel {self.name}: a trailing (scratch) parameter of type .{p.ptx_type}")
         if self.global_scratch_bytes or self.profile_scratch_bytes:
             raise ValueError(f"kernel {self.name} needs Triton scratch memory, which plans do not lay out yet")
+        if set(self.shared_by_sm) - set(self.cubins):
+            raise ValueError(f"kernel {self.name}: shared memory given for sm {sorted(set(self.shared_by_sm))}, "
+                             f"cubins for {sorted(self.cubins)}")
         return self
 
     def shared(self, sm: int) -> int:
@@ -137,7 +140,9 @@ class ShapeCase(BaseModel):
 
 
 class LaunchPlan(Versioned):
-    SCHEMA_VERSION: ClassVar[int] = 1
+    """Schema 2 added a kernel's ``shared_by_sm``."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     kernels: list[KernelBinary] = Field(min_length=1)
     cases: list[ShapeCase] = Field(min_length=1)

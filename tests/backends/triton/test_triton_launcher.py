@@ -12,7 +12,7 @@ import pytest
 
 from ytk_backend_nvcc.toolchain import find_nvcc
 from ytk_backend_triton.launcher import header_source, launcher_source
-from ytk_backend_triton.plan import Arg, Launch, LaunchPlan, PlanError, ShapeCase, ptx_entry
+from ytk_backend_triton.plan import Arg, KernelBinary, Launch, LaunchPlan, PlanError, ShapeCase, ptx_entry
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource
 from ytk_hookspecs.models import BuildRequest, PluginMeta, TensorContract
@@ -165,6 +165,8 @@ def test_each_sm_launches_with_its_own_builds_shared_memory(relu_plan: LaunchPla
     from ytk_backend_triton.aot import binary
 
     kb = relu_plan.kernels[0]
+    with pytest.raises(ValueError, match="shared memory given for sm \\[80\\], cubins for \\[87, 90\\]"):
+        KernelBinary.model_validate({**kb.model_dump(), "shared_by_sm": {80: 1024}})
     plan = relu_plan.model_copy(update={"kernels": [kb.model_copy(update={"shared_by_sm": {87: 65536}})]})
     assert plan.kernels[0].shared(87) == 65536 and plan.kernels[0].shared(90) == kb.shared_bytes
     src = _bundle(plan, tmp_path / "TrRelu.module_source.py")
