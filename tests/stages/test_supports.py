@@ -127,7 +127,8 @@ def test_unknown_config_keys_are_refused_with_the_known_ones(tmp_path):
     import zipfile
 
     pt2 = tmp_path / "R.pt2"
-    zipfile.ZipFile(pt2, "w").close()  # an archive (not read: the keys are refused first)
+    with zipfile.ZipFile(pt2, "w") as z:  # an archive of the .pt2 format (not read: the keys are refused first)
+        z.writestr("R/archive_format", "pt2")
     base = ["kernelgen", "compile", "-r", pt2, "-g", "Orin", "--config", "deployment_target=tensorrt", "--dry-run",
             "--kernelgen", "mock"]
     r = ytk_inproc(*base, "--config", "mock_bandwith_fraction=0.5")
