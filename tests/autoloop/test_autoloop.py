@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.helpers import autoloop_with_generator
+from tests.helpers import autoloop_with_generator, ytk_inproc
 from ytk_core.autoloop.state import BackendChoice
 from ytk_core.autoloop.control import WorkdirLock, parse_duration
 from ytk_core.autoloop.state import STATE_FILE, AutoloopState
@@ -427,14 +427,14 @@ def test_fixing_the_model_after_it_failed_runs_again_in_the_same_workdir(tmp_pat
     model.write_text(good.replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('oops')",
                                   1))
     w = tmp_path / "w"
-    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
+    r = ytk_inproc("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
     assert r.code == 2 and "oops" in r.stderr, r.stderr[-2000:]
     model.write_text(good)
-    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
+    r = ytk_inproc("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
     assert r.code == 0 and "starting over" in r.stderr, r.stderr[-2000:]
     assert state(w).baseline is not None
     model.write_text(good + "\n# an edit after kernels were made\n")  # now there is something to keep: asked
-    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
+    r = ytk_inproc("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
     assert r.code == 2 and "differs" in r.stderr and "--fresh" in r.stderr, r.stderr[-2000:]
 
 
@@ -666,10 +666,10 @@ def test_the_report_names_the_simulated_device_of_the_asked_target(tmp_path):
     (["--max-jobs", "0"], "--max-jobs must be at least 1, not 0"),
 ])
 def test_a_bad_count_names_its_own_flag(tmp_path, args, says):
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "w", *args, *MOCK)
+    r = ytk_inproc("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "w", *args, *MOCK)
     assert r.code == 2 and says in r.stderr, r.stderr[-1000:]
 
 
 def test_a_directory_given_as_the_model_is_called_one(tmp_path):
-    r = run_cli("autoloop", tmp_path, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
+    r = ytk_inproc("autoloop", tmp_path, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
     assert r.code == 2 and "is a directory: pass the model.py file in it" in r.stderr, r.stderr[-1000:]

@@ -99,12 +99,13 @@ def test_a_carve_crash_on_one_selector_is_pinned_on_it_without_isolation(ytk, tm
         return real(first, *a, **kw)
 
     monkeypatch.setattr(carve_mod, phase, crash)
-    calls = _prepare_calls(monkeypatch)
-    r = cli(ytk, tmp_path / "w")
-    check_dropped(r, tmp_path / "w", "carve", "carve refused it: internal carve error (a ytk bug; please report it) "
-                  f"on '{BAD_SEL}': KeyError: 'aten.convolution.default'")
-    assert len(calls) == 3  # baseline, both (the bad one named), the good one alone: no isolation carves
-    assert "(-v shows its traceback)" in r.stderr
+    if phase == "_plan_selector":  # the loop once (the carve's naming is the same in both phases)
+        calls = _prepare_calls(monkeypatch)
+        r = cli(ytk, tmp_path / "w")
+        check_dropped(r, tmp_path / "w", "carve", "carve refused it: internal carve error (a ytk bug; please report "
+                      f"it) on '{BAD_SEL}': KeyError: 'aten.convolution.default'")
+        assert len(calls) == 3  # baseline, both (the bad one named), the good one alone: no isolation carves
+        assert "(-v shows its traceback)" in r.stderr
     out = tmp_path / "p"
     r = ytk("embedded", "prepare", MODEL, "--onnx-out", out / "m.onnx", "--npz-out", out / "m.npz", "--reference-out",
             out / "r.npz", "--plugin", BAD_SEL)

@@ -8,11 +8,13 @@ import json
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.helpers import ytk_inproc
 
 pytestmark = pytest.mark.slow
 
 ORIN = "arm64-sm87-dos6010-cu114-trt86"
 MOCK = ["--engine", "mock", "--kernelgen", "mock", "--builder", "mock"]
+MOCK_ENV = {"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"}
 
 
 @pytest.mark.parametrize("model, env", [("tiny_seg_unet_model.py", {"UNET_SIZE": "1x64x64"}),
@@ -31,18 +33,18 @@ def test_a_trial_model_gets_faster_with_numerics_intact(tmp_path, model, env):
 def test_token_ids_are_never_a_plugin_input(tmp_path):
     """The trial carved the embedding by hand; its int64 ids passed as fp16 (wrong past 2048)."""
     out = tmp_path / "p"
-    r = run_cli("embedded", "prepare", REPO / "tests" / "data" / "tiny_gpt_model.py", "--onnx-out", out / "m.onnx",
-                "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin", "yasp::Emb=Embedding",
-                env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"})
+    r = ytk_inproc("embedded", "prepare", REPO / "tests" / "data" / "tiny_gpt_model.py", "--onnx-out", out / "m.onnx",
+                   "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin", "yasp::Emb=Embedding",
+                   **MOCK_ENV)
     assert r.code == 2 and "has the int64 input" in r.stderr, r.stderr[-1500:]
 
 
 def test_around_on_a_block_of_linears_says_what_it_grows_from(tmp_path):
     """SwiGLU:around said 'no heavy op (matmul/attention/conv)' of a block holding three Linears."""
     out = tmp_path / "p"
-    r = run_cli("embedded", "prepare", REPO / "tests" / "data" / "tiny_gpt_model.py", "--onnx-out", out / "m.onnx",
-                "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin", "yasp::G=SwiGLU:around",
-                env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"})
+    r = ytk_inproc("embedded", "prepare", REPO / "tests" / "data" / "tiny_gpt_model.py", "--onnx-out", out / "m.onnx",
+                   "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin", "yasp::G=SwiGLU:around",
+                   **MOCK_ENV)
     assert r.code == 2 and "nothing :around grows from" in r.stderr and "Linear projections" in r.stderr, \
         r.stderr[-1500:]
 
@@ -50,10 +52,9 @@ def test_around_on_a_block_of_linears_says_what_it_grows_from(tmp_path):
 def test_interpolates_of_different_sizes_are_told_apart_by_size(tmp_path):
     """call:F.interpolate over the U-Net's sites said 'max diff inf; ... an index or a scale'."""
     out = tmp_path / "p"
-    r = run_cli("embedded", "prepare", REPO / "tests" / "data" / "tiny_seg_unet_model.py", "--onnx-out",
-                out / "m.onnx", "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin",
-                "yasp::Up=call:torch.nn.functional.interpolate",
-                env={"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock", "UNET_SIZE": "1x64x64"})
+    r = ytk_inproc("embedded", "prepare", REPO / "tests" / "data" / "tiny_seg_unet_model.py", "--onnx-out",
+                   out / "m.onnx", "--npz-out", out / "m.npz", "--reference-out", out / "r.npz", "--plugin",
+                   "yasp::Up=call:torch.nn.functional.interpolate", **MOCK_ENV, UNET_SIZE="1x64x64")
     line = next((ln for ln in r.stderr.splitlines() if ln.startswith("error: ")), "")
     assert r.code == 2 and "output sizes are baked in differently" in line and "max diff inf" not in line, \
         r.stderr[-1500:]
