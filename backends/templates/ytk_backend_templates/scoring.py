@@ -43,24 +43,21 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
         out.append(item)
         _advance(progress)
     rest = [c for c in cases if id(c) not in screen]
+    won = False
     for item in sorted((s for s in out if s.total_ms is not None), key=lambda s: s.total_ms):  # type: ignore[arg-type, return-value]
         sc = item.score
-        if winner_found(out):
+        if won:
             sc.note = f"checked on {len(cases) - len(rest)} of {len(cases)} cases: slower than the winner"
             continue
         problems, max_abs, max_rel = _check(item.lib, item.variant, rest, device)
         sc.max_abs_err, sc.max_rel_err = max(sc.max_abs_err or 0.0, max_abs), max(sc.max_rel_err or 0.0, max_rel)
-        sc.correct = not problems
+        sc.correct = won = not problems
         if problems:
             sc.rejected = _problems_line(problems)
             item.total_ms = None
     for item in out:
         item.lib = None
     return out
-
-
-def winner_found(scored: list[Scored]) -> bool:
-    return any(s.total_ms is not None and s.score.correct for s in scored)
 
 
 def _first_case_per_shape(cases: list[Case]) -> list[Case]:
