@@ -4,6 +4,7 @@
 #   bash benchmarks/device_flow.sh table     the one-run table of runs/flow's engines vs torch and torch.compile
 #   bash benchmarks/device_flow.sh autoloop  ytk autoloop on the worked example (runs/autoloop)
 #   bash benchmarks/device_flow.sh gputests  every GPU test: backends (torch, nvcc, templates), conformance, the rest
+#   bash benchmarks/device_flow.sh pytest    the tests PYTEST_ARGS names (verbose; PYTEST_TIMEOUT, default 400 s)
 #   bash benchmarks/device_flow.sh zoo       per corpus model in ZOO_MODELS (contrib/zoo/<name>.py): ytk autoloop
 #                                            at ZOO_SIZE (default 4x1088x1920) and its one-run table (MAX_AUTOTUNE=1
 #                                            adds torch.compile max-autotune, INDUCTOR=1 the base and plugged
@@ -55,15 +56,22 @@ do_table() {
 }
 do_gputests() {
   # backends' GPU tests are marked gpu; the conformance suite runs every backend that can run here
-  timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends > "$OUT/gputests.log" 2>&1
+  timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfE -m gpu -p no:cacheprovider tests/backends > "$OUT/gputests.log" 2>&1
   echo "gpu tests rc=$?"
-  timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -rs -p no:cacheprovider tests/conformance >> "$OUT/gputests.log" 2>&1
+  timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfE -rs -p no:cacheprovider tests/conformance >> "$OUT/gputests.log" 2>&1
   echo "conformance rc=$?"
   # every other GPU-marked test: the admission gate, debug taps on the torch engine, gaia, hookspecs
-  timeout ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests --ignore=tests/backends \
+  timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfE -rs -m gpu -p no:cacheprovider tests --ignore=tests/backends \
     --ignore=tests/conformance >> "$OUT/gputests.log" 2>&1
   echo "other gpu tests rc=$?"
   tail -25 "$OUT/gputests.log"
+}
+do_pytest() {  # PYTEST_ARGS on this machine, e.g. PYTEST_ARGS="-m gpu tests/trust"; interrupted (SIGINT) at
+  # PYTEST_TIMEOUT so the failures so far are still reported
+  timeout -s INT -k 20 ${PYTEST_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfEs -p no:cacheprovider \
+    ${PYTEST_ARGS:?say which tests} > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$?"
+  grep -E ' (PASSED|FAILED|ERROR|SKIPPED)|^(FAILED|ERROR) |passed|failed' "$OUT/pytest.log" | tail -40
 }
 do_autoloop() {
   timeout ${AUTOLOOP_TIMEOUT:-420} ytk autoloop contrib/models/efficientvit_b1/model.py -a "$ARCH" -p fp16 --workdir runs/autoloop \
@@ -116,7 +124,7 @@ do_regions() {
 }
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|autoloop|zoo|zootable|admission|regions) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, autoloop, zoo, zootable, admission, regions)"; exit 2 ;;
+    flow|table|gputests|pytest|autoloop|zoo|zootable|admission|regions) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, admission, regions)"; exit 2 ;;
   esac
 done

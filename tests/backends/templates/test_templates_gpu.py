@@ -57,8 +57,11 @@ def _check_result(tmp_path: Path, res, out: Path, cand) -> KernelReport:  # type
     # by more than timing noise
     assert len(report.copy_ms_per_site) == len(cand.sites)
     assert all(c >= 0.9 * f for c, f in zip(report.copy_ms_per_site, report.floor_ms_per_site))
-    # every variant was judged: compiled and checked, or rejected with a reason
-    assert all(c.correct is not None or c.rejected for c in report.candidates)
+    # every variant was judged: checked on every case, rejected with a reason, or timed after passing the
+    # screening case and left unchecked because it is slower than the winner (two-phase scoring), which says so
+    assert all(c.correct is not None or c.rejected or (c.note and c.time_ms_per_site) for c in report.candidates)
+    wt = sum(winner.time_ms_per_site)
+    assert all(sum(c.time_ms_per_site) >= wt for c in report.candidates if c.correct is None and not c.rejected)
     return report
 
 
