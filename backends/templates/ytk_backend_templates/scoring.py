@@ -12,6 +12,7 @@ from ytk_hookspecs.models import CandidateScore
 from .build import BuildOutcome
 from .cases import Case, timing_inputs
 from .contract import bytes_moved
+from .dispatch import per_shape_winners
 from .emit_common import Variant, rounds_weights_to_fp16
 from .harness import check_case, time_kernel, time_torch
 from .regions import Region, SiteShape
@@ -33,8 +34,9 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
     """Screen every variant on one case per shape and time those that pass; then check the fastest on every
     other case, in order of time, until one passes all of them. That one is the winner (a faster one failed,
     a slower one cannot win), so the variants slower than it are not checked further: they keep
-    ``correct=None`` and their times, with a note. Checking every variant on every case cost most of a cold
-    kernel generation (several seconds a variant at full size)."""
+    ``correct=None`` and their times, with a note; except, with several site shapes, the fastest on each
+    shape (a per-shape dispatch's parts). Checking every variant on every case cost most of a cold kernel
+    generation (several seconds a variant at full size)."""
     screen = {id(c) for c in _first_case_per_shape(cases)}
     out: list[Scored] = []
     for v in variants:
@@ -45,19 +47,35 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
     rest = [c for c in cases if id(c) not in screen]
     won = False
     for item in sorted((s for s in out if s.total_ms is not None), key=lambda s: s.total_ms):  # type: ignore[arg-type, return-value]
-        sc = item.score
         if won:
-            sc.note = f"checked on {len(cases) - len(rest)} of {len(cases)} cases: slower than the winner"
+            item.score.note = f"checked on {len(cases) - len(rest)} of {len(cases)} cases: slower than the winner"
             continue
-        problems, max_abs, max_rel = _check(item.lib, item.variant, rest, device)
-        sc.max_abs_err, sc.max_rel_err = max(sc.max_abs_err or 0.0, max_abs), max(sc.max_rel_err or 0.0, max_rel)
-        sc.correct = won = not problems
-        if problems:
-            sc.rejected = _problems_line(problems)
-            item.total_ms = None
+        won = _check_rest(item, rest, device)
+    # a per-shape dispatch (see .dispatch) is built from each shape's fastest variant: those are checked on
+    # every case too, so a dispatch is never built on a variant that fails one (it would then fail as a whole)
+    while len(shapes) > 1:
+        found = per_shape_winners(out, [s.count for s in shapes])
+        pending = {id(b): b for b in (found[0] if found else []) if b.score.correct is None}
+        if not pending:
+            break
+        for item in pending.values():
+            item.score.note = None
+            _check_rest(item, rest, device)
     for item in out:
         item.lib = None
     return out
+
+
+def _check_rest(item: Scored, rest: list[Case], device: Any) -> bool:
+    """Check a screened, timed variant on the cases it was not screened on; a failure rejects it."""
+    sc = item.score
+    problems, max_abs, max_rel = _check(item.lib, item.variant, rest, device)
+    sc.max_abs_err, sc.max_rel_err = max(sc.max_abs_err or 0.0, max_abs), max(sc.max_rel_err or 0.0, max_rel)
+    sc.correct = not problems
+    if problems:
+        sc.rejected = _problems_line(problems)
+        item.total_ms = None
+    return sc.correct
 
 
 def _first_case_per_shape(cases: list[Case]) -> list[Case]:

@@ -55,3 +55,37 @@ def test_one_variant_is_checked_on_every_case(monkeypatch, only, correct):  # ty
     assert checked == [(only, "shape0/normal0"), (only, "shape0/normal1"), (only, "shape0/large")]
     assert scored[0].score.correct is correct
     assert scoring.pick_winner(scored) is (scored[0] if correct else None)
+
+
+def test_each_shapes_fastest_is_checked_before_a_dispatch_is_built(monkeypatch):  # type: ignore[no-untyped-def]
+    """With two site shapes, the variant fastest on each shape is a part of the per-shape dispatch: it is
+    checked on every case even when slower than the winner in total, and one that fails is rejected, so the
+    next fastest on that shape is checked in its place."""
+    # variant -> the cases it fails, its time on shape 0 and on shape 1
+    table = {"best_total": (set(), 1.0, 5.0), "best_on_1_wrong": ({"shape1/large"}, 9.0, 1.0),
+             "next_on_1": (set(), 9.5, 2.0), "slow": (set(), 10.0, 10.0)}
+    checked: list[tuple[str, str]] = []
+
+    def check_case(lib, case, device, **kw):  # type: ignore[no-untyped-def]
+        checked.append((lib.name, case.label))
+        bad = case.label in table[lib.name][0]
+        return CheckResult(ok=not bad, max_abs_err=1.0 if bad else 0.0, problems=[f"{case.label} wrong"] if bad else [])
+
+    monkeypatch.setattr(scoring, "check_case", check_case)
+    monkeypatch.setattr(scoring, "LauncherLibrary", lambda path, **kw: SimpleNamespace(name=path))
+    monkeypatch.setattr(scoring, "time_kernel",
+                        lambda lib, region, site, *a: SiteTiming(table[lib.name][1 + site.which], 0.0, 0.1, True))
+    built = SimpleNamespace(library_of=lambda v: SimpleNamespace(path=v.name), error_of=lambda v: "")
+    cases = [SimpleNamespace(shape_index=i, label=f"shape{i}/{k}") for i in (0, 1) for k in ("normal0", "large")]
+    vs = [SimpleNamespace(name=n, params={}, launcher="l", workspace=None) for n in table]
+    shapes = [SimpleNamespace(inputs=[(1, 2)], count=1, which=i) for i in (0, 1)]
+    scored = scoring.score_variants(vs, built, SimpleNamespace(), shapes, cases, "cpu", 1.0, 1, [0, 1])
+    by = {s.variant.name: s for s in scored}
+    assert scoring.pick_winner(scored) is by["best_total"]
+    assert by["best_on_1_wrong"].score.correct is False and by["best_on_1_wrong"].total_ms is None
+    assert by["next_on_1"].score.correct is True and by["next_on_1"].score.note is None
+    assert by["slow"].score.correct is None and by["slow"].score.note.startswith("checked on 2 of 4 cases")
+    assert not [c for c in checked if c[0] == "slow" and c[1].endswith("large")]
+    from ytk_backend_templates.dispatch import per_shape_winners
+    winners, _ = per_shape_winners(scored, [1, 1])
+    assert [w.variant.name for w in winners] == ["best_total", "next_on_1"]
