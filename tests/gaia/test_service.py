@@ -213,6 +213,33 @@ def test_an_autoloop_whose_service_cannot_be_reached_stops_and_says_so(tmp_path)
     assert f"the gaia service at {url} cannot be reached" in line, line
 
 
+def test_an_unreachable_service_is_asked_once_per_propose_not_once_per_candidate(monkeypatch):
+    """supports() over dozens of candidates: after the service could not be reached, the next questions are not
+    sent (each would wait out the retry budget) until a minute has passed; the answer leaves it to the job."""
+    import ytk_backend_gaia.client as client_mod
+    import ytk_backend_gaia.plugin as plugin_mod
+    from tests.kronos.conftest import free_port
+    from ytk_hookspecs import StageContext
+    from ytk_hookspecs.models import RegionSketch, SupportRequest
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    for k, v in client_env(url, retry_s="0.5").items():
+        monkeypatch.setenv(k, v)
+    made = []
+    real = client_mod.GaiaClient
+    monkeypatch.setattr(client_mod, "GaiaClient", lambda *a, **kw: made.append(kw) or real(*a, **kw))
+    backend, clock = plugin_mod.GaiaBackend(), [100.0]
+    monkeypatch.setattr(plugin_mod, "_clock", lambda: clock[0])
+    req = SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[3, 3], stride=[1, 1]))
+    answers = [backend.supports(req, StageContext(config={})) for _ in range(5)]
+    assert len(made) == 1 and made[0]["retry_s"] == 0.5  # the user's shorter budget, not the 5 s default
+    assert all(a.supported and not a.certain for a in answers)
+    assert "cannot be reached" in answers[0].why and "not asked again for 60 s" in answers[-1].why
+    clock[0] += plugin_mod.UNREACHABLE_MEMO_S
+    backend.supports(req, StageContext(config={}))
+    assert len(made) == 2  # a minute later it is asked again
+
+
 def test_a_bad_key_is_one_line_and_exit_2(region, service, tmp_path):
     r = run_cli(*compile_args(region[0], tmp_path / "x.module_source.py"),
                 env=client_env(service.url, key="not-the-key-at-all-0000"))

@@ -7,6 +7,7 @@ Automatic choice: kernelgen ``gaia`` ranks first when a service is configured (`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,10 @@ from . import __version__
 NAME = "gaia"
 #: a supports() question must be fast: the service gets this long before the job decides instead
 SUPPORTS_RETRY_S = 5.0
+#: after a service could not be reached, supports() does not ask it again for this long: a propose over dozens
+#: of candidates would otherwise wait the retry budget once per candidate before the first job says so
+UNREACHABLE_MEMO_S = 60.0
+_clock = time.monotonic
 
 
 class GaiaBackend:
@@ -31,6 +36,9 @@ class GaiaBackend:
                        # the service's generator reads its own keys: checked against /v1/info before a job is sent
                        config_keys={FORWARDED_CONFIG_KEYS: "any key the service's generator reads (checked against "
                                                            "the service's /v1/info before a job is sent)"})
+
+    def __init__(self) -> None:
+        self._unreachable: dict[str, tuple[float, str]] = {}  # url -> (monotonic time, why) of its last failure
 
     def availability(self, arch: ArchSpec | None = None) -> Availability:
         """Available when a service is configured; whether it can serve ``arch`` is asked before each job."""
@@ -57,24 +65,29 @@ class GaiaBackend:
         settings = client_settings(ctx.config)
         if settings is None:
             return SupportAnswer(supported=False, certain=False, backend=NAME, why="no Gaia service configured")
+        last = self._unreachable.get(settings.url)
+        if last is not None and _clock() - last[0] < UNREACHABLE_MEMO_S:
+            return self._unasked(f"{last[1]}; not asked again for {UNREACHABLE_MEMO_S:.0f} s")
         query = SupportQuery(generator=settings.generator, sketch=request.sketch, candidate=request.candidate,
                              precision=request.precision, config=dict(request.config), arch=request.arch)
         try:
-            with GaiaClient(settings, retry_s=SUPPORTS_RETRY_S) as client:
+            with GaiaClient(settings, retry_s=min(SUPPORTS_RETRY_S, settings.retry_s)) as client:
                 ans = client.supports(query)
         except ServiceError as e:
             if e.kind in CONFIG_FAILURES:  # wrong settings: every job would fail so, and the user must fix them
                 raise
-            return self._unasked(e)
+            if e.kind in ("unreachable", "busy"):
+                self._unreachable[settings.url] = (_clock(), str(e))
+            return self._unasked(str(e))
         except Exception as e:  # noqa: BLE001  -- no answer is no refusal: the job decides
-            return self._unasked(e)
+            return self._unasked(str(e))
+        self._unreachable.pop(settings.url, None)
         return ans.model_copy(update={"backend": f"{NAME}/{ans.backend}" if ans.backend else NAME})
 
     @staticmethod
-    def _unasked(e: Exception) -> SupportAnswer:
+    def _unasked(why: str) -> SupportAnswer:
         return SupportAnswer(supported=True, certain=False, backend=NAME,
-                             why=f"the service could not be asked ({' '.join(str(e).split())[:200]}); "
-                                 "the job decides")
+                             why=f"the service could not be asked ({' '.join(why.split())[:200]}); the job decides")
 
     def submit(self, request: KernelGenRequest, ctx: StageContext) -> KernelGenResult:
         from .jobs import generate
