@@ -34,7 +34,9 @@ def ytk_exe() -> str:
 class Service(Worker):
     """``ytk worker gaia`` in its own process group (readiness as the Kronos worker's)."""
 
-    def __init__(self, state_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, state_dir: Path, *extra: str, env: dict[str, str] | None = None,
+                 generator: str = "mock") -> None:
+        """``generator``: the service's default generator (``--generator`` is repeatable; the first is the default)."""
         self.state_dir = state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -45,7 +47,7 @@ class Service(Worker):
         builder = "nvcc" if shutil.which("nvcc") or os.environ.get("YTK_NVCC") else "mock"
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen([ytk_exe(), "--log-format", "json", "worker", "gaia", "--port",
-                                          str(self.port), "--state-dir", str(state_dir), "--generator", "mock",
+                                          str(self.port), "--state-dir", str(state_dir), "--generator", generator,
                                           "--builder", builder, "--max-upload-mb", str(UPLOAD_MB), *extra],
                                          stdout=logf, stderr=subprocess.STDOUT, env=e, cwd=REPO,
                                          start_new_session=True)

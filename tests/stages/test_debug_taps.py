@@ -104,8 +104,9 @@ def test_correct_kernels_pass_and_an_untapped_prepare_has_no_taps(ytk, tapped, t
 @pytest.mark.gpu
 def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path):
     """On a GPU with the torch engine and real kernels (the example naive-dw generator, built with nvcc):
-    one kernel is edited to add a constant, built without the admission gate and loaded unverified; the
-    tapped engine's extra outputs come back from the torch engine and verify names that region."""
+    one kernel is edited to add a constant and its verdict file says admitted -- standing for a drift the
+    gate's cases missed (the verdict file is the user's record, not a signature); the others pass the real
+    gate. The tapped engine's extra outputs come back from the torch engine and verify names that region."""
     import os
     import subprocess
     import sys
@@ -114,6 +115,9 @@ def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path):
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     import admission_suite
+    from ytk_core.stages.admission import region_digest
+    from ytk_hookspecs.models import AdmissionRecord, CandidatesFile
+    from ytk_hookspecs.models.base import sha256_file
 
     site = tmp_path / "site"
     p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
@@ -145,8 +149,12 @@ def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path):
         so = prep / f"{name}.so"
         run("embedded", "build-plugin", "-a", arch, "--plugin-name", name, "-s", src, "-o", so, "--builder", "nvcc")
         sos += ["--custom-plugin", so]
+        if name == "Dw5":
+            cand = next(c for c in CandidatesFile.read(prep / "candidates.json").candidates if c.name == name)
+            AdmissionRecord(plugin_name=name, so_sha256=sha256_file(so), status="admitted", region=region_digest(cand),
+                            precision="fp16").write(AdmissionRecord.path_for(so))
     run("embedded", "compile", "-a", arch, "-p", "fp16", "--onnx", prep / "model.onnx", "--npz", prep / "model.npz",
-        "-o", tmp_path / "tapped.tgz", *sos, "--engine", "torch", "--allow-unverified")
+        "-o", tmp_path / "tapped.tgz", *sos, "--engine", "torch")
     r = run("embedded", "verify", prep / "model.reference.npz", tmp_path / "tapped.tgz", "--no-host", "--json",
             code=5)
     (v,) = json.loads(r.stdout)["taps"]
