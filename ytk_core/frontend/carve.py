@@ -6,7 +6,9 @@ from __future__ import annotations
 import operator
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,27 +134,26 @@ def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: On
     claimed: dict[str, str] = {}
     plans = []
     for sel in sels:
-        try:
+        with _named_failures(sel):
             plans.append(PluginPlan(sel=sel, sites=_plan_selector(sel, ctx, claimed)))
-        except Exception as e:
-            r = _refused(sel, e)
-            if r is e:
-                raise
-            raise r from e
     return plans
 
 
-def _refused(sel: Selector, e: Exception) -> Exception:
+@contextmanager
+def _named_failures(sel: Selector) -> Iterator[None]:
     """One selector's failure, named, so a caller carving several (the autoloop) drops just this one rather
     than carving groups of them to find it. A crash of the carve itself (not a refusal) says it is a bug;
     the disk, memory and the like are nobody's selector and pass unchanged."""
-    if isinstance(e, RegionRefused) or isinstance(e, (OSError, MemoryError)):
-        return e
-    if isinstance(e, UsageError):
-        return RegionRefused(sel.text, "carve", str(e), hint=e.hint)
-    text = " ".join(str(e).split()) or "(no message)"
-    return RegionRefused(sel.text, "carve", f"{INTERNAL_CARVE_ERROR} on {sel.text!r}: {type(e).__name__}: {text}",
-                         exit_code=1)
+    try:
+        yield
+    except (RegionRefused, OSError, MemoryError):
+        raise
+    except UsageError as e:
+        raise RegionRefused(sel.text, "carve", str(e), hint=e.hint) from e
+    except Exception as e:
+        text = " ".join(str(e).split()) or "(no message)"
+        raise RegionRefused(sel.text, "carve", f"{INTERNAL_CARVE_ERROR} on {sel.text!r}: {type(e).__name__}: "
+                                               f"{text}", exit_code=1) from e
 
 
 @dataclass
@@ -326,13 +327,8 @@ def carve(request: CarveRequest, ctx: StageContext) -> CarveResult:
     with ctx.progress("exporting regions and rewriting the ONNX", total=len(plans)) as task, \
             ThreadPoolExecutor(max_workers=1) as writer:
         for plan in plans:
-            try:
+            with _named_failures(plan.sel):
                 cand, entry, futures = _carve_plugin(plan, values, weights, og, prep, cdir, value_infos, writer)
-            except Exception as e:
-                r = _refused(plan.sel, e)
-                if r is e:
-                    raise
-                raise r from e
             candidates.append(cand)
             entries.append(entry)
             pending += futures
