@@ -16,23 +16,33 @@ VARIANTS = {"fast_wrong_on_large": ({"shape0/large"}, 1.0), "second": (set(), 2.
             "wrong_everywhere": ({"shape0/normal0", "shape0/large"}, 0.5)}
 
 
-def _run(monkeypatch, variants):  # type: ignore[no-untyped-def]
+def _stub_gpu(monkeypatch, fails, ms):  # type: ignore[no-untyped-def]
+    """Stand-ins for loading, checking and timing: ``fails(variant)`` the case labels it fails, ``ms(variant,
+    site)`` its time. Returns the (variant, case) checks made, and the build outcome to score."""
     checked: list[tuple[str, str]] = []
 
     def check_case(lib, case, device, **kw):  # type: ignore[no-untyped-def]
         checked.append((lib.name, case.label))
-        bad = case.label in VARIANTS[lib.name][0]
+        bad = case.label in fails(lib.name)
         return CheckResult(ok=not bad, max_abs_err=1.0 if bad else 0.0, problems=[f"{case.label} wrong"] if bad else [])
 
     monkeypatch.setattr(scoring, "check_case", check_case)
     monkeypatch.setattr(scoring, "LauncherLibrary", lambda path, **kw: SimpleNamespace(name=path))
-    monkeypatch.setattr(scoring, "time_kernel", lambda lib, *a: SiteTiming(VARIANTS[lib.name][1], 0.0, 0.1, True))
-    built = SimpleNamespace(library_of=lambda v: SimpleNamespace(path=v.name), error_of=lambda v: "")
+    monkeypatch.setattr(scoring, "time_kernel", lambda lib, region, site, *a: SiteTiming(ms(lib.name, site), 0.0, 0.1,
+                                                                                          True))
+    return checked, SimpleNamespace(library_of=lambda v: SimpleNamespace(path=v.name), error_of=lambda v: "")
+
+
+def _variants(names):  # type: ignore[no-untyped-def]
+    return [SimpleNamespace(name=n, params={}, launcher="l", workspace=None) for n in names]
+
+
+def _run(monkeypatch, variants):  # type: ignore[no-untyped-def]
+    checked, built = _stub_gpu(monkeypatch, lambda v: VARIANTS[v][0], lambda v, site: VARIANTS[v][1])
     cases = [SimpleNamespace(shape_index=0, label=lab) for lab in ("shape0/normal0", "shape0/normal1", "shape0/large")]
-    vs = [SimpleNamespace(name=n, params={}, launcher="l", workspace=None) for n in variants]
-    region = SimpleNamespace()
     shapes = [SimpleNamespace(inputs=[(1, 2)])]
-    return scoring.score_variants(vs, built, region, shapes, cases, "cpu", 1.0, 1, [0]), checked
+    return scoring.score_variants(_variants(variants), built, SimpleNamespace(), shapes, cases, "cpu", 1.0, 1,
+                                  [0]), checked
 
 
 def test_only_the_fastest_are_checked_on_every_case(monkeypatch):  # type: ignore[no-untyped-def]
@@ -64,22 +74,10 @@ def test_each_shapes_fastest_is_checked_before_a_dispatch_is_built(monkeypatch):
     # variant -> the cases it fails, its time on shape 0 and on shape 1
     table = {"best_total": (set(), 1.0, 5.0), "best_on_1_wrong": ({"shape1/large"}, 9.0, 1.0),
              "next_on_1": (set(), 9.5, 2.0), "slow": (set(), 10.0, 10.0)}
-    checked: list[tuple[str, str]] = []
-
-    def check_case(lib, case, device, **kw):  # type: ignore[no-untyped-def]
-        checked.append((lib.name, case.label))
-        bad = case.label in table[lib.name][0]
-        return CheckResult(ok=not bad, max_abs_err=1.0 if bad else 0.0, problems=[f"{case.label} wrong"] if bad else [])
-
-    monkeypatch.setattr(scoring, "check_case", check_case)
-    monkeypatch.setattr(scoring, "LauncherLibrary", lambda path, **kw: SimpleNamespace(name=path))
-    monkeypatch.setattr(scoring, "time_kernel",
-                        lambda lib, region, site, *a: SiteTiming(table[lib.name][1 + site.which], 0.0, 0.1, True))
-    built = SimpleNamespace(library_of=lambda v: SimpleNamespace(path=v.name), error_of=lambda v: "")
+    checked, built = _stub_gpu(monkeypatch, lambda v: table[v][0], lambda v, site: table[v][1 + site.which])
     cases = [SimpleNamespace(shape_index=i, label=f"shape{i}/{k}") for i in (0, 1) for k in ("normal0", "large")]
-    vs = [SimpleNamespace(name=n, params={}, launcher="l", workspace=None) for n in table]
     shapes = [SimpleNamespace(inputs=[(1, 2)], count=1, which=i) for i in (0, 1)]
-    scored = scoring.score_variants(vs, built, SimpleNamespace(), shapes, cases, "cpu", 1.0, 1, [0, 1])
+    scored = scoring.score_variants(_variants(table), built, SimpleNamespace(), shapes, cases, "cpu", 1.0, 1, [0, 1])
     by = {s.variant.name: s for s in scored}
     assert scoring.pick_winner(scored) is by["best_total"]
     assert by["best_on_1_wrong"].score.correct is False and by["best_on_1_wrong"].total_ms is None
