@@ -379,3 +379,53 @@ def test_hand_drawn_span_that_leaks_a_value_is_still_refused(zoo, tmp_path):
     bmm = [x for x in names if x.startswith("bmm")]
     with pytest.raises(UsageError, match="cut those edges"):
         _carved(zoo, tmp_path, f"yasp::Leak={bmm[0]}...{bmm[1]}")
+
+
+MASKED_MODEL_PY = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.mha = nn.MultiheadAttention(dim, 2, batch_first=True)
+
+    def forward(self, x, mask):
+        h = self.norm(x)
+        y, _ = self.mha(h, h, h, key_padding_mask=mask, need_weights=False)
+        return x + y
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+        self.eval()
+
+    def forward(self, x, lengths):
+        mask = torch.arange(x.shape[1])[None, :] >= lengths[:, None]  # padded frames
+        for b in self.blocks:
+            x = b(x, mask)
+        return x
+
+
+def get_fwd_args():
+    return (torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1)), torch.tensor([9]))
+'''
+
+
+def test_attention_layers_sharing_one_padding_mask_are_one_plugin(tmp_path):
+    """Every layer turns the same key_padding_mask into the same float mask: the ONNX keeps each layer's
+    own copy (no merged subexpressions), so all three sites carve as one plugin -- before, the merged copy
+    left the later layers' mask with no ONNX tensor and the first layer's region with an extra output."""
+    (tmp_path / "model.py").write_text(MASKED_MODEL_PY)
+    r = prepare(tmp_path / "model.py", tmp_path / "plain")
+    assert r.code == 0, r.stderr
+    prep = _carved(tmp_path / "plain", tmp_path, "yasp::Mha=MultiheadAttention:around")
+    mha = _candidate(prep, "Mha")
+    assert len(mha.sites) == 3 and [len(s.outputs) for s in mha.sites] == [1, 1, 1]
+    _pt2_reproduces_every_site(prep)
+    _engine_matches_reference(prep, tmp_path)

@@ -115,11 +115,11 @@ def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str,
             produced = [o for o in produced if any(list(og.nodes[on].output).index(o) == n.args[1]
                                                    for on in onnx_of[n.name] if o in og.nodes[on].output)]
         if len(produced) != 1:
-            raise UsageError(f"internal carve error at {where}: cannot find the ONNX tensor of region {what} {n.name}")
+            # a bug of the FX-to-ONNX mapping, not the user's selector: exit 1 as an internal carve error
+            raise RuntimeError(f"at {where}: cannot find the ONNX tensor of region {what} {n.name}")
         out.append(produced[0])
     if sorted(out) != sorted(onnx_names):
-        raise UsageError(f"internal carve error at {where}: region {what}s differ between FX ({out}) and ONNX "
-                         f"({onnx_names})")
+        raise RuntimeError(f"at {where}: region {what}s differ between FX ({out}) and ONNX ({onnx_names})")
     return out
 
 

@@ -209,6 +209,35 @@ def exact_constant_matching() -> Iterator[None]:
         _matcher.math = real
 
 
+@contextlib.contextmanager
+def no_merged_subexpressions() -> Iterator[None]:
+    """Keep the ONNX optimizer from merging equal computations of different modules into one node.
+
+    Its common-subexpression pass gives every block of a model the first block's copy of a shared
+    computation (a padding mask's ``masked_fill``/``expand`` that each attention layer derives from the
+    same input): the ONNX then has no tensor for the other blocks' copies and the first block's region
+    grows outputs the torch region lacks, so those regions cannot be carved, and the merged node's time
+    is charged to the first module alone. Every other pass runs as before.
+    """
+    try:
+        import onnx_ir as ir
+        import onnx_ir.passes.common as common
+        real = common.CommonSubexpressionEliminationPass
+    except (ImportError, AttributeError):  # another onnx_ir: nothing to patch
+        yield
+        return
+
+    class _Keep(ir.passes.InPlacePass):  # type: ignore[misc]
+        def call(self, model: Any) -> Any:
+            return ir.passes.PassResult(model, modified=False)
+
+    common.CommonSubexpressionEliminationPass = _Keep
+    try:
+        yield
+    finally:
+        common.CommonSubexpressionEliminationPass = real
+
+
 def export_onnx(program: Any, args: tuple[Any, ...], model_path: Path, opset: int) -> Any:
     """Export with torch's dynamo ONNX exporter; returns the ONNXProgram (model_proto + decomposed program)."""
     import torch
@@ -216,7 +245,8 @@ def export_onnx(program: Any, args: tuple[Any, ...], model_path: Path, opset: in
     from .loader import user_code
 
     try:
-        with quiet_exporter(), exact_constant_matching(), user_code(model_path, "Model.forward (under ONNX export)"):
+        with quiet_exporter(), exact_constant_matching(), no_merged_subexpressions(), \
+                user_code(model_path, "Model.forward (under ONNX export)"):
             return torch.onnx.export(program, args, dynamo=True, opset_version=opset, optimize=True,
                                      verbose=False, report=False)
     except UsageError:
