@@ -94,8 +94,9 @@ def autoloop(
                   ", ".join(dropped_label(c) for c in r.candidates if c.status == "dropped") or "-")
     stdout.print(t)
     if rep.baseline_ms and rep.final_ms:
-        stdout.print(f"{rep.baseline_ms:.3f} ms -> {rep.final_ms:.3f} ms ({rep.speedup:.2f}x){sim}; stopped: "
-                     f"{st.stop_reason}", markup=False, highlight=False)
+        numerics = "" if rep.verify is None else (", numerics pass" if rep.verify.passed else ", numerics FAIL")
+        stdout.print(f"{rep.baseline_ms:.3f} ms -> {rep.final_ms:.3f} ms ({rep.speedup:.2f}x){sim}{numerics}; "
+                     f"stopped: {st.stop_reason}", markup=False, highlight=False)
     for what in rep.stale:
         stdout.print(f"note: resumed although {what}: these figures were measured before that change "
                      "(--fresh measures the model as it is now)", markup=False, highlight=False)
