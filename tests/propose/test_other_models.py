@@ -46,3 +46,18 @@ def test_softmax_attention_is_an_around_region(tmp_path):
     att = next(p for p in r.candidates if p.kind == "attention")
     assert att.ops_name == "Attention" and att.around and att.selector.startswith("yasp::AttentionC")
     assert len(att.sites) == len(_carve_sites(d, att.selector)) >= 2
+
+
+def test_time_outside_every_region_says_what_it_is_spent_on(tmp_path):
+    """A ViT's LayerNorms and GELUs lie outside every region: the row names them by op type, heaviest first,
+    rather than calling them residual adds and plumbing."""
+    d = unpack("tinyvit_2x64x64", tmp_path / "vit")
+    make_bundle(d, d / "base.tgz")
+    r = propose(d / "base.tgz", d / "model.onnx", d / "fx_nodes.json", options=ProposeOptions())
+    row = next(x for x in r.not_worth if x.category == "outside_regions")
+    head, spent = row.reason.split(": ", 1)
+    assert head == "no heavy op to build a kernel around", row.reason
+    parts = [p for p in spent.split(", ") if p != "..."]
+    ms = [float(p.split()[-2]) for p in parts]
+    assert len(parts) >= 2 and ms == sorted(ms, reverse=True), row.reason
+    assert sum(ms) <= row.ms + 1e-6

@@ -66,6 +66,9 @@ def test_not_worth_plugging(report):
     assert gemm.category == "roofline" and gemm.sites >= 40 and "at roofline" in gemm.reason
     assert rows["unattributed glue"].ms == pytest.approx(report.glue_ms)
     assert "reformats" in rows["unattributed glue"].reason
+    # what the time outside every region is spent on, by op type, heaviest first
+    outside = rows["ops outside any region"]
+    assert outside.reason == f"no heavy op to build a kernel around: Add {outside.ms:.2g} ms"  # the residual adds
     assert all(p.roofline is not None and p.roofline.fraction < 0.5 for p in report.candidates)
 
 

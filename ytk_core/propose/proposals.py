@@ -110,11 +110,24 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
         ms = sum(j.att.node_ms.get(n, 0.0) for n in outside)
         owners = sorted({j.mods.owner_path(n) or "" for n in outside})
         rows.append(NotWorthRow(label="ops outside any region", category="outside_regions", sites=len(owners),
-                                ms=ms, reason="residual adds and plumbing: no heavy op to build a kernel around",
-                                members=owners))
+                                ms=ms, reason=_outside_reason(j, outside), members=owners))
     rows.append(glue_row(j.att))
     rows += _cannot_rows([r for r in regions if r.cannot is not None])
     return props, [r for r in rows if r.ms > 0 or r.category == "glue"]
+
+
+def _outside_reason(j: Judge, outside: list[str]) -> str:
+    """No heavy op to build a kernel around, and what the time is spent on instead (its top ONNX op types), so
+    that norms and activations are not passed off as plumbing."""
+    by_type: dict[str, float] = defaultdict(float)
+    for n in outside:
+        node = j.graph.by_name.get(n)
+        by_type[node.op_type if node is not None else "?"] += j.att.node_ms.get(n, 0.0)
+    spent = sorted(((ms, t) for t, ms in by_type.items() if ms > 0), reverse=True)
+    if not spent:
+        return "no heavy op to build a kernel around"
+    return "no heavy op to build a kernel around: " + ", ".join(f"{t} {ms:.2g} ms" for ms, t in spent[:3]) \
+        + (", ..." if len(spent) > 3 else "")
 
 
 def sketch_of(f: Family) -> RegionSketch:
