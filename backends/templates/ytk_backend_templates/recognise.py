@@ -23,6 +23,10 @@ from . import emit_dwconv
 from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape
 
 _CONV = {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"}
+#: convolutions of another rank, as torch.export writes them
+_OTHER_CONV = {"aten.conv1d.default": "1-D", "aten.conv3d.default": "3-D",
+               "aten.conv_transpose1d.default": "1-D transposed", "aten.conv_transpose2d.input": "2-D transposed",
+               "aten.conv_transpose3d.input": "3-D transposed"}
 _IDENTITY = {"aten.clone.default", "aten.alias.default", "aten.contiguous.default", "aten.detach.default",
              "aten.lift_fresh_copy.default", "aten.dropout.default"}
 _ACT_SIMPLE = {
@@ -345,6 +349,10 @@ def _baked_users(g: RegionGraph) -> list[OpNode]:
 
 def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
     """The region ``g`` computes; :class:`UnsupportedRegion` with the reason when no template fits."""
+    other_conv = sorted({o.target for o in g.ops if o.target in _OTHER_CONV})
+    if other_conv:  # before the parameters: lifting them would not help
+        dims = ", ".join(_OTHER_CONV[t] for t in other_conv)
+        raise UnsupportedRegion(f"a {dims} convolution: templates cover 2-D convolutions (NCHW) only")
     has_conv = any(o.target in _CONV for o in g.ops)
     if g.baked and has_conv:
         users = _baked_users(g)

@@ -131,9 +131,21 @@ class _GroupOf4(torch.nn.Module):
         return F.conv2d(x, w, b, 1, 0, 1, 8)
 
 
+class _Depthwise1d(torch.nn.Module):
+    """A Conformer's depthwise conv with its SiLU, weights baked as the carve leaves a Conv1d's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv1d(16, 16, 31, padding=15, groups=16)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return F.silu(self.dw(x))
+
+
 @pytest.mark.parametrize("module,args,reason", [
     (_Strided1x1(), (torch.randn(1, 16, 8, 8), torch.randn(32, 16, 1, 1), torch.randn(32)), "stride"),
     (_GroupOf4(), (torch.randn(1, 32, 8, 8), torch.randn(32, 4, 1, 1), torch.randn(32)), "per group"),
+    (_Depthwise1d(), (torch.randn(1, 16, 64),), "^a 1-D convolution: templates cover 2-D convolutions"),
 ])
 def test_pointwise_regions_outside_the_template_are_refused(tmp_path: Path, module, args, reason: str) -> None:  # type: ignore[no-untyped-def]
     pt2 = export_region(module, args, tmp_path / "r.pt2")
