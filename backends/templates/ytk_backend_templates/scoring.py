@@ -12,7 +12,7 @@ from ytk_hookspecs.models import CandidateScore
 from .build import BuildOutcome
 from .cases import Case, timing_inputs
 from .contract import bytes_moved
-from .dispatch import per_shape_winners
+from .dispatch import dispatch_parts
 from .emit_common import Variant, rounds_weights_to_fp16
 from .harness import check_case, time_kernel, time_torch
 from .regions import Region, SiteShape
@@ -35,8 +35,8 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
     other case, in order of time, until one passes all of them. That one is the winner (a faster one failed,
     a slower one cannot win), so the variants slower than it are not checked further: they keep
     ``correct=None`` and their times, with a note; except, with several site shapes, the fastest on each
-    shape (a per-shape dispatch's parts). Checking every variant on every case cost most of a cold kernel
-    generation (several seconds a variant at full size)."""
+    shape when a per-shape dispatch of them would pay (its parts). Checking every variant on every case cost
+    most of a cold kernel generation (several seconds a variant at full size)."""
     screen = {id(c) for c in _first_case_per_shape(cases)}
     out: list[Scored] = []
     for v in variants:
@@ -51,11 +51,12 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
             item.score.note = f"checked on {len(cases) - len(rest)} of {len(cases)} cases: slower than the winner"
             continue
         won = _check_rest(item, rest, device)
-    # a per-shape dispatch (see .dispatch) is built from each shape's fastest variant: those are checked on
-    # every case too, so a dispatch is never built on a variant that fails one (it would then fail as a whole)
+    # a per-shape dispatch (see .dispatch) is built from each shape's fastest variant when that pays: those are
+    # checked on every case too, so a dispatch is never built on a variant that fails one (it would then fail
+    # as a whole)
     while len(shapes) > 1:
-        found = per_shape_winners(out, [s.count for s in shapes])
-        pending = {id(b): b for b in (found[0] if found else []) if b.score.correct is None}
+        parts = dispatch_parts(out, [s.count for s in shapes]) or []
+        pending = {id(b): b for b in parts if b.score.correct is None}
         if not pending:
             break
         for item in pending.values():

@@ -87,3 +87,14 @@ def test_each_shapes_fastest_is_checked_before_a_dispatch_is_built(monkeypatch):
     from ytk_backend_templates.dispatch import per_shape_winners
     winners, _ = per_shape_winners(scored, [1, 1])
     assert [w.variant.name for w in winners] == ["best_total", "next_on_1"]
+
+
+def test_a_shapes_fastest_is_not_checked_when_no_dispatch_would_pay(monkeypatch):  # type: ignore[no-untyped-def]
+    table = {"best_total": (set(), 1.0, 2.0), "best_on_1": (set(), 9.0, 1.99)}  # a dispatch would save 0.3%
+    checked, built = _stub_gpu(monkeypatch, lambda v: table[v][0], lambda v, site: table[v][1 + site.which])
+    cases = [SimpleNamespace(shape_index=i, label=f"shape{i}/{k}") for i in (0, 1) for k in ("normal0", "large")]
+    shapes = [SimpleNamespace(inputs=[(1, 2)], count=1, which=i) for i in (0, 1)]
+    scored = scoring.score_variants(_variants(table), built, SimpleNamespace(), shapes, cases, "cpu", 1.0, 1, [0, 1])
+    by = {s.variant.name: s for s in scored}
+    assert by["best_total"].score.correct is True and by["best_on_1"].score.correct is None
+    assert not [c for c in checked if c[0] == "best_on_1" and c[1].endswith("large")]
