@@ -270,6 +270,39 @@ def test_a_generator_refusing_every_proposal_hears_what_roofline_left_out(ytk, w
     assert r.code == 0 and "would also take" not in r.stdout and "takes none of" not in r.stdout
 
 
+def test_a_chain_of_generators_says_which_one_takes_each_row(ytk, worked):
+    """--kernelgen a,b asks a, then b for what a refuses: the table names the generator of every row (it was
+    headed by the first row's generator, over rows the second one took)."""
+    from tests.helpers import simulated_plugin
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+    from ytk_hookspecs.models import SupportAnswer
+
+    def dw_only(request, ctx):  # type: ignore[no-untyped-def]
+        ok = request.sketch is not None and request.sketch.kind == "depthwise_conv"
+        return SupportAnswer(supported=ok, certain=True, backend="dwonly", why="depthwise" if ok else "not depthwise")
+
+    def any_region(request, ctx):  # type: ignore[no-untyped-def]
+        return SupportAnswer(supported=True, certain=False, backend="anygen", why="compiles anything")
+
+    reset_runtime()
+    runtime()._mgr = BackendManager(extra_plugins={
+        name: simulated_plugin(name, "kernelgen", supports=fn, submit=lambda request, ctx: None)
+        for name, fn in (("dwonly", dw_only), ("anygen", any_region))})
+    try:
+        r = ytk(*_args(worked), "--kernelgen", "dwonly,anygen")
+    finally:
+        reset_runtime()
+    assert r.code == 0 and "KERNEL GENERATORS (the first that takes it)" in r.stdout, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    first = lines.index(next(ln for ln in lines if ln.startswith("KERNEL GENERATORS"))) + 1
+    rows = {ln.split()[0]: ln for ln in lines[first:] if ln.strip() and not ln.startswith(" ")}
+    dw = [ln for n, ln in rows.items() if n.startswith("DwConv")]
+    other = [ln for n, ln in rows.items() if n.startswith(("LiteMLA", "GConv", "Conv"))]
+    assert dw and all(" yes " in ln and "dwonly: depthwise" in ln for ln in dw), dw
+    assert other and all(" likely " in ln and "anygen: compiles anything" in ln for ln in other), other
+
+
 def test_a_gaia_service_setting_that_is_wrong_stops_propose(ytk, worked, tmp_path, monkeypatch):
     """YTK_GAIA_URL at a Kronos worker: no Gaia service can be asked, and no job could run; propose says so (exit
     2) instead of printing "likely ... could not be asked" on every row."""

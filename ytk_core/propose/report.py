@@ -75,13 +75,17 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
     """Would the selected kernel generator take each proposal (asked before any carve)?"""
     rows = []
     asked = [p for p in r.proposals[:top] if p.supported is not None]
+    # a chain of generators (--kernelgen templates,triton): each row says which one takes it
+    by = list(dict.fromkeys(p.support_backend or "kernelgen" for p in asked))
+    backend = by[0] if by else "kernelgen"
     for p in asked:
         verdict = ("yes" if p.support_certain else "likely") if p.supported else "no"
-        rows.append([p.name, verdict, p.support_why])
+        own = len(by) > 1 and "," not in p.support_backend  # a refusal by the whole chain names each already
+        rows.append([p.name, verdict, f"{p.support_backend}: {p.support_why}" if own else p.support_why])
     lines = []
     if rows:
-        backend = asked[0].support_backend or "kernelgen"
-        lines = columns([f"KERNEL GENERATOR ({backend})", "TAKES IT", "why"], rows, set())
+        head = f"KERNEL GENERATOR ({backend})" if len(by) == 1 else "KERNEL GENERATORS (the first that takes it)"
+        lines = columns([head, "TAKES IT", "why"], rows, set())
     # a generator that takes every proposal has enough to do; one that refuses some (a generator of the
     # user's own for one op) should hear which families it would take that --roofline left out
     if asked and not any(p.supported for p in asked):
