@@ -64,6 +64,10 @@ def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(whole) -> None:
     assert any(h.startswith("dropped Conv3x3s2C3to24") and "it is kept if that one is not faster" in h
                for h in hist), hist
     assert stem["name"] in {p["name"] for p in rep["ship"]["plugins"]}
+    # the report's table of final plugins says why a plugin slower than its region is in the engine
+    md = Path(rep["report_md"]).read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| {stem['name']} |"))
+    assert row.rstrip(" |").endswith(stem["reason"].replace("|", "\\|")), row
 
 
 def test_a_loser_whose_engine_is_slower_with_it_stays_dropped(whole) -> None:
@@ -80,3 +84,11 @@ def test_two_times_are_shown_with_the_decimals_that_tell_them_apart() -> None:
 
     assert ms_pair(0.0321, 0.0324) == ("0.0321", "0.0324")
     assert ms_pair(0.5, 0.25) == ("0.500", "0.250")
+
+
+def test_the_report_says_how_many_sites_a_shortened_time_list_has() -> None:
+    from ytk_core.autoloop.report import _per_site
+
+    assert _per_site([]) == "-"
+    assert _per_site([0.1, 0.2]) == "0.1000, 0.2000"
+    assert _per_site([0.1] * 12) == "0.1000, 0.1000, 0.1000, 0.1000, ... (12 sites)"

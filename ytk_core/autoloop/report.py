@@ -46,6 +46,14 @@ class ShipList(Versioned):
     engine_sha256: str | None = Field(None, description="the engine bundle's sha256 when it was compiled")
 
 
+def _per_site(ms: list[float], shown: int = 4) -> str:
+    """The first sites' kernel times, and how many more there are (the full list is in autoloop.json)."""
+    if not ms:
+        return "-"
+    more = f", ... ({len(ms)} sites)" if len(ms) > shown else ""
+    return ", ".join(f"{t:.4f}" for t in ms[:shown]) + more
+
+
 def _generator_cell(p: PluginRecord) -> str:
     """Which generator made a plugin's kernel, and why the ones before it in the chain did not."""
     if not p.generator:
@@ -302,9 +310,10 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
              for i, c in dropped]), ""]
     if kept:
         md += ["## Plugins in the final engine", "", _md_table(
-            ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "generator", "selector"],
+            ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "generator", "selector",
+             "note"],
             [[p.name, str(p.sites), f"{p.region_ms:.3f}", f"{p.plugin_ms:.3f}" if p.plugin_ms is not None else "-",
-              ", ".join(f"{t:.4f}" for t in p.kernel_ms_per_site[:4]) or "-", _generator_cell(p), f"`{p.selector}`"]
+              _per_site(p.kernel_ms_per_site), _generator_cell(p), f"`{p.selector}`", p.reason.replace("|", "\\|")]
              for p in kept]), ""]
     ship = ship_list(state, w)
     if ship is not None:
