@@ -285,15 +285,27 @@ def test_a_chain_of_generators_says_which_one_takes_each_row(ytk, worked):
     def any_region(request, ctx):  # type: ignore[no-untyped-def]
         return SupportAnswer(supported=True, certain=False, backend="anygen", why="compiles anything")
 
-    reset_runtime()
-    runtime()._mgr = BackendManager(extra_plugins={
-        name: simulated_plugin(name, "kernelgen", supports=fn, submit=lambda request, ctx: None)
-        for name, fn in (("dwonly", dw_only), ("anygen", any_region))})
-    try:
-        r = ytk(*_args(worked), "--kernelgen", "dwonly,anygen")
-    finally:
+    def propose(*args: str):  # type: ignore[no-untyped-def]
         reset_runtime()
+        runtime()._mgr = BackendManager(extra_plugins={
+            name: simulated_plugin(name, "kernelgen", supports=fn, submit=lambda request, ctx: None)
+            for name, fn in (("dwonly", dw_only), ("anygen", any_region))})
+        try:
+            return ytk(*_args(worked), *args)
+        finally:
+            reset_runtime()
+
+    r = propose("--kernelgen", "dwonly,anygen")
+    alone = propose("--kernelgen", "dwonly", "--json")
     assert r.code == 0 and "KERNEL GENERATORS (the first that takes it)" in r.stdout, r.stdout + r.stderr
+    assert "The kernel generator asked takes" not in r.stdout  # the chain takes every row
+    # alone, dwonly takes the depthwise rows only: the closing line says how much of the share that is
+    rep = alone.json()
+    taken = [p for p in rep["proposals"] if p["supported"]]
+    ms = sum(p["ms"] for p in taken)
+    assert 0 < len(taken) < len(rep["proposals"]), [(p["name"], p["supported"]) for p in rep["proposals"]]
+    assert f"The kernel generator asked takes {len(taken)} of the {len(rep['proposals'])} ({ms:.1f} ms, " \
+        in rep["summary"], rep["summary"]
     lines = r.stdout.splitlines()
     first = lines.index(next(ln for ln in lines if ln.startswith("KERNEL GENERATORS"))) + 1
     rows = {ln.split()[0]: ln for ln in lines[first:] if ln.strip() and not ln.startswith(" ")}

@@ -243,6 +243,13 @@ def summary_line(props: list[Proposal], total_ms: float, engine_word: str, simul
                      f"{total_ms:.{d}f} ms — {share:.0f}% of the model's time sits in regions a custom kernel could "
                      f"take over. Every {engine_word} ms figure is what that region costs today, the most a "
                      "perfect plugin could recover.")
+        asked = [p for p in new if p.supported is not None]
+        taken = [p for p in asked if p.supported]
+        if len(taken) < len(asked):  # the share above is not what the asked generator would take over
+            t_ms = sum(p.ms for p in taken)
+            t_share = 100.0 * t_ms / total_ms if total_ms > 0 else 0.0
+            parts.append(f"The kernel generator asked takes {len(taken)} of the {len(asked)} "
+                         f"({t_ms:.{d}f} ms, {t_share:.0f}%); the others need another generator.")
     else:
         parts.append(f"0 new candidates: no other region of the {total_ms:.{d}f} ms is worth a kernel at these "
                      "thresholds.")
