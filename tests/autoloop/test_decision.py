@@ -92,3 +92,10 @@ def test_the_report_says_how_many_sites_a_shortened_time_list_has() -> None:
     assert _per_site([]) == "-"
     assert _per_site([0.1, 0.2]) == "0.1000, 0.2000"
     assert _per_site([0.1] * 12) == "0.1000, 0.1000, 0.1000, 0.1000, ... (12 sites)"
+
+
+def test_a_report_cell_holding_a_pipe_or_a_line_break_stays_in_its_row() -> None:
+    from ytk_core.autoloop.report import _md_table
+
+    table = _md_table(["plugin", "note"], [["P", "kept: a | b\nthen c"]])
+    assert table.splitlines()[-1] == "| P | kept: a \\| b then c |"

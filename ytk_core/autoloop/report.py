@@ -58,7 +58,7 @@ def _generator_cell(p: PluginRecord) -> str:
     """Which generator made a plugin's kernel, and why the ones before it in the chain did not."""
     if not p.generator:
         return "-"
-    notes = "; ".join(n.replace("|", "\\|") for n in p.generator_notes)
+    notes = "; ".join(p.generator_notes)
     return f"{p.generator} (after {notes})" if notes else p.generator
 
 
@@ -203,8 +203,9 @@ class AutoloopReport(Versioned):
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A markdown table; a '|' or a line break inside a cell (a reason, a note) would end the row early."""
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["| " + " | ".join(" ".join(c.replace("|", "\\|").split("\n")) for c in r) + " |" for r in rows]
     return "\n".join(out)
 
 
@@ -306,14 +307,14 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         md += ["## Dropped candidates", "", "A candidate refused or beaten at any stage is dropped alone; the round "
                "goes on with the rest.", "", _md_table(
             ["round", "plugin", "stage", "why", "selector"],
-            [[str(i), c.name, c.dropped_at or "-", c.reason.replace("|", "\\|"), f"`{c.selector}`"]
+            [[str(i), c.name, c.dropped_at or "-", c.reason, f"`{c.selector}`"]
              for i, c in dropped]), ""]
     if kept:
         md += ["## Plugins in the final engine", "", _md_table(
             ["plugin", "sites", "region ms before", "plugin ms after", "kernel ms/site", "generator", "selector",
              "note"],
             [[p.name, str(p.sites), f"{p.region_ms:.3f}", f"{p.plugin_ms:.3f}" if p.plugin_ms is not None else "-",
-              _per_site(p.kernel_ms_per_site), _generator_cell(p), f"`{p.selector}`", p.reason.replace("|", "\\|")]
+              _per_site(p.kernel_ms_per_site), _generator_cell(p), f"`{p.selector}`", p.reason]
              for p in kept]), ""]
     ship = ship_list(state, w)
     if ship is not None:
