@@ -37,9 +37,10 @@ def per_shape_winners(scored: Sequence[Any], counts: Sequence[int]) -> tuple[lis
     return best, sum(b.shape_ms[i] * n for i, (b, n) in enumerate(zip(best, counts)))
 
 
-def dispatch_parts(scored: Sequence[Any], counts: Sequence[int]) -> list[Any] | None:
-    """Each shape's fastest variant when a dispatch over them would be built (they differ, none needs a
-    workspace, and together they would save at least :data:`MIN_SAVING`); else None."""
+def dispatch_parts(scored: Sequence[Any], counts: Sequence[int]) -> tuple[list[Any], Any] | None:
+    """Each shape's fastest variant, and the fastest in total (the dispatch's default), when a dispatch over
+    them would be built (they differ, none needs a workspace, and together they would save at least
+    :data:`MIN_SAVING`); else None."""
     if any(s.variant.workspace for s in scored):
         return None  # variants with a workspace would need a dispatching workspace query too
     found = per_shape_winners(scored, counts)
@@ -47,7 +48,7 @@ def dispatch_parts(scored: Sequence[Any], counts: Sequence[int]) -> list[Any] | 
         return None
     best, estimate = found
     single = min((s for s in scored if s.total_ms is not None), key=lambda s: s.total_ms)
-    return best if estimate <= (1.0 - MIN_SAVING) * single.total_ms else None
+    return (best, single) if estimate <= (1.0 - MIN_SAVING) * single.total_ms else None
 
 
 def _strip_launcher(v: Variant) -> str:
@@ -61,10 +62,10 @@ def _strip_launcher(v: Variant) -> str:
 def dispatch_variant(scored: Sequence[Any], shapes: Sequence[SiteShape], meta: PluginMeta,
                      ns: str = "ytk_dispatch") -> Variant | None:
     """The dispatch variant for ``scored`` (see module doc), or None when it would not pay."""
-    best = dispatch_parts(scored, [s.count for s in shapes])
-    if best is None:
+    parts = dispatch_parts(scored, [s.count for s in shapes])
+    if parts is None:
         return None
-    single = min((s for s in scored if s.total_ms is not None), key=lambda s: s.total_ms)
+    best, single = parts
     parts: list[Any] = []
     for b in [single, *best]:
         if all(b is not p for p in parts):

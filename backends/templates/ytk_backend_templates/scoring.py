@@ -55,8 +55,8 @@ def score_variants(variants: list[Variant], built: BuildOutcome, region: Region,
     # checked on every case too, so a dispatch is never built on a variant that fails one (it would then fail
     # as a whole)
     while len(shapes) > 1:
-        parts = dispatch_parts(out, [s.count for s in shapes]) or []
-        pending = {id(b): b for b in parts if b.score.correct is None}
+        parts = dispatch_parts(out, [s.count for s in shapes])
+        pending = {id(b): b for b in (parts[0] if parts else []) if b.score.correct is None}
         if not pending:
             break
         for item in pending.values():
