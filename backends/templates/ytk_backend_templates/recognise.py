@@ -21,6 +21,7 @@ from ytk_hookspecs.models import Candidate
 
 from . import emit_dwconv
 from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape
+from .supports import ONLY_2D
 
 _CONV = {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"}
 #: convolutions of another rank, as torch.export writes them
@@ -352,7 +353,7 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
     other_conv = sorted({o.target for o in g.ops if o.target in _OTHER_CONV})
     if other_conv:  # before the parameters: lifting them would not help
         dims = ", ".join(_OTHER_CONV[t] for t in other_conv)
-        raise UnsupportedRegion(f"a {dims} convolution: templates cover 2-D convolutions (NCHW) only")
+        raise UnsupportedRegion(f"a {dims} convolution: {ONLY_2D}")
     has_conv = any(o.target in _CONV for o in g.ops)
     if g.baked and has_conv:
         users = _baked_users(g)

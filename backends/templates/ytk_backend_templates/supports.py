@@ -12,6 +12,9 @@ from __future__ import annotations
 from ytk_hookspecs.errors import UnsupportedRegion
 from ytk_hookspecs.models import RegionSketch, SupportAnswer, SupportRequest
 
+#: why a convolution of another rank is refused (propose's sketch and the carved region say the same)
+ONLY_2D = "templates cover 2-D convolutions (NCHW) only"
+
 NAME = "templates"
 #: ONNX ops that, around a conv, spell one activation the templates fuse (the carve respells them).
 _ACTIVATION_ONNX = {"Relu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Mul", "Add", "Div", "Sub", "Gelu",
@@ -69,8 +72,7 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
 
     extra = sorted(op for op in s.onnx_ops if op not in _ACTIVATION_ONNX | {"Conv"})
     if s.kind in ("depthwise_conv", "conv", "grouped_conv") and s.kernel and len(s.kernel) != 2:
-        return no(f"a {len(s.kernel)}-D convolution (kernel {'x'.join(map(str, s.kernel))}): templates cover 2-D "
-                  "convolutions (NCHW) only")
+        return no(f"a {len(s.kernel)}-D convolution (kernel {'x'.join(map(str, s.kernel))}): {ONLY_2D}")
     if s.kind == "depthwise_conv":
         k = s.kernel
         if len(k) != 2 or k[0] != k[1] or k[0] not in (3, 5, 7):
