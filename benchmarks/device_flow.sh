@@ -58,10 +58,10 @@ do_gputests() {
   # backends' GPU tests are marked gpu; the conformance suite runs every backend that can run here
   timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfE -m gpu -p no:cacheprovider tests/backends > "$OUT/gputests.log" 2>&1
   echo "gpu tests rc=$?"
-  timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfE -rs -p no:cacheprovider tests/conformance >> "$OUT/gputests.log" 2>&1
+  timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfEs -p no:cacheprovider tests/conformance >> "$OUT/gputests.log" 2>&1
   echo "conformance rc=$?"
   # every other GPU-marked test: the admission gate, debug taps on the torch engine, gaia, hookspecs
-  timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfE -rs -m gpu -p no:cacheprovider tests --ignore=tests/backends \
+  timeout -s INT -k 20 ${GPUTESTS_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfEs -m gpu -p no:cacheprovider tests --ignore=tests/backends \
     --ignore=tests/conformance >> "$OUT/gputests.log" 2>&1
   echo "other gpu tests rc=$?"
   tail -25 "$OUT/gputests.log"

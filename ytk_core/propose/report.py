@@ -80,8 +80,9 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
     backend = by[0] if by else "kernelgen"
     for p in asked:
         verdict = ("yes" if p.support_certain else "likely") if p.supported else "no"
-        own = len(by) > 1 and "," not in p.support_backend  # a refusal by the whole chain names each already
-        rows.append([p.name, verdict, f"{p.support_backend}: {p.support_why}" if own else p.support_why])
+        name = p.support_backend or "kernelgen"
+        own = len(by) > 1 and "," not in name  # a refusal by the whole chain names each generator already
+        rows.append([p.name, verdict, f"{name}: {p.support_why}" if own else p.support_why])
     lines = []
     if rows:
         head = f"KERNEL GENERATOR ({backend})" if len(by) == 1 else "KERNEL GENERATORS (the first that takes it)"
