@@ -97,7 +97,8 @@ def test_depthwise_region_end_to_end(tmp_path: Path, spec) -> None:  # type: ign
     report = _check_result(tmp_path, res, out, cand)
     assert report.floor_ms_per_site and report.torch_ms_per_site
     if not maxv:  # every variant ran on these odd shapes (image edges, partial tiles and strips): none may be wrong
-        wrong = [(c.variant, c.rejected) for c in report.candidates if not c.correct]
+        # on the cases it was checked on (two-phase scoring screens each on one case per shape, the fastest on all)
+        wrong = [(c.variant, c.rejected) for c in report.candidates if c.correct is False]
         assert not wrong, wrong
     if name != GPU_DW_REGIONS[0][0]:
         return  # build-plugin + torch launcher once per region kind: each build costs an nvcc run
