@@ -78,7 +78,7 @@ def main() -> int:
     rows = []
     for c in cands:
         pt2 = a.prepare_dir / (c.files.pt2 or f"plugin_candidates/{c.name}.pt2")
-        prog = load_exported(pt2).module().cuda().half().eval()
+        prog = load_exported(pt2).module().cuda().half()  # an exported program is already in eval form; .eval() raises
         sites = _site_inputs(c, prog)
         row: dict[str, Any] = {"candidate": c.name, "family": c.ops_name, "sites": len(sites)}
         with torch.no_grad():
