@@ -5,7 +5,9 @@ everything it is handed):
 
 * :func:`check_source` -- a ``module_source.py`` on its own: its ``plugin_meta`` and launcher;
 * :func:`check_meta_against_candidate` -- that metadata against the carved region it is for
-  (arity, roles, dtypes, shapes at every site, layouts);
+  (arity, roles, dtypes, shapes at every site, layouts, one measured time per site);
+* :func:`check_report_against_candidate` -- the job's ``report.json`` against that region: every
+  per-site list has one entry per site (the core sums them over the sites);
 * :func:`report_path` (in :mod:`ytk_hookspecs.kernel_source`) -- where the job's ``report.json`` goes.
 
 Layout rule: an fp16 engine keeps 4-D activations channels-last; ``kHWC8`` is that layout with the
@@ -22,10 +24,11 @@ from typing import Literal
 
 from . import shape_expr
 from .kernel_source import KernelSource
-from .models import Candidate, PluginMeta
+from .models import Candidate, KernelReport, PluginMeta
 
 __all__ = ["ENGINE_DTYPE", "ERROR_9", "FORMAT_DTYPES", "SIMULATED_MARK", "ContractReport", "Finding", "check_dtypes",
-           "check_meta", "check_meta_against_candidate", "check_source", "layout_error", "simulated_kernel"]
+           "check_meta", "check_meta_against_candidate", "check_report_against_candidate", "check_source",
+           "layout_error", "simulated_kernel"]
 
 #: The activation dtype an engine of each precision feeds a plugin.
 ENGINE_DTYPE = {"fp16": "float16", "fp32": "float32"}
@@ -185,6 +188,8 @@ def check_meta_against_candidate(meta: PluginMeta, cand: Candidate, precision: s
     check_dtypes(rep, meta.plugin_name, [t.dtype for t in meta.inputs], cand.input_roles,
                   [t.dtype for t in meta.outputs], precision)
     _check_layouts(rep, meta, cand.input_roles, precision)
+    if meta.perf is not None:
+        _check_per_site(rep, "plugin_meta perf.time_ms_per_site", meta.perf.time_ms_per_site, cand)
     for site in cand.sites:
         shapes = [list(x.shape) for x in site.inputs]
         if any(not isinstance(d, int) for s in shapes for d in s):
@@ -204,6 +209,26 @@ def check_meta_against_candidate(meta: PluginMeta, cand: Candidate, precision: s
         except (shape_expr.ShapeExprError, ZeroDivisionError) as e:
             rep.error(f"site {site.index} ({site.module_path}): the kernel's shape expressions do not evaluate: {e}")
     return rep
+
+
+def check_report_against_candidate(report: KernelReport, cand: Candidate) -> ContractReport:
+    """A job's report against its region: each per-site list (the winner's and every other variant's times,
+    spreads and floors, the torch and copy times) holds one entry per site, in site order. A list per
+    distinct shape instead would be summed as if it were the sites' and undercount a region shared by sites
+    of one shape."""
+    rep = ContractReport(f"report of {report.plugin_name} vs region {cand.name}")
+    for what in ("torch_ms_per_site", "floor_ms_per_site", "copy_ms_per_site"):
+        _check_per_site(rep, what, getattr(report, what), cand)
+    for c in report.candidates:
+        for what in ("time_ms_per_site", "spread_ms_per_site", "floor_ms_per_site"):
+            _check_per_site(rep, f"variant {c.variant} {what}", getattr(c, what), cand)
+    return rep
+
+
+def _check_per_site(rep: ContractReport, what: str, values: Sequence[float], cand: Candidate) -> None:
+    if values and cand.sites and len(values) != len(cand.sites):
+        rep.error(f"{what} has {len(values)} entries but region {cand.name} has {len(cand.sites)} site(s): "
+                  "one per site, in site order (a shape shared by several sites repeats its time)")
 
 
 def check_dtypes(rep: ContractReport, plugin: str, in_dtypes: Sequence[str], roles: Sequence[str],

@@ -161,3 +161,30 @@ def test_the_layout_rule_is_one_function_every_backend_imports():
     assert "4-D" in layout_error("kHWC8", [4, 64])
     assert layout_error("kHWC8", [4, "C", 8, 8]) is None  # symbolic: decided per site
     assert layout_error("kLINEAR", [3, 5]) is None
+
+
+def test_a_report_lists_one_time_per_site_not_per_shape(fixture_dir):
+    from ytk_hookspecs.contract import check_report_against_candidate
+    from ytk_hookspecs.models import CandidateScore, KernelReport
+
+    cand = _cand(fixture_dir)
+    n = len(cand.sites)
+    per_site = [0.1] * n
+    ok = KernelReport(plugin_name=cand.name, backend="x", job_id="j", region_kind="compiled", measured_on="gpu",
+                      simulated=False, error_budget="max abs 0.01",
+                      candidates=[CandidateScore(variant="v", correct=True, time_ms_per_site=per_site),
+                                  CandidateScore(variant="w", correct=False)],  # screened out: no times at all
+                      winner="v", torch_ms_per_site=per_site, floor_ms_per_site=per_site)
+    assert check_report_against_candidate(ok, cand).ok
+    short = ok.model_copy(update={"candidates": [CandidateScore(variant="v", correct=True,
+                                                                time_ms_per_site=per_site + [0.1])],
+                                  "torch_ms_per_site": per_site[:-1] if n > 1 else per_site * 2})
+    errors = check_report_against_candidate(short, cand).errors
+    assert len(errors) == 2
+    assert any(e.startswith(f"variant v time_ms_per_site has {n + 1} entries but region {cand.name} has {n} site(s)")
+               for e in errors)
+    assert any(e.startswith("torch_ms_per_site has") for e in errors)
+    meta = make_meta(cand, "fp16", 87, 0.7)
+    perf = meta.perf.model_copy(update={"time_ms_per_site": per_site * 2})
+    rep = check_meta_against_candidate(meta.model_copy(update={"perf": perf}), cand, "fp16")
+    assert any("perf.time_ms_per_site" in e for e in rep.errors)

@@ -21,7 +21,8 @@ from ytk_hookspecs.models import (CORE_CONFIG_KEYS, ArchSpec, Candidate, KernelG
                                   KernelGenResult, KernelReport, Reoptimization, SupportAnswer, SupportRequest)
 from ytk_hookspecs.models.base import ArtifactError, file_mode
 
-from ytk_hookspecs.contract import ContractReport, check_meta_against_candidate, check_source
+from ytk_hookspecs.contract import (ContractReport, check_meta_against_candidate, check_report_against_candidate,
+                                    check_source)
 from ..errors import BackendError, KernelJobFailed, UsageError, YtkError
 from ..runtime import runtime
 from .inputs import existing_file, output_file, parse_arch, parse_config, parse_precision
@@ -305,6 +306,8 @@ def _check_result(out: KernelgenOutcome, output: Path, cand: Candidate | None, p
             out.report = KernelReport.read(res.report)
         except ArtifactError as e:
             out.warnings.append(f"report.json unreadable: {e}")
+    if cand is not None and out.report is not None:
+        rep.extend(check_report_against_candidate(out.report, cand))
     for w in rep.warnings:
         out.warnings.append(w)
         runtime().warn_once(w)

@@ -242,6 +242,10 @@ def _finish(request: KernelGenRequest, workdir: Path, job_id: str, name: str, pr
         floors.append(copy_floor_ms(nbytes, dev))
     rep_path = report_path(Path(request.output))
     winner_ok = not problems and len(times) == len(logical)
+    # measured once per shape case; the report, like every generator's, lists them per site (the sum over the
+    # sites is the region's time)
+    site_case = _site_cases(request_candidate(request), logical) if winner_ok else []
+    times, torch_ms, floors = ([per_case[i] for i in site_case] for per_case in (times, torch_ms, floors))
     slower = winner_ok and sum(times) > sum(torch_ms)
     score = CandidateScore(variant=f"inductor-{mode}", params={"kernels": len(plan.kernels), "compile_s":
                                                                round(compile_s, 1)},
@@ -259,14 +263,14 @@ def _finish(request: KernelGenRequest, workdir: Path, job_id: str, name: str, pr
         return _failed(job_id, f"the compiled plan for {name} failed its checks: {problems[0]}", rep_path)
     if slower and request.config.get("allow_slower") != "1":
         return _failed(job_id, f"the compiled plan for {name} is slower than the region's torch ops on {gpu} "
-                               f"({sum(times) * 1e3:.1f} us vs {sum(torch_ms) * 1e3:.1f} us over its site shapes); "
+                               f"({sum(times) * 1e3:.1f} us vs {sum(torch_ms) * 1e3:.1f} us over {len(times)} "
+                               "site(s)); "
                                "not worth plugging (--config allow_slower=1 keeps it)", rep_path)
     frac = min(1.0, max(1e-6, score.fraction_of_floor or 1e-6))
-    per_site = [times[i] for i in _site_cases(request_candidate(request), logical)]
     final = KernelSource(header=src.header, source=src.source, generator=BACKEND,
                          meta=meta.model_copy(update={"perf": KernelPerf(measured_on=gpu,
                                                                          achieved_bandwidth_fraction=frac,
-                                                                         time_ms_per_site=per_site)}))
+                                                                         time_ms_per_site=times)}))
     final.write(Path(request.output))
     return KernelGenResult(job_id=job_id, status="done", source=Path(request.output), report=rep_path,
                            message=f"{len(plan.kernels)} Triton kernel(s), {sum(times) * 1e3:.1f} us vs torch "

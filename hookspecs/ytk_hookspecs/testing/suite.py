@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ..context import StageContext
-from ..contract import check_meta_against_candidate, check_source
+from ..contract import check_meta_against_candidate, check_report_against_candidate, check_source
 from ..kernel_source import KernelSource, KernelSourceError
 from ..models import (Availability, CompileRequest, CompileResult, KernelGenResult, KernelReport, ProfileRequest,
                       ProfileResult, SupportAnswer)
@@ -163,6 +163,8 @@ def test_done_kernels_honour_their_contract(ytk_generation: Any) -> None:
         assert g.result.report and Path(g.result.report).is_file(), f"{cand.name}: the done job names no report.json"
         report = KernelReport.read(g.result.report)
         assert report.plugin_name == cand.name
+        rep = check_report_against_candidate(report, cand)
+        assert rep.ok, f"{cand.name}'s report breaks its contract:\n  " + "\n  ".join(rep.errors)
         assert report.simulated == ytk_generation.backend.info.simulated, (
             f"{cand.name}: the report's simulated={report.simulated} disagrees with the backend's declaration")
 

@@ -94,9 +94,9 @@ def test_a_region_no_template_covers_gets_a_plugin_on_the_gpu(tmp_path: Path) ->
     from ytk_hookspecs.kernel_source import KernelSource
     from ytk_hookspecs.models import KernelGenRequest, KernelReport
 
-    # two sites of different shapes, exported once with dynamic dims as the carve does (a batch of 1 would be
+    # three sites of two shapes, exported once with dynamic dims as the carve does (a batch of 1 would be
     # specialised by the export and the carve would refuse the selector)
-    shapes = [[(2, 64, 14, 18)], [(3, 64, 7, 9)]]
+    shapes = [[(2, 64, 14, 18)], [(3, 64, 7, 9)], [(2, 64, 14, 18)]]
     dims = {"x": {0: torch.export.Dim.AUTO, 2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO}}
     ep = torch.export.export(_NormGelu(), (torch.randn(*shapes[0][0]),), dynamic_shapes=dims, strict=False)
     pt2 = tmp_path / "NormGelu.pt2"
@@ -112,7 +112,11 @@ def test_a_region_no_template_covers_gets_a_plugin_on_the_gpu(tmp_path: Path) ->
     src = KernelSource.read(out)
     assert src.meta.inputs[0].format == "kHWC8" and src.meta.perf is not None
     rep = KernelReport.read(res.report)
-    assert rep.winner and rep.candidates[0].correct and len(rep.torch_ms_per_site) == 2
+    assert rep.winner and rep.candidates[0].correct
+    # measured once per shape, reported once per site (the sites' sum is the region's time)
+    times = rep.candidates[0].time_ms_per_site
+    assert len(times) == len(rep.torch_ms_per_site) == len(rep.floor_ms_per_site) == 3 and times[0] == times[2]
+    assert src.meta.perf.time_ms_per_site == times
 
 
 def test_without_a_gpu_the_job_fails_with_the_reason(tmp_path: Path) -> None:
