@@ -79,7 +79,14 @@ def test_rerun_of_a_finished_loop_does_no_work(finished):
     assert r.code == 0, r.stderr[-2000:]
     after = state(w)
     assert [len(x.compiles) for x in after.rounds] == [len(x.compiles) for x in before.rounds]
-    assert "->" in r.stdout and "(SIMULATED), numerics pass; stopped: " in r.stdout, r.stdout  # the verdict too
+    # the verdict too, saying what a pass of the simulated plugins checks, and what a GPU's generator would take
+    assert "->" in r.stdout and "(SIMULATED), numerics pass (of the carve and plumbing: " in r.stdout, r.stdout
+    assert "; stopped: " in r.stdout
+    note = next(ln for ln in r.stdout.splitlines() if ln.startswith("note: the simulated generator plugged"))
+    assert "on a GPU the automatic kernel generator (templates) would take " in note, note
+    st = state(w)
+    asked = next(x.real_support for x in st.rounds if x.real_support)
+    assert asked.chain == "templates" and asked.takes
 
 
 def _generated(st: AutoloopState) -> dict[str, tuple[str | None, str | None]]:
@@ -673,3 +680,27 @@ def test_a_bad_count_names_its_own_flag(tmp_path, args, says):
 def test_a_directory_given_as_the_model_is_called_one(tmp_path):
     r = ytk_inproc("autoloop", tmp_path, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
     assert r.code == 2 and "is a directory: pass the model.py file in it" in r.stderr, r.stderr[-1000:]
+
+
+def test_the_real_generators_line_counts_the_plugged_regions_and_groups_the_refusals(finished):
+    """The line a simulated run ends with: how many of the plugged regions the real chain takes, the commonest
+    refusals (with their counts), and none when no round asked (a real generator in the loop)."""
+    from ytk_core.autoloop.report import real_gpu_line
+    from ytk_core.autoloop.state import PluginRecord, RealSupport
+
+    w, _ = finished
+    st = state(w)
+    kept = [PluginRecord(name=n, selector=f"yasp::{n}=X", origin_round=1, region_ms=1.0, sites=1)
+            for n in ("A", "B", "C", "D")]
+    st.rounds[0].real_support = RealSupport(chain="templates", takes=["A"],
+                                            refuses={"B": "no template for a gemm region",
+                                                     "C": "no template for a gemm region", "D": "softmax attention"})
+    line = real_gpu_line(st, kept)
+    assert line.startswith("on a GPU the automatic kernel generator (templates) would take 1 of the 4 plugged "
+                           "regions; not the rest: no template for a gemm region (2); softmax attention (1)"), line
+    st.rounds[0].real_support = RealSupport(chain="", refuses={n: "no real kernel generator is installed"
+                                                               for n in "ABCD"})
+    assert real_gpu_line(st, kept).startswith("no real kernel generator is installed: on a GPU none of the 4 ")
+    for r in st.rounds:
+        r.real_support = None
+    assert real_gpu_line(st, kept) is None

@@ -266,6 +266,8 @@ def test_a_generator_refusing_every_proposal_hears_what_roofline_left_out(ytk, w
     none = [ln for ln in lines if ln.startswith("pwonly takes none of the")]
     assert len(none) == 1 and "the autoloop would plug nothing (1.00x)" in none[0], r.stdout
     assert "ask another installed generator: " in none[0] and "--kernelgen templates" in none[0], none
+    # gaia with no service configured is no generator to ask; templates and triton lack only a GPU here
+    assert "--kernelgen gaia" not in none[0] and "--kernelgen triton" in none[0], none
     r = ytk(*_args(worked))  # the mock takes every proposal: nothing to add
     assert r.code == 0 and "would also take" not in r.stdout and "takes none of" not in r.stdout
 

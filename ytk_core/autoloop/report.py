@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -200,6 +201,44 @@ class AutoloopReport(Versioned):
     ship: ShipList | None = None
     stale: list[str] = Field(default_factory=list, description="what changed since the recorded results were "
                              "measured, when --resume went on with them anyway (empty: nothing changed)")
+    on_real_gpu: str | None = Field(None, description="with a simulated generator: how many of the plugged "
+                                    "regions the real generators would take, and why not the rest")
+
+
+def simulated_generator(state: AutoloopState) -> bool:
+    """Whether every kernel generator of the loop is a simulator (its plugins compute the reference, so a
+    numerics pass checks the carve and the plumbing, not a kernel)."""
+    from ..runtime import runtime
+
+    gens = [runtime().manager.get(n) for n in state.backends.kernelgen.split(",")]
+    return all(b is not None and b.info.simulated for b in gens)
+
+
+def real_gpu_line(state: AutoloopState, kept: list[PluginRecord]) -> str | None:
+    """With a simulated generator, one line on what a GPU run would plug of ``kept``: the real generators the
+    automatic choice ranks, how many of the plugged regions they take, and the commonest reasons for the
+    rest (None when the loop's generator is real, or no round asked)."""
+    from ..propose.report import other_generators
+
+    asked = [r.real_support for r in state.rounds if r.real_support is not None]
+    if not asked or not kept:
+        return None
+    takes = {n for a in asked for n in a.takes}
+    refuses = {n: why for a in asked for n, why in a.refuses.items()}
+    chain = asked[-1].chain
+    names = [p.name for p in kept]
+    n_take = sum(1 for n in names if n in takes)
+    if not chain:
+        return (f"no real kernel generator is installed: on a GPU none of the {len(names)} plugged regions would "
+                "get a kernel (`ytk backends` lists the generators)")
+    why = Counter(refuses[n] for n in names if n in refuses)
+    line = (f"on a GPU the automatic kernel generator{'s' if ',' in chain else ''} ({chain}) would take "
+            f"{n_take} of the {len(names)} plugged regions")
+    if n_take < len(names):
+        top = "; ".join(f"{w} ({k})" for w, k in why.most_common(3))
+        line += (f"; not the rest: {top}" if top else "")
+        line += other_generators(chain)
+    return line
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -278,6 +317,9 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
         device = device.removesuffix(" (simulated)") or f"target {state.arch}"
         md += [f"> Every latency here comes from the {state.backends.engine} backend's simulated {device} (a cost "
                "model), not from hardware.", ""]
+    on_gpu = real_gpu_line(state, kept)
+    if on_gpu:
+        md += [f"> The simulated generator plugged every region; {on_gpu}.", ""]
     if base and best:
         md += ["## Result", "", f"**{base.ms:.3f} ms -> {best.ms:.3f} ms ({speedup:.2f}x)** with "
                f"{len(kept)} plugin(s): {', '.join(p.name for p in kept) or 'none'}.", ""]
@@ -286,7 +328,9 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
             ["Implementation", "Iterations", "Min", "Mean", "p50", "p95", "p99", "Max"],
             [[r.implementation, str(r.iterations), f"{r.min_ms:.3f}", f"{r.mean_ms:.3f}", f"{r.p50_ms:.3f}",
               f"{r.p95_ms:.3f}", f"{r.p99_ms:.3f}", f"{r.max_ms:.3f}"] for r in verify.rows]), "",
-               "## Numerics against torch", "", _md_table(
+               "## Numerics against torch", ""] + ([
+               "The simulated generator's plugins compute the region's reference: a pass checks the carve and "
+               "the plumbing, not a kernel's precision.", ""] if simulated_generator(state) else []) + [_md_table(
             ["Implementation", "Output", "max abs err", "max rel err", "cosine", "pass"],
             [[n.implementation, n.output, f"{n.max_abs_err:.3g}" if n.max_abs_err is not None else "-",
               f"{n.max_rel_err:.3g}" if n.max_rel_err is not None else "-",
@@ -331,7 +375,7 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
     return AutoloopReport(workdir=str(w), state=state, baseline_ms=base.ms if base else None,
                           final_ms=best.ms if best else None, speedup=speedup, simulated=simulated, verify=verify,
                           report_md=str(rdir / "autoloop_report.md"),
-                          charts=[str(c) for c in charts], ship=ship, stale=stale)
+                          charts=[str(c) for c in charts], ship=ship, stale=stale, on_real_gpu=on_gpu)
 
 
 def _charts(rdir: Path, points: list[RoundPoint], regions: list[tuple[str, float, float | None]],

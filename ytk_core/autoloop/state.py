@@ -88,6 +88,17 @@ class CarveFailure(_M):
     selector: str | None = Field(None, description="the selector the error names, if it names one")
 
 
+class RealSupport(_M):
+    """With a simulated kernel generator: what the real generators the automatic choice ranks (templates,
+    then any other installed real one) would take of a round's proposals, asked from each region's sketch
+    as ``propose --kernelgen`` asks. The simulated speedup counts every region; on a GPU only these get a
+    kernel."""
+
+    chain: str = Field(description="the real generators asked, comma-separated; empty: none is installed")
+    takes: list[str] = Field(default_factory=list, description="proposals the chain takes (or likely takes)")
+    refuses: dict[str, str] = Field(default_factory=dict, description="proposal -> why the chain refuses it")
+
+
 class RoundRecord(_M):
     index: int
     stage: RoundStage = "propose"
@@ -110,6 +121,8 @@ class RoundRecord(_M):
     losers_ms: float | None = Field(None, description="that engine's p50 ms")
     gain_ms: float | None = None
     note: str = ""
+    real_support: RealSupport | None = Field(None, description="with a simulated generator: what the real "
+                                             "ones would take of this round's proposals")
 
 
 class BestEngine(_M):

@@ -61,6 +61,7 @@ def autoloop(
 
         export_replaces(export, workdir)  # a wrong --export is said before the loop runs, not after
 
+    from ..autoloop.report import simulated_generator
     from ..autoloop.state import BackendChoice
 
     rep = run_autoloop(model, arch, precision, workdir,
@@ -95,8 +96,13 @@ def autoloop(
     stdout.print(t)
     if rep.baseline_ms and rep.final_ms:
         numerics = "" if rep.verify is None else (", numerics pass" if rep.verify.passed else ", numerics FAIL")
+        if numerics and simulated_generator(st):
+            numerics += " (of the carve and plumbing: the simulated plugins compute the reference)"
         stdout.print(f"{rep.baseline_ms:.3f} ms -> {rep.final_ms:.3f} ms ({rep.speedup:.2f}x){sim}{numerics}; "
                      f"stopped: {st.stop_reason}", markup=False, highlight=False)
+    if rep.on_real_gpu:
+        stdout.print(f"note: the simulated generator plugged every region; {rep.on_real_gpu}", markup=False,
+                     highlight=False, soft_wrap=True)
     for what in rep.stale:
         stdout.print(f"note: resumed although {what}: these figures were measured before that change "
                      "(--fresh measures the model as it is now)", markup=False, highlight=False)

@@ -90,6 +90,20 @@ def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config
     return chain
 
 
+def real_auto_chain(mgr: BackendManager, role: str) -> list[Selection]:
+    """The chain the automatic choice would give here with a GPU: the real backends ranked for ``role``,
+    best first, that are available or lack only a GPU (``Availability.needs_gpu``; one lacking its
+    configuration, such as an unset service URL, stays out). What a simulated run's figures would meet on
+    hardware."""
+    def runs_with_a_gpu(c: LoadedBackend) -> bool:
+        a = c.availability(None)
+        return a.available or a.needs_gpu
+
+    ranked = sorted((c for c in mgr.for_role(role) if role in c.info.auto_priority and not c.info.simulated
+                     and runs_with_a_gpu(c)), key=lambda c: (-c.info.auto_priority[role], c.name))
+    return [Selection(role=role, backend=c, source="auto", reason="ranked for a real target") for c in ranked]
+
+
 def chain_label(chain: list[Selection]) -> str:
     """``templates,naive-dw``: how a chain is named in flags, state and reports."""
     return ",".join(s.name for s in chain)

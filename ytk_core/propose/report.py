@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -91,7 +93,7 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
     # user's own for one op) should hear which families it would take that --roofline left out
     if asked and not any(p.supported for p in asked):
         lines.append(f"{backend} takes none of the {len(asked)} proposal{'s' if len(asked) != 1 else ''}: with it "
-                     "the autoloop would plug nothing (1.00x)" + _other_generators(backend))
+                     "the autoloop would plug nothing (1.00x)" + other_generators(backend))
     refused = not asked or any(not p.supported for p in asked)
     for row in r.not_worth if refused else []:
         if row.category == "roofline" and row.supported:
@@ -101,12 +103,20 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
     return lines
 
 
-def _other_generators(asked: str) -> str:
-    """'; ask another installed generator: --kernelgen triton' (real ones; the mock only where it is all)."""
+def other_generators(asked: str) -> str:
+    """'; ask another installed generator: --kernelgen triton': the real ones outside the ``asked`` chain
+    that run here or would with a GPU (one that lacks its configuration, such as gaia without a service
+    URL, is no answer)."""
     from ..runtime import runtime
 
+    chain = set(asked.split(","))
+
+    def could_run(b: Any) -> bool:
+        a = b.availability(None)
+        return a.available or a.needs_gpu
+
     names = [n for n, b in runtime().manager.backends.items()
-             if "kernelgen" in b.info.roles and n != asked and not b.info.simulated]
+             if "kernelgen" in b.info.roles and n not in chain and not b.info.simulated and could_run(b)]
     return f"; ask another installed generator: {', '.join(f'--kernelgen {n}' for n in sorted(names))}" if names \
         else "; no other real kernel generator is installed (`ytk backends` lists them)"
 

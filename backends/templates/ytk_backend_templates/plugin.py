@@ -38,10 +38,10 @@ class TemplatesGenerator:
             return Availability(available=False, reason="nvcc not found (needed to build kernel variants)")
         gpu = local_gpu()
         if gpu is None:
-            return Availability(available=False, reason="no CUDA device to score kernels on")
+            return Availability(available=False, reason="no CUDA device to score kernels on", needs_gpu=True)
         why = sm_mismatch(gpu, arch) if arch is not None else None
         if why:
-            return Availability(available=False, reason=why)
+            return Availability(available=False, reason=why, needs_gpu=True)
         return Availability(available=True, reason=f"scores kernels on the local {gpu.name} (sm_{gpu.sm})",
                             details={"gpu": gpu.name, "sm": str(gpu.sm)})
 

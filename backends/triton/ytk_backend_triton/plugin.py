@@ -40,7 +40,8 @@ class TritonGenerator:
             return Availability(available=False, reason="Triton is not installed (pip install triton)")
         got = local_cuda()
         if isinstance(got, str):
-            return Availability(available=False, reason=f"{got} (inductor compiles and scores on a local GPU)")
+            return Availability(available=False, reason=f"{got} (inductor compiles and scores on a local GPU)",
+                                needs_gpu=True)
         return Availability(available=True, reason=f"compiles with inductor and Triton {triton_version()} on the "
                                                    f"local {got[1]}")
 

@@ -31,6 +31,9 @@ class Availability(BaseModel):
     available: bool
     reason: str = ""
     details: dict[str, str] = Field(default_factory=dict)
+    needs_gpu: bool = Field(False, description="unavailable only for want of a (matching) CUDA GPU here: on a "
+                            "machine with one it would run with nothing to configure (a simulated run asks such "
+                            "generators what they would take)")
 
 
 #: ``--config`` keys the core itself reads for every kernel generator: it turns them into the typed
