@@ -175,7 +175,14 @@ def test_bad_duration():
 
 def test_json_state_is_versioned(finished):
     data = json.loads((finished[0] / STATE_FILE).read_text())
-    assert data["schema_version"] == 2 and os.path.isabs(data["model"])
+    assert data["schema_version"] == 3 and os.path.isabs(data["model"])
+    # schema 2 lacked a round's real_support: it reads, as the current schema
+    data["schema_version"] = 2
+    for r in data["rounds"]:
+        r.pop("real_support", None)
+    (finished[0] / "s2.json").write_text(json.dumps(data))
+    st = AutoloopState.read(finished[0] / "s2.json")
+    assert st.schema_version == 3 and all(r.real_support is None for r in st.rounds)
 
 
 def test_a_schema1_state_is_read_or_refused_by_what_it_can_say(finished, tmp_path):
@@ -187,13 +194,13 @@ def test_a_schema1_state_is_read_or_refused_by_what_it_can_say(finished, tmp_pat
     data["schema_version"] = 1
     data.pop("stop_kind", None)
     for r in data["rounds"]:
-        r.pop("losers_engine", None), r.pop("losers_ms", None)
+        r.pop("losers_engine", None), r.pop("losers_ms", None), r.pop("real_support", None)
     for reason, kind in [("reached --max-rounds 2", "max_rounds"), ("round 1 gained 0.000 ms, under --min-gain-ms "
                          "0.1 ms", "min_gain"), ("time budget of 60 s spent", "time_budget"), ("no candidate left",
                                                                                              "nothing_left")]:
         (tmp_path / "s.json").write_text(json.dumps({**data, "finished": True, "stop_reason": reason}))
         st = AutoloopState.read(tmp_path / "s.json")
-        assert st.stop_kind == kind and st.schema_version == 2
+        assert st.stop_kind == kind and st.schema_version == 3
     rnd = next(r for r in data["rounds"] if r["candidates"] and r["result_bundle"])
     rnd["stage"] = "decide"
     for c in rnd["candidates"]:

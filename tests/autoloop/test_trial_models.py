@@ -26,6 +26,10 @@ def test_a_trial_model_gets_faster_with_numerics_intact(tmp_path, model, env):
     rep = json.loads(r.stdout)
     assert rep["speedup"] > 1.05 and rep["simulated"], (rep["speedup"], rep["state"]["stop_reason"])
     assert rep["state"]["best"]["plugins"]
+    # the verdicts at the top of the document (schema 2), and what a GPU's generator would take of the plugins
+    assert rep["schema_version"] == 2 and rep["numerics_passed"] is True
+    assert rep["stop_reason"] == rep["state"]["stop_reason"] != ""
+    assert rep["on_real_gpu"].startswith("on a GPU the automatic kernel generator (templates) would take "), rep
     assert not any(c["reason"] and "internal carve error" in c["reason"]
                    for rnd in rep["state"]["rounds"] for c in rnd["candidates"])
 

@@ -6,6 +6,7 @@ import shlex
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -187,7 +188,10 @@ def export_outputs(ship: ShipList, dest: Path, workdir: Path) -> list[Path]:
 
 
 class AutoloopReport(Versioned):
-    """What ``ytk autoloop --json`` prints."""
+    """What ``ytk autoloop --json`` prints. Schema 2 added ``numerics_passed``, ``stop_reason`` and
+    ``on_real_gpu``."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     workdir: str
     state: AutoloopState
@@ -201,6 +205,9 @@ class AutoloopReport(Versioned):
     ship: ShipList | None = None
     stale: list[str] = Field(default_factory=list, description="what changed since the recorded results were "
                              "measured, when --resume went on with them anyway (empty: nothing changed)")
+    numerics_passed: bool | None = Field(None, description="whether the final engine passed numerics against "
+                                         "the model's reference (verify); None: not verified")
+    stop_reason: str = Field("", description="why the loop stopped (the state's stop_reason)")
     on_real_gpu: str | None = Field(None, description="with a simulated generator: how many of the plugged "
                                     "regions the real generators would take, and why not the rest")
 
@@ -375,7 +382,9 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
     return AutoloopReport(workdir=str(w), state=state, baseline_ms=base.ms if base else None,
                           final_ms=best.ms if best else None, speedup=speedup, simulated=simulated, verify=verify,
                           report_md=str(rdir / "autoloop_report.md"),
-                          charts=[str(c) for c in charts], ship=ship, stale=stale, on_real_gpu=on_gpu)
+                          charts=[str(c) for c in charts], ship=ship, stale=stale, on_real_gpu=on_gpu,
+                          numerics_passed=verify.passed if verify is not None else None,
+                          stop_reason=state.stop_reason)
 
 
 def _charts(rdir: Path, points: list[RoundPoint], regions: list[tuple[str, float, float | None]],

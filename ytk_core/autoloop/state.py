@@ -193,9 +193,10 @@ class AutoloopLimits(_M):
 
 class AutoloopState(Versioned):
     """Schema 2 added ``stop_kind`` and a round's ``losers_engine`` / ``losers_ms``; a schema-1 state is
-    read with its stop kind taken from its stop reason, except one stopped mid-decide (see _from_schema1)."""
+    read with its stop kind taken from its stop reason, except one stopped mid-decide (see _from_schema1).
+    Schema 3 added a round's ``real_support`` (a schema-2 state reads as is and is saved as schema 3)."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     model: str
     model_sha256: str
@@ -227,8 +228,10 @@ class AutoloopState(Versioned):
     @model_validator(mode="before")
     @classmethod
     def _from_schema1(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or data.get("schema_version", 1) != 1:
+        if not isinstance(data, dict) or data.get("schema_version", 1) >= cls.SCHEMA_VERSION:
             return data
+        if data.get("schema_version", 1) != 1:  # schema 2: only added fields since, each with a default
+            return {**data, "schema_version": cls.SCHEMA_VERSION}
         data = dict(data)
         for r in data.get("rounds") or []:
             if isinstance(r, dict) and r.get("stage") == "decide" and r.get("losers_engine") is None and any(
