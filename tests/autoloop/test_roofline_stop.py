@@ -49,3 +49,15 @@ def test_the_roofline_limit_is_checked_and_old_states_read() -> None:
     with pytest.raises(UsageError, match="--roofline is a fraction of the roofline bound in"):
         run_autoloop(__file__, "auto", "fp16", "/nonexistent-workdir", BackendChoice(), 1, "1%", 1, None,
                      roofline=1.5)
+
+
+def test_the_last_stop_names_what_lies_under_the_minimum_gain() -> None:
+    """A trial's Swin stopped with "no candidate left to try" while 8 sites sat under the threshold."""
+    small = NotWorthRow(label="families under 0.1 ms", category="under_threshold", sites=8, ms=0.083,
+                        reason="a kernelgen run cannot repay this")
+    why = _nothing_to_try(_ws(0.5), [], [], SimpleNamespace(not_worth=[small], proposals=[], candidates=[1]))
+    assert why == ("no candidate left to try (every proposal is plugged already or was dropped earlier); 8 more "
+                   "sites (0.083 ms) lie under --min-gain-ms 0.1ms")
+    assert _nothing_to_try(_ws(0.5), [], [], SimpleNamespace(not_worth=[], proposals=[], candidates=[1])).endswith(
+        "dropped earlier)")
+

@@ -126,7 +126,14 @@ def _nothing_to_try(ws: Workspace, fresh: list[Any], refused: list[PluginRecord]
         if said:
             why += f" ({'; '.join(said)})"
         return why + hidden
-    return "no candidate left to try (every proposal is plugged already or was dropped earlier)" + hidden
+    left = "no candidate left to try (every proposal is plugged already or was dropped earlier)"
+    under = next((w for w in getattr(report, "not_worth", []) or [] if w.category == "under_threshold"), None)
+    if under is not None and under.sites:
+        # what remains unplugged is small, not absent: say how small, and how to try it anyway
+        one = under.sites == 1
+        left += (f"; {under.sites} more site{'' if one else 's'} ({under.ms:.3f} ms) {'lies' if one else 'lie'} "
+                 f"under --min-gain-ms {ws.state.min_gain_label()}")
+    return left + hidden
 
 
 def _roofline_takers(ws: Workspace, report: Any) -> str:
