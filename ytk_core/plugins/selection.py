@@ -90,15 +90,16 @@ def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config
     return chain
 
 
+def runs_with_a_gpu(backend: LoadedBackend) -> bool:
+    """Available here, or lacking only a (matching) GPU (``Availability.needs_gpu``): a backend that lacks
+    its configuration, such as gaia without a service URL, is no answer on any machine."""
+    a = backend.availability(None)
+    return a.available or a.needs_gpu
+
+
 def real_auto_chain(mgr: BackendManager, role: str) -> list[Selection]:
     """The chain the automatic choice would give here with a GPU: the real backends ranked for ``role``,
-    best first, that are available or lack only a GPU (``Availability.needs_gpu``; one lacking its
-    configuration, such as an unset service URL, stays out). What a simulated run's figures would meet on
-    hardware."""
-    def runs_with_a_gpu(c: LoadedBackend) -> bool:
-        a = c.availability(None)
-        return a.available or a.needs_gpu
-
+    best first, that :func:`runs_with_a_gpu`. What a simulated run's figures would meet on hardware."""
     ranked = sorted((c for c in mgr.for_role(role) if role in c.info.auto_priority and not c.info.simulated
                      and runs_with_a_gpu(c)), key=lambda c: (-c.info.auto_priority[role], c.name))
     return [Selection(role=role, backend=c, source="auto", reason="ranked for a real target") for c in ranked]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -105,18 +103,13 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
 
 def other_generators(asked: str) -> str:
     """'; ask another installed generator: --kernelgen triton': the real ones outside the ``asked`` chain
-    that run here or would with a GPU (one that lacks its configuration, such as gaia without a service
-    URL, is no answer)."""
+    that run here or would with a GPU (``runs_with_a_gpu``)."""
+    from ..plugins.selection import runs_with_a_gpu
     from ..runtime import runtime
 
     chain = set(asked.split(","))
-
-    def could_run(b: Any) -> bool:
-        a = b.availability(None)
-        return a.available or a.needs_gpu
-
     names = [n for n, b in runtime().manager.backends.items()
-             if "kernelgen" in b.info.roles and n not in chain and not b.info.simulated and could_run(b)]
+             if "kernelgen" in b.info.roles and n not in chain and not b.info.simulated and runs_with_a_gpu(b)]
     return f"; ask another installed generator: {', '.join(f'--kernelgen {n}' for n in sorted(names))}" if names \
         else "; no other real kernel generator is installed (`ytk backends` lists them)"
 
