@@ -36,7 +36,10 @@ def test_json_is_the_versioned_report(ytk, worked):
     r = ytk(*_args(worked), "--json")
     assert r.code == 0, r.stderr
     rep = ProposeReport.model_validate_json(r.stdout)
-    assert rep.schema_version == 1 and rep.candidates and rep.simulated
+    assert rep.schema_version == 2 and rep.candidates and rep.simulated
+    # asked the mock (a simulator): what the real chain would take of the same rows is in the document too
+    assert rep.real_support is not None and rep.real_support.chain == "templates"
+    assert set(rep.real_support.takes) | set(rep.real_support.refuses) == {p.name for p in rep.candidates}
     assert "WHAT TO PLUG" not in r.stdout
 
 
@@ -268,8 +271,10 @@ def test_a_generator_refusing_every_proposal_hears_what_roofline_left_out(ytk, w
     assert "ask another installed generator: " in none[0] and "--kernelgen templates" in none[0], none
     # gaia with no service configured is no generator to ask; templates and triton lack only a GPU here
     assert "--kernelgen gaia" not in none[0] and "--kernelgen triton" in none[0], none
-    r = ytk(*_args(worked))  # the mock takes every proposal: nothing to add
+    r = ytk(*_args(worked))  # the mock takes every proposal: nothing to add but what a GPU's generator takes
     assert r.code == 0 and "would also take" not in r.stdout and "takes none of" not in r.stdout
+    real = [ln for ln in r.stdout.splitlines() if ln.startswith("mock is a simulator and takes every region; ")]
+    assert len(real) == 1 and "on a GPU the automatic kernel generator (templates) would take " in real[0], r.stdout
 
 
 def test_a_chain_of_generators_says_which_one_takes_each_row(ytk, worked):

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .state import PluginRecord, RealSupport, RoundRecord
+from ..propose.models import RealSupport
+from .state import PluginRecord, RoundRecord
 from .workspace import Workspace
 
 #: Re-optimize a kept plugin when its kernel declares less than this fraction of its memory floor.
@@ -24,7 +25,7 @@ def propose_round(ws: Workspace, rnd: RoundRecord) -> None:
     kept = {p.name for p in ws.state.best.plugins} if ws.state.best else set()
     fresh = [p for p in report.candidates if p.selector and p.name not in kept and p.selector not in dropped_before]
     worth = [p for p in fresh if p.ms >= ws.limits.gain_ms()]
-    rnd.real_support = _real_support(ws, worth)
+    rnd.real_support = _real_support(report, worth)
     refused = _refused_by_propose(ws, rnd, worth)
     refused_sels = {c.selector for c in refused}
     worth = [p for p in worth if p.selector not in refused_sels]
@@ -44,42 +45,15 @@ def propose_round(ws: Workspace, rnd: RoundRecord) -> None:
     ws.advance(rnd, "prepare")
 
 
-def _real_support(ws: Workspace, proposals: list[Any]) -> RealSupport | None:
-    """With only simulated generators in the loop, what the real ones would take of ``proposals`` (None
-    otherwise): asked from the sketch, no GPU needed. A generator that cannot answer counts as refusing."""
-    from ytk_hookspecs.models import ArchSpec
-
-    from ..errors import YtkError
-    from ..plugins.selection import chain_label, real_auto_chain
-    from ..runtime import runtime
-    from ..stages.supports import check_sketch
-    from .report import simulated_generator
-
-    if not proposals or not simulated_generator(ws.state):
+def _real_support(report: Any, proposals: list[Any]) -> RealSupport | None:
+    """What propose found the real generators would take of ``proposals`` when the loop's are simulated
+    (propose asks them then; None otherwise, or from an older propose report)."""
+    real = getattr(report, "real_support", None)
+    if real is None or not proposals:
         return None
-    chain = real_auto_chain(runtime().manager, "kernelgen")
-    out = RealSupport(chain=chain_label(chain))
-    try:
-        spec = ArchSpec.parse(ws.state.arch)
-    except ValueError:
-        spec = None
-    for p in proposals:
-        why = "no real kernel generator is installed"
-        if chain and getattr(p, "sketch", None) is not None:
-            try:
-                ans = check_sketch(p.sketch, None, spec, ws.state.precision, selection=chain)
-            except YtkError as e:
-                ans = None
-                why = str(e).splitlines()[0]
-            if ans is not None and ans.supported:
-                out.takes.append(p.name)
-                continue
-            if ans is not None:
-                why = ans.why or "not supported"
-        elif chain:
-            why = "propose made no sketch of it to ask with"
-        out.refuses[p.name] = " ".join(why.split())
-    return out
+    names = {p.name for p in proposals}
+    return RealSupport(chain=real.chain, takes=[n for n in real.takes if n in names],
+                       refuses={n: w for n, w in real.refuses.items() if n in names})
 
 
 def _propose(ws: Workspace) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from collections import Counter
 from pathlib import Path
 from typing import ClassVar
 
@@ -225,27 +224,15 @@ def real_gpu_line(state: AutoloopState, kept: list[PluginRecord]) -> str | None:
     """With a simulated generator, one line on what a GPU run would plug of ``kept``: the real generators the
     automatic choice ranks, how many of the plugged regions they take, and the commonest reasons for the
     rest (None when the loop's generator is real, or no round asked)."""
-    from ..propose.report import other_generators
+    from ..propose.models import RealSupport
+    from ..propose.report import real_support_line
 
     asked = [r.real_support for r in state.rounds if r.real_support is not None]
     if not asked or not kept:
         return None
-    takes = {n for a in asked for n in a.takes}
-    refuses = {n: why for a in asked for n, why in a.refuses.items()}
-    chain = asked[-1].chain
-    names = [p.name for p in kept]
-    n_take = sum(1 for n in names if n in takes)
-    if not chain:
-        return (f"no real kernel generator is installed: on a GPU none of the {len(names)} plugged regions would "
-                "get a kernel (`ytk backends` lists the generators)")
-    why = Counter(refuses[n] for n in names if n in refuses)
-    line = (f"on a GPU the automatic kernel generator{'s' if ',' in chain else ''} ({chain}) would take "
-            f"{n_take} of the {len(names)} plugged regions")
-    if n_take < len(names):
-        top = "; ".join(f"{w} ({k})" for w, k in why.most_common(3))
-        line += (f"; not the rest: {top}" if top else "")
-        line += other_generators(chain)
-    return line
+    merged = RealSupport(chain=asked[-1].chain, takes=[n for a in asked for n in a.takes],
+                         refuses={n: why for a in asked for n, why in a.refuses.items()})
+    return real_support_line(merged, [p.name for p in kept], "plugged regions")
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:

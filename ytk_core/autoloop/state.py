@@ -17,6 +17,7 @@ from ytk_hookspecs.models import Versioned
 from ytk_hookspecs.models.base import sha256_file, write_bytes_atomic
 
 from ..errors import UsageError
+from ..propose.models import RealSupport
 
 STATE_FILE = "autoloop.json"
 #: The last good state, one save older than STATE_FILE: a resume uses it when STATE_FILE is damaged.
@@ -86,17 +87,6 @@ class CarveFailure(_M):
 
     message: str = Field(description="the error, one line")
     selector: str | None = Field(None, description="the selector the error names, if it names one")
-
-
-class RealSupport(_M):
-    """With a simulated kernel generator: what the real generators the automatic choice ranks (templates,
-    then any other installed real one) would take of a round's proposals, asked from each region's sketch
-    as ``propose --kernelgen`` asks. The simulated speedup counts every region; on a GPU only these get a
-    kernel."""
-
-    chain: str = Field(description="the real generators asked, comma-separated; empty: none is installed")
-    takes: list[str] = Field(default_factory=list, description="proposals the chain takes (or likely takes)")
-    refuses: dict[str, str] = Field(default_factory=dict, description="proposal -> why the chain refuses it")
 
 
 class RoundRecord(_M):

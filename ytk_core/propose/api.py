@@ -12,7 +12,7 @@ from ..errors import UsageError
 from .attribution import attribute
 from .given import given_tables
 from .measurement import Measurement, load_measurement
-from .models import NotWorthRow, Proposal, ProposeOptions, ProposeReport
+from .models import NotWorthRow, Proposal, ProposeOptions, ProposeReport, RealSupport
 from .modules import ModuleIndex, load_fx_nodes
 from .onnx_graph import OnnxGraph
 from .plugged import load_carve, plugged_proposals, plugin_nodes
@@ -90,8 +90,9 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         new, rows = build_tables(judge, regions, outside, {p.name for p in plugged})
         warnings += judge.warnings
         props = plugged + new
+    real = None
     if opts.kernelgen is not None and not opts.plugins:
-        _ask_kernelgen(props, rows, opts.kernelgen, m.arch, m.precision, warnings)
+        real = _ask_kernelgen(props, rows, opts.kernelgen, m.arch, m.precision, warnings)
     cand_ms = sum(p.ms for p in props if not p.already_plugged)
     plugged_ms = sum(p.ms for p in props if p.already_plugged)
     return ProposeReport(
@@ -101,14 +102,16 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         end_to_end_ms=m.end_to_end_ms, attributed_ms=att.attributed_ms, glue_ms=att.glue_ms,
         candidates_ms=cand_ms, plugged_ms=plugged_ms, proposals=props, not_worth=rows, glue=att.glue_items(),
         class_table=class_table(mods, att), module_table=module_table(mods, att, depth), layers=att.layers,
-        options=opts, summary=summary_line(props, att.total_ms, word, m.simulated), warnings=warnings)
+        options=opts, summary=summary_line(props, att.total_ms, word, m.simulated), warnings=warnings,
+        real_support=real)
 
 
 def _ask_kernelgen(props: list[Proposal], rows: list[NotWorthRow], kernelgen: str, arch: str | None,
-                   precision: str, warnings: list[str]) -> None:
+                   precision: str, warnings: list[str]) -> RealSupport | None:
     """Ask the selected generator about every new proposal (no GPU, no carve: the sketch only), and about
     the families left out as at roofline: a generator of the user's own may take only those (naive-dw's
-    depthwise convs), and the user should hear that ``--roofline`` hides them rather than see no taker."""
+    depthwise convs), and the user should hear that ``--roofline`` hides them rather than see no taker.
+    When the selected generators are all simulated, also what the real ones would take (returned)."""
     from ..errors import YtkError
     from ..runtime import runtime
     from ..stages.supports import check_sketch
@@ -119,7 +122,7 @@ def _ask_kernelgen(props: list[Proposal], rows: list[NotWorthRow], kernelgen: st
                                      need_available=False)
     except (YtkError, ValueError) as e:
         warnings.append(f"kernel generator not asked: {str(e).splitlines()[0]}")
-        return
+        return None
     for p in props:
         if p.already_plugged or p.sketch is None:
             continue
@@ -132,6 +135,37 @@ def _ask_kernelgen(props: list[Proposal], rows: list[NotWorthRow], kernelgen: st
             taken = [a for a in answers if a.supported]
             row.supported = bool(taken)
             row.support_why, row.support_backend = (taken or answers)[0].why, (taken or answers)[0].backend
+    if not all(s.backend.info.simulated for s in sel):
+        return None
+    return _ask_real_chain([p for p in props if not p.already_plugged], spec, precision)
+
+
+def _ask_real_chain(props: list[Proposal], spec: ArchSpec | None, precision: str) -> RealSupport:
+    """What the real generators the automatic choice ranks would take of ``props``, from the sketches (a
+    generator that cannot answer counts as refusing)."""
+    from ..errors import YtkError
+    from ..plugins.selection import chain_label, real_auto_chain
+    from ..runtime import runtime
+    from ..stages.supports import check_sketch
+
+    chain = real_auto_chain(runtime().manager, "kernelgen")
+    out = RealSupport(chain=chain_label(chain))
+    for p in props:
+        why = "no real kernel generator is installed"
+        if chain and p.sketch is not None:
+            try:
+                ans = check_sketch(p.sketch, None, spec, precision, selection=chain)
+            except YtkError as e:
+                ans, why = None, str(e).splitlines()[0]
+            if ans is not None and ans.supported:
+                out.takes.append(p.name)
+                continue
+            if ans is not None:
+                why = ans.why or "not supported"
+        elif chain:
+            why = "propose made no sketch of it to ask with"
+        out.refuses[p.name] = " ".join(why.split())
+    return out
 
 
 def _mark_overlaps(regions: list[Any], carve: Any, pnodes: set[str]) -> None:

@@ -7,7 +7,7 @@ always add up to ``total_ms``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -162,8 +162,21 @@ class ModuleRow(_Model):
     share: float
 
 
+class RealSupport(_Model):
+    """With a simulated kernel generator: what the real generators the automatic choice ranks (templates,
+    then any other installed real one that runs here or would with a GPU) would take of the proposals,
+    asked from each region's sketch. A simulated figure counts every region; on a GPU only these get a
+    kernel."""
+
+    chain: str = Field(description="the real generators asked, comma-separated; empty: none is installed")
+    takes: list[str] = Field(default_factory=list, description="proposals the chain takes (or likely takes)")
+    refuses: dict[str, str] = Field(default_factory=dict, description="proposal -> why the chain refuses it")
+
+
 class ProposeReport(Versioned):
-    """What propose measured, attributed and recommends."""
+    """What propose measured, attributed and recommends. Schema 2 added ``real_support``."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     source: str = Field(description="the bundle or profile file measured")
     source_label: str
@@ -191,6 +204,8 @@ class ProposeReport(Versioned):
     options: ProposeOptions
     summary: str
     warnings: list[str] = Field(default_factory=list)
+    real_support: RealSupport | None = Field(None, description="asked a simulated generator: what the real "
+                                             "ones would take of the new proposals")
 
     @property
     def candidates(self) -> list[Proposal]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from .api import engine_word
-from .models import Proposal, ProposeReport
+from .models import Proposal, ProposeReport, RealSupport
 
 
 def _fmt(total: float):  # type: ignore[no-untyped-def]
@@ -92,6 +94,9 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
     if asked and not any(p.supported for p in asked):
         lines.append(f"{backend} takes none of the {len(asked)} proposal{'s' if len(asked) != 1 else ''}: with it "
                      "the autoloop would plug nothing (1.00x)" + other_generators(backend))
+    if r.real_support is not None and asked:
+        lines.append(f"{backend} is a simulator and takes every region; "
+                     + real_support_line(r.real_support, [p.name for p in asked], "proposals"))
     refused = not asked or any(not p.supported for p in asked)
     for row in r.not_worth if refused else []:
         if row.category == "roofline" and row.supported:
@@ -99,6 +104,23 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
                          f"({row.ms:.3g} ms, {row.support_why}), left out below as at roofline: "
                          f"--roofline 1 lists it")
     return lines
+
+
+def real_support_line(real: RealSupport, names: list[str], what: str) -> str:
+    """'on a GPU the automatic kernel generator (templates) would take 0 of the 15 <what>; not the rest:
+    <the commonest refusals, counted>; ask another installed generator: --kernelgen triton'."""
+    if not real.chain:
+        return (f"no real kernel generator is installed: on a GPU none of the {len(names)} {what} would get a "
+                "kernel (`ytk backends` lists the generators)")
+    taken = set(real.takes)
+    n_take = sum(1 for n in names if n in taken)
+    line = (f"on a GPU the automatic kernel generator{'s' if ',' in real.chain else ''} ({real.chain}) would take "
+            f"{n_take} of the {len(names)} {what}")
+    if n_take < len(names):
+        why = Counter(real.refuses[n] for n in names if n in real.refuses)
+        top = "; ".join(f"{w} ({k})" for w, k in why.most_common(3))
+        line += (f"; not the rest: {top}" if top else "") + other_generators(real.chain)
+    return line
 
 
 def other_generators(asked: str) -> str:
