@@ -133,7 +133,7 @@ def other_generators(asked: str) -> str:
     names = [n for n, b in runtime().manager.backends.items()
              if "kernelgen" in b.info.roles and n not in chain and not b.info.simulated and runs_with_a_gpu(b)]
     return f"; ask another installed generator: {', '.join(f'--kernelgen {n}' for n in sorted(names))}" if names \
-        else "; no other real kernel generator is installed (`ytk backends` lists them)"
+        else "; no other installed real kernel generator could run here or on a GPU (`ytk backends` says why)"
 
 
 def not_worth_lines(r: ProposeReport, top: int) -> list[str]:
