@@ -61,6 +61,7 @@ def test_after_the_carve_the_answer_is_the_recogniser(tmp_path):
                     "deployment_target=tensorrt", "-o", tmp_path / "SE.module_source.py", "--dry-run",
                     "--kernelgen", "templates")
     assert no.code == 3 and "would refuse" in no.stdout and "Traceback" not in no.stderr
+    assert "would refuse" not in no.stderr and "error:" not in no.stderr  # said once, not again as an error
     assert not (tmp_path / "Dw.module_source.py").exists() and not (tmp_path / "SE.module_source.py").exists()
 
 

@@ -48,7 +48,7 @@ def compile_(
     json_: JsonOpt = False,
 ) -> None:
     """Generate a kernel for a carved region, then check it against the region's contract."""
-    from ..errors import BackendError, UsageError
+    from ..errors import UsageError
     from ..runtime import emit_json, stdout
     from ..stages.kernelgen import run_kernelgen_compile, run_kernelgen_dry_run
 
@@ -66,10 +66,8 @@ def compile_(
             else:  # no certain answer (the generator could not tell, or failed to answer)
                 line = f"{ans.backend}: cannot say before a job{kind}: {ans.why}"
             stdout.print(line, highlight=False, markup=False)
-        if not ans.supported:
-            verb = "would refuse" if ans.certain else "gave no yes for"
-            raise BackendError(f"{ans.backend} {verb} {reference}: {ans.why}", exit_code=3) if not json_ \
-                else SystemExit(3)
+        if not ans.supported:  # the answer above is the one line (a second, on stderr, only repeated it)
+            raise SystemExit(3)
         return
     if output is None:
         raise UsageError("kernelgen compile needs -o/--output <Name>.module_source.py (only --dry-run writes "
