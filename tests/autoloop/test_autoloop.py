@@ -699,6 +699,8 @@ def test_the_real_generators_line_counts_the_plugged_regions_and_groups_the_refu
     st = state(w)
     kept = [PluginRecord(name=n, selector=f"yasp::{n}=X", origin_round=1, region_ms=1.0, sites=1)
             for n in ("A", "B", "C", "D")]
+    for r in st.rounds:  # every round records what propose asked; this test puts its own answer in round 1
+        r.real_support = None
     st.rounds[0].real_support = RealSupport(chain="templates", takes=["A"],
                                             refuses={"B": "no template for a gemm region",
                                                      "C": "no template for a gemm region", "D": "softmax attention"})

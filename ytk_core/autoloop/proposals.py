@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..propose.models import RealSupport
 from .state import PluginRecord, RoundRecord
 from .workspace import Workspace
 
@@ -25,7 +24,7 @@ def propose_round(ws: Workspace, rnd: RoundRecord) -> None:
     kept = {p.name for p in ws.state.best.plugins} if ws.state.best else set()
     fresh = [p for p in report.candidates if p.selector and p.name not in kept and p.selector not in dropped_before]
     worth = [p for p in fresh if p.ms >= ws.limits.gain_ms()]
-    rnd.real_support = _real_support(report, worth)
+    rnd.real_support = report.real_support  # with a simulated generator: what the real ones would take
     refused = _refused_by_propose(ws, rnd, worth)
     refused_sels = {c.selector for c in refused}
     worth = [p for p in worth if p.selector not in refused_sels]
@@ -43,17 +42,6 @@ def propose_round(ws: Workspace, rnd: RoundRecord) -> None:
     parts += [f"re-optimize {c.name} ({c.region_ms:.2f} ms, {c.ms_to_beat:.3f} ms/site to beat)" for c in reopt]
     ws.event(f"round {rnd.index}: proposing {', '.join(parts)}")
     ws.advance(rnd, "prepare")
-
-
-def _real_support(report: Any, proposals: list[Any]) -> RealSupport | None:
-    """What propose found the real generators would take of ``proposals`` when the loop's are simulated
-    (propose asks them then; None otherwise, or from an older propose report)."""
-    real = getattr(report, "real_support", None)
-    if real is None or not proposals:
-        return None
-    names = {p.name for p in proposals}
-    return RealSupport(chain=real.chain, takes=[n for n in real.takes if n in names],
-                       refuses={n: w for n, w in real.refuses.items() if n in names})
 
 
 def _propose(ws: Workspace) -> Any:

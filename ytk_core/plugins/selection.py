@@ -81,13 +81,17 @@ def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config
     if role not in CHAIN_ROLES or first.backend.info.simulated:
         return [first]
     chain = [first]
-    ranked = sorted((c for c in mgr.for_role(role) if role in c.info.auto_priority and c.name != first.name
-                     and not c.info.simulated), key=lambda c: (-c.info.auto_priority[role], c.name))
     top = first.backend.info.auto_priority.get(role, 0)
-    for c in ranked:
-        if c.info.auto_priority[role] <= top and c.availability(arch).available:
+    for c in _ranked_real(mgr, role):
+        if c.name != first.name and c.info.auto_priority[role] <= top and c.availability(arch).available:
             chain.append(Selection(role=role, backend=c, source="auto", reason=f"next after {chain[-1].name}"))
     return chain
+
+
+def _ranked_real(mgr: BackendManager, role: str) -> list[LoadedBackend]:
+    """The real (not simulated) backends ranked for ``role`` by ``auto_priority``, best first."""
+    return sorted((c for c in mgr.for_role(role) if role in c.info.auto_priority and not c.info.simulated),
+                  key=lambda c: (-c.info.auto_priority[role], c.name))
 
 
 def runs_with_a_gpu(backend: LoadedBackend) -> bool:
@@ -100,9 +104,8 @@ def runs_with_a_gpu(backend: LoadedBackend) -> bool:
 def real_auto_chain(mgr: BackendManager, role: str) -> list[Selection]:
     """The chain the automatic choice would give here with a GPU: the real backends ranked for ``role``,
     best first, that :func:`runs_with_a_gpu`. What a simulated run's figures would meet on hardware."""
-    ranked = sorted((c for c in mgr.for_role(role) if role in c.info.auto_priority and not c.info.simulated
-                     and runs_with_a_gpu(c)), key=lambda c: (-c.info.auto_priority[role], c.name))
-    return [Selection(role=role, backend=c, source="auto", reason="ranked for a real target") for c in ranked]
+    return [Selection(role=role, backend=c, source="auto", reason="ranked for a real target")
+            for c in _ranked_real(mgr, role) if runs_with_a_gpu(c)]
 
 
 def chain_label(chain: list[Selection]) -> str:
