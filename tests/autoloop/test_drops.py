@@ -406,7 +406,8 @@ def _flag_proposals(monkeypatch, **flags):  # type: ignore[no-untyped-def]
     def propose(*args, **kw):  # type: ignore[no-untyped-def]
         report = real(*args, **kw)
         return types.SimpleNamespace(candidates=[_Flagged(p, **flags) if p.name == BAD else p
-                                                 for p in report.candidates], plugged=report.plugged)
+                                                 for p in report.candidates], plugged=report.plugged,
+                                     real_support=report.real_support)
 
     monkeypatch.setattr(propose_api, "propose", propose)
 
