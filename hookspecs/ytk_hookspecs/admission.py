@@ -428,15 +428,26 @@ def low_precision(program: Any, precision: str) -> Any:
 
 
 def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precision: str,
-                            device: Any) -> tuple[list[Any], list[Any], str]:
-    """For one case: the fp32 references (TF32 off) on the inputs as the engine feeds them (activations rounded
-    to its precision), per-element tolerances by :data:`BUDGET`, and why the case is unfair ('' when it is
-    not): the region's own ops overflow at the engine precision on these inputs. All on the host."""
+                            device: Any, dtypes: list[str] | None = None) -> tuple[list[Any], list[Any], str]:
+    """For one case: the fp32 references (TF32 off) on the inputs as the engine feeds them, per-element
+    tolerances by :data:`BUDGET`, and why the case is unfair ('' when it is not): the region's own ops overflow
+    at the engine precision on these inputs. All on the host.
+
+    ``dtypes`` are the dtypes the plugin's contract declares for its inputs (``meta.inputs[i].dtype``): at fp16
+    an input declared ``float16`` is rounded to fp16 before the reference sees it, as the engine feeds it, and
+    one declared ``float32`` (a lifted weight or bias) is not -- the kernel gets it unrounded, so rounding it
+    here would charge the kernel with an error the reference made. None: every float input is fed at the
+    engine precision."""
     import math
 
     import torch
 
-    dev = [(t.half().float() if precision == "fp16" and t.is_floating_point() else t).to(device) for t in logical]
+    def fed_low(i: int, t: Any) -> bool:
+        if precision != "fp16" or not t.is_floating_point():
+            return False
+        return dtypes is None or i >= len(dtypes) or dtypes[i] == "float16"
+
+    dev = [(t.half().float() if fed_low(i, t) else t).to(device) for i, t in enumerate(logical)]
     prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:

@@ -4,6 +4,7 @@ kernels that misbehave on purpose: the exact one passes, each faulty one is caug
 from __future__ import annotations
 
 import sys
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,67 @@ def test_nan_tolerance_or_reference_never_passes() -> None:
     case.refs[0][0, 0, 0, 0] = float("nan")
     r = check_case(StandIn(_meta(), _fn), case, CPU)
     assert not r.ok
+
+
+# -- the gate's reference: inputs as the engine feeds them, by the plugin's declared dtypes ------------------
+def _conv_meta() -> PluginMeta:
+    shape = ["in0[0]", "in1[0]", "in0[2]", "in0[3]"]
+    return PluginMeta(plugin_name="Conv1x1Relu6", inputs=[
+        TensorContract(name="x", dtype="float16", format="kHWC8", role="activation",
+                       shape=["in0[0]", "in0[1]", "in0[2]", "in0[3]"]),
+        TensorContract(name="w", dtype="float32", format="kLINEAR", role="weight",
+                       shape=["in1[0]", "in1[1]", "in1[2]", "in1[3]"]),
+        TensorContract(name="b", dtype="float32", format="kLINEAR", role="weight", shape=["in2[0]"])],
+        outputs=[TensorContract(name="y", dtype="float16", format="kHWC8", shape=shape)],
+        extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]"}, launcher="conv_launch")
+
+
+def _conv_relu6(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(torch.nn.functional.conv2d(x, w, b), 0.0, 6.0)
+
+
+class _Region(torch.nn.Module):
+    def forward(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _conv_relu6(x, w, b)
+
+
+def _large_conv_case(seed: int) -> list[torch.Tensor]:
+    """MobileNetV2's first pointwise conv (8 -> 48, folded BN, ReLU6) on the gate's 'large' draw (64x the
+    activations' scale): the clamp keeps the outputs at most 6 while the terms summed are in the hundreds."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 8, 24, 40, generator=g) * 64.0
+    w = torch.randn(48, 8, 1, 1, generator=g) / 8 ** 0.5
+    b = torch.randn(48, generator=g) * 0.1
+    return [x, w, b]
+
+
+def _gate(lib: StandIn, logical: list[torch.Tensor], dtypes: list[str] | None) -> Any:
+    from ytk_hookspecs.admission import kernel_inputs, low_precision, reference_and_tolerance
+
+    program = _Region()
+    refs, tols, why = reference_and_tolerance(program, low_precision(program, "fp16"), logical, "fp16", CPU,
+                                              dtypes)
+    assert why == ""
+    return check_case(lib, AdmissionCase("large", kernel_inputs(lib.meta, logical, CPU), refs, tols), CPU)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_kernel_fed_fp32_weights_is_judged_against_a_reference_fed_the_same(seed: int) -> None:
+    """The H100 gate rejected MobileNetV2's pointwise and depthwise kernels (3.5x-7.4x over budget on the large
+    draw): its reference rounded the fp32 weights the kernel is fed to fp16, so the kernel was charged with the
+    reference's own rounding. Fed as the contract declares, the exact kernel passes and a wrong one still fails."""
+    meta = _conv_meta()
+    dtypes = [c.dtype for c in meta.inputs]
+    logical = _large_conv_case(seed)
+    exact = StandIn(meta, _conv_relu6)
+    assert _gate(exact, logical, dtypes).ok
+    # the reference the old gate built (every float input at fp16) is off by more than its budget here
+    assert not _gate(exact, logical, None).ok
+
+    def one_weight_wrong(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        w = w.clone()
+        w[3, 5] *= 1.02
+        return _conv_relu6(x, w, b)
+
+    wrong = _gate(StandIn(meta, one_weight_wrong), logical, dtypes)
+    assert not wrong.ok and any("exceeds its budget" in p for p in wrong.problems), wrong.problems

@@ -363,7 +363,8 @@ def _run(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precisio
             label = f"shape{si}({shape_label})/{dist}" + (f"/seed{seed}" if seed >= 0 else "")
             if progress:
                 progress(f"admission {name}: {label}")
-            ref, tol, overflow = reference_and_tolerance(program, low, logical, precision, device)
+            ref, tol, overflow = reference_and_tolerance(program, low, logical, precision, device,
+                                                        [c.dtype for c in lib.meta.inputs])
             if overflow and seed >= 0:
                 cases.append(AdmissionCaseRecord(label=label, ok=True, skipped=overflow))
                 continue

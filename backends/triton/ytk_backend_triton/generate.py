@@ -227,7 +227,8 @@ def _finish(request: KernelGenRequest, workdir: Path, job_id: str, name: str, pr
     lib = LauncherLibrary(so)
     times, torch_ms, floors, problems = [], [], [], []
     for ci, case in enumerate(logical):
-        ref, tol, why = reference_and_tolerance(program, low, case, "fp16", dev)
+        ref, tol, why = reference_and_tolerance(program, low, case, "fp16", dev,
+                                                 [c.dtype for c in meta.inputs])
         if why:  # the region's own fp16 ops overflow on these inputs: nothing fair to compare against
             problems.append(f"shape{ci}: {why}")
             continue

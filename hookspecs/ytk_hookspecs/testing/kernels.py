@@ -137,7 +137,8 @@ def run_numerics(lib: Any, region: WrittenRegion, device: Any, precision: str = 
     cases = [(f"site{k}/captured", ins) for k, ins in enumerate(sites)] + [(f"site0/seed{seed}", drawn)]
     outcomes = []
     for label, logical in cases:
-        refs, tols, _ = reference_and_tolerance(program, low, logical, precision, device)
+        refs, tols, _ = reference_and_tolerance(program, low, logical, precision, device,
+                                               [c.dtype for c in lib.meta.inputs])
         outcomes.append(check_case(lib, AdmissionCase(label, kernel_inputs(lib.meta, logical, device), refs, tols),
                                    device))
     return outcomes
