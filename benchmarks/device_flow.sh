@@ -68,8 +68,10 @@ do_gputests() {
 }
 do_pytest() {  # PYTEST_ARGS on this machine, e.g. PYTEST_ARGS="-m gpu tests/trust"; interrupted (SIGINT) at
   # PYTEST_TIMEOUT so the failures so far are still reported
+  # PYTEST_ARGS is split as the shell would split it, so a quoted -k expression stays one argument
+  local args; eval "args=(${PYTEST_ARGS:?say which tests})"
   timeout -s INT -k 20 ${PYTEST_TIMEOUT:-400} python3 -m pytest -v --tb=short -rfEs -p no:cacheprovider \
-    ${PYTEST_ARGS:?say which tests} > "$OUT/pytest.log" 2>&1
+    "${args[@]}" > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E ' (PASSED|FAILED|ERROR|SKIPPED)|^(FAILED|ERROR) |passed|failed' "$OUT/pytest.log" | tail -40
 }
