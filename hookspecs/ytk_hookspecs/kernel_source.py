@@ -22,6 +22,24 @@ _FIELDS = ("CUDA_HEADER", "CUDA_SOURCE", "PLUGIN_META_YAML")
 
 SOURCE_SUFFIX = ".module_source.py"
 
+#: What a builder puts ahead of a bundle's header and source in the one translation unit it compiles (in this
+#: order), so both may use ``cudaStream_t``, ``int64_t`` and ``size_t`` without including anything themselves.
+#: A bundle may include more (``cuda_fp16.h``, ``mma.h``, ...): the CUDA toolkit's include path is on the
+#: compile line; nothing else is.
+BUILDER_INCLUDES = ("cuda_runtime.h", "cstdint", "cstddef")
+
+
+def launcher_header(launcher: str, workspace: str | None = None) -> str:
+    """A bundle's ``CUDA_HEADER``: the launcher ABI's prototypes (:mod:`ytk_hookspecs.models.kernel`) for
+    ``launcher`` and, when the kernel needs scratch memory, its workspace-size function; include-guarded and
+    self-contained (it includes :data:`BUILDER_INCLUDES` itself)."""
+    ws = f'extern "C" size_t {workspace}(const int64_t* extents);\n' if workspace else ""
+    guard = f"YTK_{launcher.upper()}_H"
+    includes = "".join(f"#include <{h}>\n" for h in BUILDER_INCLUDES)
+    return (f"#ifndef {guard}\n#define {guard}\n{includes}"
+            f'extern "C" int {launcher}(const void* const* inputs, void* const* outputs, '
+            "const int64_t* extents, void* workspace, cudaStream_t stream);\n" + ws + "#endif\n")
+
 
 def report_path(source: Path) -> Path:
     """Where a kernel job's report goes: ``X.module_source.py`` -> ``X.report.json`` beside it (one report

@@ -165,9 +165,9 @@ def build_variants(variants: list[Variant], meta: PluginMeta, arch: ArchSpec, ou
 
 def winner_source(variant: Variant, meta: PluginMeta) -> tuple[str, str]:
     """(header, source) of a bundle holding only the winning variant, launcher renamed to the contract's."""
-    from .emit_common import header
+    from ytk_hookspecs.kernel_source import launcher_header
 
     body = variant.body.replace(variant.launcher, meta.launcher)
     if variant.workspace and meta.workspace:
         body = body.replace(variant.workspace, meta.workspace)
-    return header(meta.launcher, meta.workspace), PRELUDE + body
+    return launcher_header(meta.launcher, meta.workspace), PRELUDE + body

@@ -109,15 +109,6 @@ def rounds_weights_to_fp16(params: Mapping[str, int | str]) -> bool:
     return params.get("weights") == "fp16"
 
 
-def header(launcher: str, workspace: str | None) -> str:
-    """The CUDA header of a bundle: the extern "C" ABI of the kernel contract."""
-    ws = (f'extern "C" size_t {workspace}(const int64_t* extents);\n' if workspace else "")
-    guard = f"YTK_{launcher.upper()}_H"
-    return (f"#ifndef {guard}\n#define {guard}\n#include <cuda_runtime.h>\n#include <cstdint>\n#include <cstddef>\n"
-            f'extern "C" int {launcher}(const void* const* inputs, void* const* outputs, '
-            "const int64_t* extents, void* workspace, cudaStream_t stream);\n" + ws + "#endif\n")
-
-
 def float_literal(x: float) -> str:
     """An exact C float literal for ``x`` (repr round-trips the double; the f suffix rounds once)."""
     return f"{float(x)!r}f"

@@ -200,13 +200,15 @@ def _finish(request: KernelGenRequest, workdir: Path, job_id: str, name: str, pr
                                          reference_and_tolerance, time_replays)
     from ytk_hookspecs.launcher import LauncherLibrary
 
-    from .launcher import header_source, launcher_source
+    from ytk_hookspecs.kernel_source import launcher_header
+
+    from .launcher import launcher_source
     from .plan import LaunchPlan
     from .record import kernel_binaries
 
     plan = LaunchPlan(kernels=kernel_binaries(handles, sms, local_sm), cases=cases, n_inputs=len(meta.inputs),
                       n_outputs=len(meta.outputs), triton_version=_triton_version())
-    src = KernelSource(header=header_source(meta.launcher, meta.workspace),
+    src = KernelSource(header=launcher_header(meta.launcher, meta.workspace),
                        source=launcher_source(plan, f"ytk_triton_{name}", meta.launcher, meta.workspace),
                        meta=meta, generator=BACKEND)
     # build for the local GPU and score it there

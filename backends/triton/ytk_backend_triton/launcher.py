@@ -172,13 +172,3 @@ static int functions(Driver& d, CUfunction** fns, const unsigned** shared) {
     out += [f"  default: return {_INVALID_VALUE};  // extents of no shape case the plan was compiled for",
             "  }", "}", ""]
     return "\n".join(out)
-
-
-def header_source(launcher: str, workspace: str | None) -> str:
-    """The contract's prototypes, as the kernel source bundle's header."""
-    lines = ["#pragma once", "#include <cuda_runtime.h>", "#include <cstdint>", "#include <cstddef>",
-             f'extern "C" int {launcher}(const void* const* in, void* const* out, const int64_t* ext, void* ws, '
-             "cudaStream_t stream);"]
-    if workspace:
-        lines.append(f'extern "C" size_t {workspace}(const int64_t* ext);')
-    return "\n".join(lines) + "\n"

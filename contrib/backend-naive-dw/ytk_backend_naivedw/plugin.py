@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ytk_hookspecs import StageContext, hookimpl
 from ytk_hookspecs.candidates import request_candidate
-from ytk_hookspecs.kernel_source import KernelSource, report_path
+from ytk_hookspecs.kernel_source import KernelSource, launcher_header, report_path
 from ytk_hookspecs.models import (BackendInfo, Candidate, KernelGenRequest, KernelGenResult, KernelReport, PluginMeta,
                                   SupportAnswer, SupportRequest, TensorContract)
 
@@ -67,9 +67,8 @@ class NaiveDepthwise:
                           extents=dict(zip("NCHW", x)) | {"OH": out[2], "OW": out[3]})
         source = (f"#define K {k}\n#define S {s}\n#define P {p}\n#define ACT ({ACTS[op.activation]})\n"
                   + KERNEL.replace("LAUNCH", meta.launcher))
-        header = f'extern "C" int {meta.launcher}(const void* const*, void* const*, const int64_t*, void*, ' \
-                 'cudaStream_t);\n'
-        KernelSource(header=header, source=source, meta=meta, generator=NAME).write(request.output)
+        KernelSource(header=launcher_header(meta.launcher), source=source, meta=meta, generator=NAME).write(
+            request.output)
         report = KernelReport(plugin_name=name, backend=NAME, job_id=job, region_kind="depthwise_conv",
                               measured_on="nothing (not measured)", simulated=False, winner="naive",
                               error_budget="fp32 accumulation, fp16 output", candidates=[])

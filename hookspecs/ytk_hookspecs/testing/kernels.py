@@ -150,7 +150,7 @@ def run_numerics(lib: Any, region: WrittenRegion, device: Any, precision: str = 
 
 def relu_source(name: str) -> Any:
     """A real fp16 ReLU kernel honouring the launcher ABI, for builders to build (and a GPU to run)."""
-    from ..kernel_source import KernelSource
+    from ..kernel_source import KernelSource, launcher_header
     from ..models import PluginMeta, TensorContract
 
     meta = PluginMeta(
@@ -170,5 +170,5 @@ def relu_source(name: str) -> Any:
         "  relu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>((const __half*)inputs[0], "
         "(__half*)outputs[0], n);\n"
         "  return (int)cudaGetLastError();\n}\n")
-    header = f"extern \"C\" int {name}_launch(const void* const*, void* const*, const int64_t*, void*, cudaStream_t);\n"
-    return KernelSource(header=header, source=source, meta=meta, generator="ytk conformance suite")
+    return KernelSource(header=launcher_header(meta.launcher), source=source, meta=meta,
+                        generator="ytk conformance suite")

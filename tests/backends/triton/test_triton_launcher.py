@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ytk_backend_nvcc.toolchain import find_nvcc
-from ytk_backend_triton.launcher import header_source, launcher_source
+from ytk_backend_triton.launcher import launcher_source
+from ytk_hookspecs.kernel_source import launcher_header
 from ytk_backend_triton.plan import Arg, KernelBinary, Launch, LaunchPlan, PlanError, ShapeCase, ptx_entry
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource
@@ -90,7 +91,7 @@ def _meta(workspace: str | None = None) -> PluginMeta:
 def _bundle(plan: LaunchPlan, path: Path) -> Path:
     meta = _meta("ytk_workspace_TrRelu" if any(c.workspace_bytes for c in plan.cases) else None)
     src = launcher_source(plan, "ytk_tr_TrRelu", meta.launcher, meta.workspace)
-    return KernelSource(header=header_source(meta.launcher, meta.workspace), source=src, meta=meta).write(path)
+    return KernelSource(header=launcher_header(meta.launcher, meta.workspace), source=src, meta=meta).write(path)
 
 
 def test_the_compiled_kernel_and_its_plan(relu_plan: LaunchPlan) -> None:
