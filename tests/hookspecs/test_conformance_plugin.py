@@ -142,3 +142,37 @@ def test_a_generator_whose_jobs_ignore_its_own_refusals_fails(tmp_path):
     failed = [ln for ln in r.stdout.splitlines() if ln.startswith("FAILED")]
     assert len(failed) == 1 and "test_a_region_refused_for_certain_gets_no_kernel[twofaced]" in failed[0], failed
     assert "LayerNormC96 was refused (no norms here) but its job delivered a kernel" in r.stdout
+
+
+# -- a backend's own repository: nvcc on PATH, no nvcc builder installed ----------------------------------------
+def _alone(tmp_path: Path, source) -> None:  # type: ignore[no-untyped-def]
+    """Run the suite's bare-nvcc compile check on one kernel source, with a loader that has no nvcc builder."""
+    from types import SimpleNamespace
+
+    from ytk_hookspecs.testing import _LOADER
+    from ytk_hookspecs.testing.suite import test_done_kernels_compile_with_nvcc_alone as check
+
+    path = source.write(tmp_path / "src" / "Relu.module_source.py")
+    done = SimpleNamespace(result=SimpleNamespace(source=path), output=path,
+                           region=SimpleNamespace(candidate=SimpleNamespace(name="Relu")))
+    config = SimpleNamespace(stash=pytest.Stash())
+    config.stash[_LOADER] = SimpleNamespace(get=lambda name: None)
+    (tmp_path / "work").mkdir()
+    check(SimpleNamespace(done=[done], arch="x86_64-sm90-linux-cu130-trt10"), SimpleNamespace(config=config),
+          tmp_path / "work")
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+def test_without_the_nvcc_builder_a_bare_nvcc_still_compiles_every_done_kernel(tmp_path: Path) -> None:
+    from ytk_hookspecs.kernel_source import KernelSource
+    from ytk_hookspecs.testing.kernels import relu_source
+
+    good = relu_source("Relu")
+    _alone(tmp_path / "good", good)  # the builder's includes + header + source compile and define the launcher
+    misnamed = KernelSource(header=good.header, source=good.source.replace("Relu_launch(", "Relu_run("),
+                            meta=good.meta)
+    with pytest.raises(AssertionError, match="defines no extern"):
+        _alone(tmp_path / "misnamed", misnamed)
+    broken = KernelSource(header=good.header, source=good.source.replace("n == 0", "n == "), meta=good.meta)
+    with pytest.raises(AssertionError, match="nvcc exit"):
+        _alone(tmp_path / "broken", broken)

@@ -19,7 +19,8 @@ What it requires, per role:
   in fp16 and fp32;
 - kernelgen: ``supports()`` answers every region of the suite (:mod:`ytk_hookspecs.testing.regions`),
   and at least one region it claims ends ``done`` -- a generator that declines every region fails;
-  every done kernel passes the contract checks, builds with the ``nvcc`` builder when nvcc is present,
+  every done kernel passes the contract checks, builds with the ``nvcc`` builder when it is installed (and
+  compiles with a bare ``nvcc`` on PATH when it is not),
   and computes its region on a GPU when there is one (:func:`ytk_hookspecs.admission.check_case`
   against the region's ``.pt2`` in fp32); a region it refuses with certainty gets no kernel;
 - builder: a real kernel source builds into a ``.so`` that describes itself, and runs on a GPU.

@@ -24,7 +24,8 @@ from . import host_target, loader, target_for
 __all__ = [
     "test_a_region_refused_for_certain_gets_no_kernel", "test_a_simulated_backend_says_so",
     "test_availability_says_why", "test_builder_output_describes_itself", "test_builder_output_runs",
-    "test_done_kernels_build_with_nvcc", "test_done_kernels_compute_their_region",
+    "test_done_kernels_build_with_nvcc", "test_done_kernels_compile_with_nvcc_alone",
+    "test_done_kernels_compute_their_region",
     "test_done_kernels_honour_their_contract", "test_engine_figures_are_honest_and_outputs_correct",
     "test_generator_answers_every_region", "test_generator_finishes_a_region_it_claims",
     "test_jobs_end_done_or_failed", "test_loads_without_warnings", "test_satisfies_the_protocols_of_its_roles",
@@ -191,6 +192,45 @@ def test_done_kernels_build_with_nvcc(ytk_generation: Any, ytk_kernel_builds: An
         desc = read_plugin_description(ytk_kernel_builds.results[g.region.candidate.name])
         meta = KernelSource.read(Path(g.result.source or g.output)).meta
         assert (desc.name, desc.launcher, desc.sm) == (g.region.candidate.name, meta.launcher, sm)
+
+
+def test_done_kernels_compile_with_nvcc_alone(ytk_generation: Any, request: pytest.FixtureRequest,
+                                             tmp_path: Path) -> None:
+    """Where nvcc is on PATH but no nvcc builder is installed (a backend's own repository), every done kernel
+    still compiles: the builder's includes, its header and its source, as one translation unit, for the
+    target's SM, defining its launcher."""
+    import shutil
+    import subprocess
+
+    from ..kernel_source import BUILDER_INCLUDES
+    from ..models import ArchSpec
+
+    builder = loader(request.config).get("nvcc")
+    if builder is not None and "builder" in builder.info.roles:
+        pytest.skip("the installed nvcc builder builds the kernels (test_done_kernels_build_with_nvcc)")
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on PATH and no nvcc builder installed: the kernels are not compiled here")
+    if not ytk_generation.done:
+        pytest.skip("no kernel to compile: the generator finished no job")
+    sm = ArchSpec.parse(ytk_generation.arch).sm
+    failed = []
+    for g in ytk_generation.done:
+        src = KernelSource.read(Path(g.result.source or g.output))
+        name = g.region.candidate.name
+        cu, obj = tmp_path / f"{name}.cu", tmp_path / f"{name}.o"
+        cu.write_text("".join(f"#include <{h}>\n" for h in BUILDER_INCLUDES) + src.header + "\n" + src.source + "\n")
+        r = subprocess.run([nvcc, "-c", "-std=c++17", f"-arch=sm_{sm}", "-o", str(obj), str(cu)],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            failed.append(f"{name}: nvcc exit {r.returncode}: {' '.join((r.stderr or r.stdout).split())[:1500]}")
+            continue
+        nm = shutil.which("nm")
+        if nm is not None:
+            syms = subprocess.run([nm, "-g", "--defined-only", str(obj)], capture_output=True, text=True).stdout
+            if src.meta.launcher not in syms.split():
+                failed.append(f"{name}: compiles but defines no extern \"C\" {src.meta.launcher}")
+    assert not failed, f"compiled for sm_{sm} with {nvcc}:\n  " + "\n  ".join(failed)
 
 
 @pytest.mark.gpu
