@@ -11,7 +11,8 @@ from .base import Versioned
 Role = Literal["engine", "kernelgen", "builder", "frontend"]
 Stage = Literal["trace", "carve", "kernelgen", "build_plugin", "compile", "profile"]
 
-#: Which stage hooks a backend serving a role must implement.
+#: The flow stages each role serves (what `ytk backends` lists under "stages"; display only: a backend implements
+#: the methods of its role's protocol in ytk_hookspecs.roles, not per-stage hooks).
 ROLE_STAGES: dict[str, tuple[str, ...]] = {
     "engine": ("compile", "profile"),
     "kernelgen": ("kernelgen",),

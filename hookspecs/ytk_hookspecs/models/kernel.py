@@ -144,6 +144,10 @@ class CandidateScore(BaseModel):
 class KernelReport(Versioned):
     """``report.json`` beside a generated source: every candidate tried, the winner, the hardware.
 
+    Every ``*_ms_per_site`` list (the winner's and each candidate's) holds one entry per site of the region,
+    in site order, even where sites share a shape: the sum is the region's time
+    (:func:`ytk_hookspecs.contract.check_report_against_candidate` checks it).
+
     Schema 2 added ``copy_ms_per_site`` (reports of schema 1 still read, with it empty); schema 3 a
     candidate's ``note``.
     """
