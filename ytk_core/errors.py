@@ -54,7 +54,9 @@ class RegionRefused(UsageError):
     running several regions (the autoloop) can drop exactly this one and keep the rest."""
 
     def __init__(self, selector: str, stage: str, message: str, *, hint: str | None = None,
-                 exit_code: int | None = None) -> None:
+                 exit_code: int | None = None, internal: bool = False) -> None:
         super().__init__(message, hint=hint, exit_code=exit_code)
         self.selector = selector
         self.stage = stage
+        #: the stage itself broke on this region (a ytk bug), rather than refusing it
+        self.internal = internal

@@ -59,9 +59,10 @@ class Carver:
                 raise
             ws.debug_traceback(f"round {rnd.index}: carving {len(sels)} selector(s) failed", e)
             message = describe(e)
+            internal = not isinstance(e, YtkError) or getattr(e, "internal", False)
             if not isinstance(e, YtkError):  # not a refusal: the carve itself broke on these selectors
                 message = f"{INTERNAL_CARVE_ERROR}: {message}"
-            if message.startswith(INTERNAL_CARVE_ERROR):  # here, or pinned on its selector by the carve
+            if internal:  # here, or pinned on its selector by the carve
                 ws.log.warning(f"round {rnd.index}: {message} (-v shows its traceback)")
             failure = CarveFailure(message=message, selector=named_selector(e, sels))
             rnd.carve_failures[key] = failure

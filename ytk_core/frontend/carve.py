@@ -153,7 +153,7 @@ def _named_failures(sel: Selector) -> Iterator[None]:
     except Exception as e:
         text = " ".join(str(e).split()) or "(no message)"
         raise RegionRefused(sel.text, "carve", f"{INTERNAL_CARVE_ERROR} on {sel.text!r}: {type(e).__name__}: "
-                                               f"{text}", exit_code=1) from e
+                                               f"{text}", exit_code=1, internal=True) from e
 
 
 @dataclass
