@@ -118,3 +118,11 @@ def autoloop_with_generator(workdir: Path, name: str, submit: Any, model: Path, 
                             2, None)
     finally:
         reset_runtime()
+
+
+def site_env(site: Path) -> dict[str, str]:
+    """This process's environment with ``site`` (a ``pip install --target`` folder) first on PYTHONPATH: a
+    distribution installed there is found by ytk's entry-point discovery in a subprocess."""
+    import os
+
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.helpers import site_env
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +22,8 @@ def template_site(tmp_path_factory):
     return site
 
 
-def _env(site):
-    return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-
-
 def test_template_is_listed(template_site):
-    r = run_cli("backends", "--json", env=_env(template_site))
+    r = run_cli("backends", "--json", env=site_env(template_site))
     assert r.code == 0, r.stderr
     ex = {b["name"]: b for b in r.json()["backends"]}["example"]
     assert ex["roles"] == ["kernelgen"] and ex["available"] is True
@@ -44,6 +41,6 @@ def test_template_is_selected_and_its_generator_called(template_site):
         "r = s.backend.impl.submit(KernelGenRequest(reference='r.pt2', gpu='Orin', output='o.py'), StageContext())\n"
         "print(s.name, s.source, r.job_id, r.status)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, **_env(template_site)})
+                       env={**os.environ, **site_env(template_site)})
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["example", "config", "example-0", "failed"]

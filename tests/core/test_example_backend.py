@@ -5,7 +5,6 @@ CLI -- and kept small enough to read in one sitting."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers import site_env
 
 EXAMPLE = REPO / "contrib" / "backend-naive-dw"
 HOST_ARCH = "x86_64-sm90-linux-cu130-trt10"
@@ -29,10 +29,6 @@ def site(tmp_path_factory):  # type: ignore[no-untyped-def]
     return site
 
 
-def _env(site: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-
-
 def test_it_stays_an_example_one_reads_in_one_sitting():
     lines = (EXAMPLE / "ytk_backend_naivedw" / "plugin.py").read_text().splitlines()
     assert len(lines) < 100, f"{len(lines)} lines: the README promises well under 100"
@@ -42,7 +38,7 @@ def test_the_conformance_suite_passes_from_the_backends_own_folder(site, tmp_pat
     own = tmp_path / "author-repo"
     own.mkdir()  # no conftest, no ytk test code: only the plugin ytk-hookspecs ships
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "ytk_hookspecs.testing", "--ytk-backend",
-                        "naive-dw", "-rs"], cwd=own, capture_output=True, text=True, env=_env(site), timeout=600)
+                        "naive-dw", "-rs"], cwd=own, capture_output=True, text=True, env=site_env(site), timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert " passed" in p.stdout and " failed" not in p.stdout
 
@@ -57,17 +53,17 @@ def test_generate_and_build_through_the_cli(site, tmp_path):
     src, so = tmp_path / "Dw.module_source.py", tmp_path / "Dw.so"
     r = subprocess.run([ytk, "kernelgen", "compile", "-r", str(dw.pt2), "-g", "H200", "--config",
                         "deployment_target=tensorrt", "-o", str(src), "--kernelgen", "naive-dw", "--json"],
-                       capture_output=True, text=True, env=_env(site))
+                       capture_output=True, text=True, env=site_env(site))
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert out["status"] == "done" and out["contract"]["ok"] and Path(out["report"]).is_file()
     r = subprocess.run([ytk, "embedded", "build-plugin", "-a", HOST_ARCH, "--plugin-name", dw.candidate.name, "-s",
                         str(src), "-o", str(so), "--builder", "nvcc", "--json"], capture_output=True, text=True,
-                       env=_env(site))
+                       env=site_env(site))
     assert r.returncode == 0, r.stderr[-2000:]
     assert so.is_file() and json.loads(r.stdout)["description"]["name"] == dw.candidate.name
     # a region it does not take is refused up front, with its reason, and no job runs
     r = subprocess.run([ytk, "kernelgen", "compile", "-r", str(ln.pt2), "-g", "H200", "--config",
                         "deployment_target=tensorrt", "-o", str(tmp_path / "Ln.module_source.py"), "--kernelgen",
-                        "naive-dw"], capture_output=True, text=True, env=_env(site))
+                        "naive-dw"], capture_output=True, text=True, env=site_env(site))
     assert r.returncode != 0 and "not a single conv" in r.stderr and "Traceback" not in r.stderr
