@@ -56,8 +56,14 @@ install: $(STAMP)
 install-zoo: $(ZOO_STAMP)
 
 # The linter first (seconds): pyflakes and pycodestyle rules, pyproject.toml [tool.ruff].
+# Then commit subjects of at most 72 characters, for every commit after the last one that broke that rule.
+SUBJECTS_FROM ?= 1e1ede6d82e4e94c68fe33ed6bf43114379f0e06
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	@if git cat-file -e $(SUBJECTS_FROM) 2>/dev/null; then \
+	  git log --format='%h %s' $(SUBJECTS_FROM)..HEAD | awk '{s = substr($$0, index($$0, " ") + 1)} \
+	    length(s) > 72 {print "commit subject over 72 characters (" length(s) "): " $$0; bad = 1} END {exit bad}'; \
+	else echo "lint: commit $(SUBJECTS_FROM) is not in this clone; commit subjects not checked"; fi
 
 # Two pytest workers (pytest-xdist), each test file whole on one of them (module fixtures are built once): on CI's
 # 2 cores the suite takes about 10 minutes instead of 15. TEST_JOBS=0 runs it in one process.
