@@ -303,3 +303,51 @@ def test_verify_sets_the_tapped_latency_beside_the_untapped_one(ytk, tapped, tmp
     assert "as an extra output" in r.stdout and "verify both bundles together" not in r.stdout
     r = ytk("embedded", "verify", tapped / "model.reference.npz", tapped_tgz, "--no-host")
     assert "tapped vs untapped:" not in r.stdout and "verify both bundles together" in r.stdout
+
+
+# -- adjacent regions: one plugin's output is the next one's input -------------------------------------------
+CHAIN = {"Ex5": "blocks.1.expand", "Dw5": "blocks.1.depth_conv"}
+
+
+@pytest.fixture(scope="module")
+def chained(tmp_path_factory):  # type: ignore[no-untyped-def]
+    from tests.helpers import ytk_inproc
+
+    prep = tmp_path_factory.mktemp("chain") / "prep"
+    sels = [a for name, where in CHAIN.items() for a in ("--plugin", f"yasp::{name}=ConvNormAct@where={where}")]
+    r = ytk_inproc("embedded", "prepare", MODEL, "--onnx-out", prep / "model.onnx", "--npz-out", prep / "model.npz",
+                   "--reference-out", prep / "model.reference.npz", *sels, "--debug-taps")
+    assert r.code == 0, r.stderr[-2000:]
+    return prep
+
+
+@pytest.mark.parametrize("bad", list(CHAIN))
+def test_a_drift_between_adjacent_regions_is_blamed_on_the_region_that_made_it(ytk, chained, tmp_path, bad):
+    """The audit found Dw5 blamed, and its input called 'none tapped', when the tensor between two plugins
+    was tapped only as the first one's output: a correct plugin would have been dropped."""
+    from ytk_core.stages.taps import TapsFile
+
+    taps = TapsFile.read(chained / "taps.json")
+    between = [t.tensor for t in taps.taps if t.plugin == "Ex5" and t.io == "output"]
+    assert between and any(t.plugin == "Dw5" and t.io == "input" and t.tensor == between[0] for t in taps.taps)
+    sos = []
+    for name in CHAIN:
+        src, so = chained / f"{name}.{bad}.module_source.py", chained / f"{name}.{bad}.so"
+        cfg = ["--config", "mock_defect=shift"] if name == bad else []
+        assert ytk("kernelgen", "compile", "-r", chained / "plugin_candidates" / f"{name}.pt2", "-g", "Orin",
+                   "--config", "deployment_target=tensorrt", *cfg, "-o", src, "--kernelgen", "mock").code == 0
+        assert ytk("embedded", "build-plugin", "-a", ORIN, "--plugin-name", name, "-s", src, "-o", so,
+                   "--builder", "mock").code == 0
+        sos += ["--custom-plugin", so]
+    bundle = tmp_path / "chain.tgz"
+    r = ytk("embedded", "compile", "-a", ORIN, "-p", "fp16", "--onnx", chained / "model.onnx", "--npz",
+            chained / "model.npz", "-o", bundle, *sos, "--engine", "mock")
+    assert r.code == 0, r.stderr[-2000:]
+    r = ytk("embedded", "verify", chained / "model.reference.npz", bundle, "--no-host", "--json")
+    assert r.code == 5, r.stderr[-2000:]
+    (v,) = json.loads(r.stdout)["taps"]
+    assert v["plugin"] == bad, v["reason"]
+    assert v["good_input"] and "(none tapped)" not in v["reason"]
+    if bad == "Dw5":  # the input that was still good is Ex5's output, tapped once, scored once
+        assert v["good_input"] == between[0]
+        assert [n["output"] for n in v["numerics"]].count(between[0]) == 1

@@ -147,17 +147,19 @@ def add_taps(onnx_path: Path, prepare_dir: Path, candidates: Path, model_referen
                 for i, (name, info) in enumerate(zip(names, infos_of)):
                     if io == "input" and (name in inits or cand.input_roles[i] != "activation"):
                         continue
-                    if any(t.tensor == name for t in taps):
-                        continue  # one plugin's output is the next one's input: tapped once
-                    values[name] = np.asarray(z[f"site{site.index}.{key}{i}"])
+                    # one plugin's output may be the next one's input: one graph output and one reference,
+                    # but a tap for each side, so the next plugin knows its input was tapped
+                    if name not in values:
+                        values[name] = np.asarray(z[f"site{site.index}.{key}{i}"])
+                        infos[name] = (_ONNX_DTYPES.get(info.dtype, 1), list(info.shape))
                     taps.append(Tap(tensor=name, plugin=node.op_type, onnx_node=node.name, node_order=order, io=io,
                                     index=i, graph_input=name in graph_inputs))
-                    infos[name] = (_ONNX_DTYPES.get(info.dtype, 1), list(info.shape))
     model_outputs = [o.name for o in graph.output]
     for t in taps:
         if t.tensor not in outputs and not t.graph_input:
             elem, shape = infos[t.tensor]
             graph.output.append(helper.make_tensor_value_info(t.tensor, elem, shape))
+            outputs.add(t.tensor)
     write_bytes_atomic(Path(onnx_path), model.SerializeToString())
     buf = Path(prepare_dir) / TAPS_REFERENCE
     tmp = buf.with_name(f".{buf.name}.tmp")
@@ -185,8 +187,13 @@ def judge(implementation: str, taps: TapsFile, ref: dict[str, np.ndarray], got: 
     # a model input is what the engine was given: not an output, and it cannot have drifted
     scored = {t.tensor: compare(implementation, t.tensor, got.get(t.tensor), ref[t.tensor], tol)
               for t in taps.taps if t.tensor in ref and not t.graph_input}
-    ordered = [scored[t.tensor] for t in taps.taps if t.tensor in scored]
-    labels = [_label(t, taps.taps) for t in taps.taps if t.tensor in scored]
+    # a tensor between two plugins is one boundary (listed under the plugin that writes it)
+    first = {}
+    for t in taps.taps:
+        if t.tensor in scored:
+            first.setdefault(t.tensor, t)
+    ordered = [scored[name] for name in first]
+    labels = [_label(t, taps.taps) for t in first.values()]
     by_node: dict[str, list[Tap]] = {}
     for t in taps.taps:
         by_node.setdefault(t.onnx_node, []).append(t)
@@ -200,7 +207,8 @@ def judge(implementation: str, taps: TapsFile, ref: dict[str, np.ndarray], got: 
             first_bad_input = (bad_in[0], scored[bad_in[0].tensor])
         if bad_out and not bad_in:
             fig = scored[bad_out[0].tensor]
-            good = next((t.tensor for t in ins), None)
+            good = next((t.tensor for t in ins if not t.graph_input and t.tensor in scored), None) or next(
+                (t.tensor for t in ins), None)
             return TapVerdict(implementation=implementation, plugin=node_taps[0].plugin, onnx_node=node,
                               failing=fig, good_input=good, numerics=ordered, boundaries=labels,
                               reason=(f"{node_taps[0].plugin} (node {node}) drifts: its output {fig.output} has "
