@@ -502,3 +502,26 @@ def test_a_round_failing_numerics_drops_only_the_region_the_debug_taps_name(tmp_
     rdir = tmp_path / "w" / "round1"
     assert not list(rdir.glob("check-*.tgz")), "no plugin was compiled on its own"
     assert not list(rdir.glob("taps-*")), "the tapped carve is removed once read"
+
+
+def test_a_round_of_one_new_plugin_failing_numerics_gets_the_tap_figures_too(tmp_path):
+    """With one new plugin the loop compiled it alone again and dropped it as 'numerics: verify failed': the
+    taps, which say where and by how much, were only asked for rounds of several."""
+    from tests.helpers import autoloop_with_generator
+    from ytk_backend_mock.plugin import MockBackend
+    from ytk_hookspecs.models import KernelGenResult
+
+    bad = "DwConv5x5s1C64"
+
+    def submit(request, ctx):  # type: ignore[no-untyped-def]
+        name = request.candidate.name if request.candidate else request.plugin_name
+        if name != bad:
+            return KernelGenResult(job_id=f"x-{name}", status="failed", message="only the planted region")
+        cfg = {**dict(request.config), "mock_defect": "shift"}
+        return MockBackend().submit(request.model_copy(update={"config": cfg}), ctx)
+
+    rep = autoloop_with_generator(tmp_path / "w", "plantone", submit, MIXED, rounds=1)
+    cands = {c.name: c for c in rep.state.rounds[0].candidates}
+    assert cands[bad].status == "dropped" and cands[bad].dropped_at == "numerics", cands[bad]
+    assert cands[bad].reason.startswith(f"numerics (debug taps): {bad} (node "), cands[bad].reason
+    assert not list((tmp_path / "w" / "round1").glob("check-*.tgz")), "no second compile of it alone"

@@ -196,7 +196,7 @@ class EngineCompiler:
         is left or the rest fail together."""
         ws = self.ws
         tapped = 0
-        while len(ws.active(rnd)) > 1 and self._blame_by_taps(rnd):
+        while ws.active(rnd) and self._blame_by_taps(rnd):
             tapped += 1  # one region named and dropped per tapped engine
         if tapped and ws.active(rnd):
             rest = self.try_compile(rnd, f"round{rnd.index}-after-taps.tgz", ws.round_plugins(rnd))
