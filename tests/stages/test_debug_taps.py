@@ -298,6 +298,9 @@ def test_verify_sets_the_tapped_latency_beside_the_untapped_one(ytk, tapped, tmp
     assert u["untapped_p50_ms"] == rows[u["untapped"]]["p50_ms"] and u["tapped_p50_ms"] == rows[v["implementation"]][
         "p50_ms"]
     assert u["ratio"] == pytest.approx(u["tapped_p50_ms"] / u["untapped_p50_ms"])
+    assert "can change what it fuses" in v["fusion_note"] and "verify both bundles together" not in v["fusion_note"]
+    r = ytk("embedded", "verify", tapped / "model.reference.npz", tapped_tgz, "--no-host", "--json")
+    assert "verify both bundles together" in json.loads(r.stdout)["taps"][0]["fusion_note"]
     r = ytk("embedded", "verify", tapped / "model.reference.npz", tmp_path / "plain.tgz", tapped_tgz, "--no-host")
     assert "taps exposed as network outputs" in r.stdout and "tapped vs untapped:" in r.stdout
     assert "as an extra output" in r.stdout and "verify both bundles together" not in r.stdout

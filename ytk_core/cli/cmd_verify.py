@@ -52,7 +52,6 @@ def _f(v: float | None, fmt: str = ".3f") -> str:
 
 def render(rep, out) -> None:  # type: ignore[no-untyped-def]
     """The benchmark table, speedups, per-layer tops and the numerics table."""
-    from ytk_hookspecs.models import DEBUG_TENSORS
 
     p = dict(highlight=False, markup=False)
     t = Table(title="latency (ms)", title_justify="left")
@@ -112,12 +111,7 @@ def render(rep, out) -> None:  # type: ignore[no-untyped-def]
             u = v.untapped
             out.print(f"tapped vs untapped: {v.implementation} {u.tapped_p50_ms:.3f} ms against {u.untapped} "
                       f"{u.untapped_p50_ms:.3f} ms (p50), {u.ratio:.2f}x the untapped latency", **p)
-    if rep.taps:
-        how = ("as a debug tensor (no extra binding, but markDebug keeps the tensor unfused) or as an output"
-               if any(v.exposed_as == DEBUG_TENSORS for v in rep.taps) else "as an extra output")
-        untapped = ("" if all(v.untapped for v in rep.taps) else
-                    " (compile the same carve without --debug-taps and verify both bundles together for that)")
-        out.print(f"note: a tapped engine materialises every plugin boundary {how}, which can change what it fuses; "
-                  f"its latency is not the untapped engine's{untapped}", **p)
+    for note in dict.fromkeys(v.fusion_note for v in rep.taps if v.fusion_note):
+        out.print(f"note: {note}", **p)
     for line in rep.problems:
         out.print(f"FAIL: {line}", **p)

@@ -110,6 +110,18 @@ class TapVerdict(BaseModel):
                                                "choice")
     untapped: TapLatency | None = Field(None, description="the untapped engine of the same plugins, when it was "
                                                           "verified too")
+    fusion_note: str = Field("", description="that exposing the taps can change what the engine fuses, so the tapped "
+                                             "engine's latency is not the untapped one's")
+
+    def set_fusion_note(self) -> None:
+        from ytk_hookspecs.models import DEBUG_TENSORS
+
+        how = ("as a debug tensor (no extra binding, but markDebug keeps the tensor unfused) or as an output"
+               if self.exposed_as == DEBUG_TENSORS else "as an extra output")
+        untapped = ("" if self.untapped else
+                    " (compile the same carve without --debug-taps and verify both bundles together for that)")
+        self.fusion_note = (f"a tapped engine materialises every plugin boundary {how}, which can change what it "
+                            f"fuses; its latency is not the untapped engine's{untapped}")
 
 
 def _figures(n: OutputNumerics) -> str:

@@ -72,9 +72,9 @@ class VerifyReport(Versioned):
     """What verify measured and scored; ``--json`` prints it, autoloop keeps it.
 
     Schema 2 added ``exposed_as``, ``exposure_note`` and ``untapped`` to each of ``taps`` (reports of schema 1 still
-    read, with none of them said)."""
+    read, with none of them said); schema 3 each tap verdict's ``fusion_note``."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     reference: str
     rows: list[LatencyRow]
@@ -288,6 +288,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
         if same:
             verdict.untapped = TapLatency(untapped=same[0].implementation, untapped_p50_ms=same[0].p50_ms,
                                           tapped_p50_ms=row.p50_ms, ratio=row.p50_ms / same[0].p50_ms)
+        verdict.set_fusion_note()
     # the same engine run another way, measured beside each bundle (the torch engine's op-by-op run of an
     # inductor-mode bundle): rows of their own, and the gain of every later bundle against the first's
     alt_rows: list[list[LatencyRow]] = []
