@@ -101,12 +101,22 @@ def test_correct_kernels_pass_and_an_untapped_prepare_has_no_taps(ytk, tapped, t
     assert r.code == 2 and "pass --plugin selectors too" in r.stderr
 
 
+#: Edits planted in the naive-dw kernel's CUDA on the GPU: (what it finds, what it becomes)
+GPU_DEFECTS = {
+    "offset": ("float v = b[c];", "float v = b[c] + 0.25f;"),
+    "off_by_one_tap": ("x_ = ow * S - P + kx;", "x_ = ow * S - P + kx + 1;"),
+    "fp16_overflow": ("y[i] = __float2half(ACT);", "y[i] = __float2half((ACT) * 70000.f);"),
+}
+
+
 @pytest.mark.gpu
-def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path):
+@pytest.mark.parametrize("defect", list(GPU_DEFECTS))
+def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path, defect):
     """On a GPU with the torch engine and real kernels (the example naive-dw generator, built with nvcc):
-    one kernel is edited to add a constant and its verdict file says admitted -- standing for a drift the
-    gate's cases missed (the verdict file is the user's record, not a signature); the others pass the real
-    gate. The tapped engine's extra outputs come back from the torch engine and verify names that region."""
+    one kernel is edited (a constant added, a tap shifted by one column, an output scaled past fp16's range)
+    and its verdict file says admitted -- standing for a drift the gate's cases missed (the verdict file is
+    the user's record, not a signature); the others pass the real gate. The tapped engine's extra outputs
+    come back from the torch engine and verify names that region."""
     import os
     import subprocess
     import sys
@@ -143,9 +153,9 @@ def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path):
         run("kernelgen", "compile", "-r", prep / "plugin_candidates" / f"{name}.pt2", "-g", gpu, "-a", arch,
             "--config", "deployment_target=tensorrt", "-o", src, "--kernelgen", "naive-dw")
         if name == "Dw5":
-            text = src.read_text()
-            assert "float v = b[c];" in text
-            src.write_text(text.replace("float v = b[c];", "float v = b[c] + 0.25f;"))
+            text, (find, planted) = src.read_text(), GPU_DEFECTS[defect]
+            assert text.count(find) == 1, find
+            src.write_text(text.replace(find, planted))
         so = prep / f"{name}.so"
         run("embedded", "build-plugin", "-a", arch, "--plugin-name", name, "-s", src, "-o", so, "--builder", "nvcc")
         sos += ["--custom-plugin", so]
