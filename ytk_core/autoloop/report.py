@@ -216,7 +216,7 @@ def simulated_generator(state: AutoloopState) -> bool:
     numerics pass checks the carve and the plumbing, not a kernel)."""
     from ..runtime import runtime
 
-    gens = [runtime().manager.get(n) for n in state.backends.kernelgen.split(",")]
+    gens = [runtime().manager.get(n) for n in state.backends.chain()]
     return all(b is not None and b.info.simulated for b in gens)
 
 

@@ -147,9 +147,13 @@ class AutoloopBackends(_M):
         """role -> backend name (the kernelgen chain as written)."""
         return self.model_dump()
 
+    def chain(self) -> list[str]:
+        """The kernel generators, in the order they are tried per region."""
+        return [n for n in self.kernelgen.split(",") if n]
+
     def named(self) -> list[tuple[str, str]]:
         """(role, backend) for every backend in use, each generator of the chain on its own."""
-        return [(role, n) for role, v in self.roles().items() for n in v.split(",")]
+        return [(role, n) for role, v in self.roles().items() for n in (self.chain() if role == "kernelgen" else [v])]
 
 
 class AutoloopLimits(_M):
