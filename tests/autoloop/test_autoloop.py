@@ -353,6 +353,10 @@ def test_what_to_ship_is_named_exported_and_rebuilds(finished, tmp_path):
     r = autoloop(w, "--export", dest)
     assert r.code == 0, r.stderr[-2000:]
     assert "ship: " in r.stdout and "rebuild: ytk embedded compile" in r.stdout and f"to {dest}" in r.stdout
+    from ytk_core.autoloop.state import AutoloopState
+
+    best = AutoloopState.read(w / "autoloop.json").best
+    assert best.plugins and all(f".so  ({p.selector})" in r.stdout for p in best.plugins), r.stdout
     md = (w / "report" / "autoloop_report.md").read_text()
     assert "## What to ship" in md and "--custom-plugin" in md
     from ytk_core.autoloop.report import ShipList
@@ -484,6 +488,14 @@ def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     assert st.limits.min_gain_pct == 5 and st.limits.gain_ms() == pytest.approx(0.05 * st.baseline.ms)
     r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "bad", "--min-gain-ms", "lots", *MOCK)
     assert r.code == 2 and "--min-gain-ms 'lots'" in r.stderr and "Traceback" not in r.stderr
+    # a resume with other limits says which changed (it used to say only "resuming"); the report keeps the line
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.2ms", *MOCK)
+    assert r.code == 0, r.stderr[-2000:]
+    line = "limits changed since the last run: --max-rounds 2 -> 3, --min-gain-ms 5% -> 0.2 ms"
+    assert line in r.stderr, r.stderr[-2000:]
+    assert line in (w / "report" / "autoloop_report.md").read_text()
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.2ms", *MOCK)
+    assert "limits changed" not in r.stderr
 
 
 def test_the_report_says_where_the_time_went(finished):

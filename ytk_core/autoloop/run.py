@@ -81,6 +81,23 @@ def _costly(st: AutoloopState) -> bool:
                for r in st.rounds for c in r.candidates)
 
 
+def limit_changes(before: AutoloopLimits, st: AutoloopState) -> list[str]:
+    """``--flag old -> new`` for each limit a resume changed (``st`` holds the new limits, resolved)."""
+    def gain(lim: AutoloopLimits) -> str:
+        return f"{lim.min_gain_pct:g}%" if lim.min_gain_pct is not None else (
+            f"{lim.min_gain_ms:g} ms" if lim.min_gain_ms is not None else "-")
+
+    def budget(lim: AutoloopLimits) -> str:
+        return f"{lim.time_budget_s:g} s" if lim.time_budget_s is not None else "none"
+
+    new = st.limits
+    pairs = [("--max-rounds", str(before.max_rounds), str(new.max_rounds)),
+             ("--min-gain-ms", gain(before), gain(new)),
+             ("--time-budget", budget(before), budget(new)),
+             ("--roofline", f"{before.roofline:g}", f"{new.roofline:g}")]
+    return [f"{flag} {a} -> {b}" for flag, a, b in pairs if a != b]
+
+
 def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice,
                    limits: AutoloopLimits, min_gain: Threshold, worker: str | None) -> AutoloopState:
     sf = workdir / STATE_FILE
@@ -114,11 +131,17 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
                             more_time or (new_gain is not None and st.limits.min_gain_ms is not None
                                           and new_gain < st.limits.min_gain_ms)):
             st.finished, st.stop_reason, st.stop_kind = False, "", None  # looser limits: go on from the best engine
+        before = st.limits.model_copy()
         st.limits = limits
         st.worker = worker
         st.resolve_min_gain()
         runtime().log.info(f"resuming autoloop in {workdir}", rounds_done=len(st.rounds),
                            best_ms=round(st.best.ms, 3) if st.best else None)
+        changes = limit_changes(before, st)
+        if changes:
+            line = f"limits changed since the last run: {', '.join(changes)}; they apply to the rounds that remain"
+            runtime().log.warning(line)
+            st.history.append(line)
         return st
     spec = _resolve_arch(arch)
     backends = resolve_backends(spec, flags, remote_engine=flags.engine if worker else None)

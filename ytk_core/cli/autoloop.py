@@ -40,8 +40,10 @@ def autoloop(
                                          "itself changed: that needs --fresh)")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="discard the workdir's earlier autoloop (state, rounds, "
                                         "report) and start over")] = False,
-    export: Annotated[Optional[Path], typer.Option("--export", help="copy what ships (final engine bundle, carved "
-                                                   "ONNX, plugin .so files, ship.json) into this directory")] = None,
+    export: Annotated[Optional[Path], typer.Option("--export", help="copy what ships into this directory: the final "
+                                                   "engine bundle, the carved ONNX with its model.npz, plugins.json and "
+                                                   "each region's .pt2, the plugin .so files with their admission "
+                                                   "verdicts, and ship.json (the rebuild command)")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Prepare and compile the baseline, then repeat propose -> carve -> generate -> build -> compile -> verify
@@ -108,7 +110,7 @@ def autoloop(
                      "(--fresh measures the model as it is now)", markup=False, highlight=False)
     if rep.ship is not None:
         stdout.print(f"ship: {_shown(rep.ship.engine_bundle)}"
-                     + "".join(f"\n      {_shown(p.so)}  ({p.name})" for p in rep.ship.plugins),
+                     + "".join(f"\n      {_shown(p.so)}  ({p.selector})" for p in rep.ship.plugins),
                      markup=False, highlight=False)
         stdout.print(f"rebuild: {rep.ship.reproduce}", markup=False, highlight=False, soft_wrap=True)
     if exported:
