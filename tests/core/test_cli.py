@@ -114,6 +114,34 @@ def test_outputs_get_the_umask_mode_not_0600(tmp_path):
         assert (tmp_path / f).stat().st_mode & 0o777 == 0o644, f
 
 
+def test_scripts_and_built_plugins_follow_a_stricter_umask_too(tmp_path, monkeypatch):
+    """run_prepare.sh was always 0755 and the nvcc builder's .so too, whatever the umask: under umask 027
+    others could still read and run them."""
+    import os
+    import shutil
+
+    import ytk_hookspecs.models.base as base
+    from ytk_core.propose.emit import write_run_script
+
+    monkeypatch.setattr(base, "_UMASK", None)  # the mode is read from the umask once per process
+    old = os.umask(0o027)
+    try:
+        script = tmp_path / "run_prepare.sh"
+        write_run_script(script, "#!/usr/bin/env bash\necho hi\n")
+        assert script.stat().st_mode & 0o777 == 0o750
+        if shutil.which("nvcc"):
+            from ytk_backend_nvcc.toolchain import compile_shared
+            from ytk_hookspecs.models import ArchSpec
+
+            cu = tmp_path / "k.cu"
+            cu.write_text('extern "C" int ytk_k(void) { return 0; }\n')
+            so = compile_shared(cu.read_text(), tmp_path / "k.so",
+                                ArchSpec.parse("x86_64-sm90-linux-cu130-trt10")).output
+            assert so.stat().st_mode & 0o777 == 0o750
+    finally:
+        os.umask(old)
+
+
 def test_backends_for_a_target_shows_the_autoloops_choice(ytk):
     """`ytk backends -a ARCH` judges availability for that target, as the autoloop does: nvcc on an x86 host
     builds x86 plugins but not the Orin's (no aarch64 cross compiler here), so the Orin's builder differs."""

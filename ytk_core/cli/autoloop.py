@@ -41,9 +41,9 @@ def autoloop(
     fresh: Annotated[bool, typer.Option("--fresh", help="discard the workdir's earlier autoloop (state, rounds, "
                                         "report) and start over")] = False,
     export: Annotated[Optional[Path], typer.Option("--export", help="copy what ships into this directory: the final "
-                                                   "engine bundle, the carved ONNX with its model.npz, plugins.json and "
-                                                   "each region's .pt2, the plugin .so files with their admission "
-                                                   "verdicts, and ship.json (the rebuild command)")] = None,
+                                                   "engine bundle, the carved ONNX with its model.npz, plugins.json "
+                                                   "and each region's .pt2, the plugin .so files with their "
+                                                   "admission verdicts, and ship.json (the rebuild command)")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Prepare and compile the baseline, then repeat propose -> carve -> generate -> build -> compile -> verify

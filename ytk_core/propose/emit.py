@@ -15,7 +15,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ytk_hookspecs.models.base import replace_file
+from ytk_hookspecs.models.base import file_mode, replace_file
 from ytk_hookspecs.models import ArtifactError
 
 from .. import __version__
@@ -134,7 +134,11 @@ def write_script(report: ProposeReport, script: Path, *, onnx: Path, model: Path
         raise NothingToCarve("--emit-prepare: there is no region to carve (no candidate and no plugged region with "
                              "a selector on record), so no script was written")
     text = script_text(report, script, model, out_dir or default_out_dir(onnx, report), man.env if man else {})
-    script = Path(script)
+    return write_run_script(Path(script), text)
+
+
+def write_run_script(script: Path, text: str) -> Path:
+    """``text`` into ``script`` atomically, executable as a linker would make it under the user's umask."""
     try:
         script.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{script.name}.", suffix=".tmp", dir=script.parent)
@@ -143,7 +147,7 @@ def write_script(report: ProposeReport, script: Path, *, onnx: Path, model: Path
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.chmod(tmp, 0o755 | stat.S_IRUSR)
+        os.chmod(tmp, file_mode(executable=True) | stat.S_IRWXU)
         replace_file(tmp, script)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

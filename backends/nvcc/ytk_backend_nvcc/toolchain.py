@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ytk_hookspecs.models.base import replace_file
+from ytk_hookspecs.models.base import file_mode, replace_file
 from ytk_hookspecs.errors import StageError
 from ytk_hookspecs.models import ArchSpec
 
@@ -161,7 +161,7 @@ def compile_shared(cu_text: str, output: str | Path, arch: ArchSpec, *, extra_fl
             Path(tmp).unlink(missing_ok=True)
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise NvccError(f"nvcc failed building {out.name} for {arch.spec} (exit {p.returncode}):\n{tail}", log)
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, file_mode(executable=True))  # a linker's mode under the user's umask
         replace_file(tmp, out)
     return NvccResult(output=out, cmd=[Path(c).name if c == nvcc else c for c in cmd], log=log, wall_s=wall,
                       resources=parse_ptxas(log) if ptxas_verbose else {})
