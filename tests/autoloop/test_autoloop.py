@@ -159,6 +159,13 @@ def test_resume_refuses_a_changed_setup(finished, tmp_path):
     w, _ = finished
     r = run_cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", w, *MOCK)
     assert r.code != 0 and "was started for -a" in r.stderr
+    # a backend named in the environment (or ytk.toml) counts as a flag does: it used to be ignored silently
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--engine", "mock", "--builder", "mock",
+                env={"YTK_KERNELGEN": "templates"})
+    assert r.code == 2 and "kernelgen backend 'mock', not 'templates' ($YTK_KERNELGEN)" in r.stderr, r.stderr[-1500:]
+    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.001",
+                "--engine", "mock", "--builder", "mock", env={"YTK_KERNELGEN": "mock"})
+    assert r.code == 0, r.stderr[-1500:]
 
 
 @pytest.mark.parametrize("text, seconds", [("45m", 2700), ("2h", 7200), ("1h30m", 5400), ("90s", 90), ("12s", 12)])

@@ -120,10 +120,14 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
         if precision != st.precision:
             raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; "
                              "start over with --fresh or use a new --workdir")
-        for role, name in flags.asked().items():
-            if st.backends.roles()[role] != name:
+        from ..plugins.selection import named_choice
+
+        for role in ("engine", "kernelgen", "builder"):
+            named = named_choice(role, getattr(flags, role), runtime().config)
+            if named is not None and st.backends.roles()[role] != ",".join(named[0]):
                 raise UsageError(f"{workdir} was started with {role} backend {st.backends.roles()[role]!r}, not "
-                                 f"{name!r}; use a new --workdir")
+                                 f"{','.join(named[0])!r} ({named[1]}): resume with the same backends, or start "
+                                 "over with --fresh (or a new --workdir)")
         new_gain = min_gain.ms(st.baseline.ms) if st.baseline else None
         more_time = st.stop_kind == "time_budget" and (limits.time_budget_s is None
                                                         or limits.time_budget_s > st.elapsed_s)

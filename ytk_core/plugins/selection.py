@@ -55,11 +55,10 @@ def _chain_names(value: Any, where: str, role: str) -> list[str]:
     return names
 
 
-def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config: dict[str, Any] | None = None,
-                 arch: ArchSpec | None = None, need_available: bool = True) -> list[Selection]:
-    """The backends for ``role`` in the order to try them: those named (comma-separated, or a TOML list),
-    each checked like a single choice; automatically, every available real (not simulated) backend
-    ranked for the role, best first -- or the single automatic choice when there is none."""
+def named_choice(role: str, flag: str | None = None,
+                 config: dict[str, Any] | None = None) -> tuple[list[str], str] | None:
+    """The backends the user named for ``role`` and where (``--kernelgen``, ``$YTK_KERNELGEN`` or ``ytk.toml
+    [backends]``, first wins); None when the choice is left to ytk."""
     cfg_backends = (config or {}).get("backends", {}) if config else {}
     value: Any = None
     where = ""
@@ -69,8 +68,19 @@ def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config
         value, where = os.environ[ENV_VARS[role]], f"${ENV_VARS[role]}"
     elif isinstance(cfg_backends, dict) and cfg_backends.get(role):
         value, where = cfg_backends[role], "ytk.toml [backends]"
-    if value is not None:
-        names = _chain_names(value, where, role)
+    if value is None:
+        return None
+    return _chain_names(value, where, role), where
+
+
+def select_chain(mgr: BackendManager, role: str, flag: str | None = None, config: dict[str, Any] | None = None,
+                 arch: ArchSpec | None = None, need_available: bool = True) -> list[Selection]:
+    """The backends for ``role`` in the order to try them: those named (comma-separated, or a TOML list),
+    each checked like a single choice; automatically, every available real (not simulated) backend
+    ranked for the role, best first -- or the single automatic choice when there is none."""
+    named = named_choice(role, flag, config)
+    if named is not None:
+        names, where = named
         src = {"--": "flag", "$Y": "env"}.get(where[:2], "config")
         out = [select_backend(mgr, role, name, None, arch, need_available, named_by=(where, src)) for name in names]
         if len(out) > 1:
