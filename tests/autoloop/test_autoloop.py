@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import types
 from pathlib import Path
@@ -512,7 +513,12 @@ def test_the_report_says_where_the_time_went(finished):
     assert {"propose", "kernelgen", "build", "compile"} <= set(st.rounds[0].stage_s)
     md = (w / "report" / "autoloop_report.md").read_text()
     table = md.split("## Time per stage (s)")[1].split("\n## ")[0]
-    assert "| round | propose | carve | kernelgen | build | compile | verify | decide | total |" in table
+    assert "| round | propose | carve | kernelgen | build | compile | verify | decide | bookkeeping | total |" in table
+    # bundle writes and state saves, measured: some time, and no more than the stages that contain them
+    assert 0 < st.round0_bookkeeping_s <= sum(st.round0_s.values())
+    assert all(0 <= r.bookkeeping_s <= sum(r.stage_s.values()) + 0.02 for r in st.rounds if r.stage_s)
+    assert st.rounds[0].bookkeeping_s > 0  # round 1 wrote its engine bundle
+    assert re.search(r"\| 1 \|.*\| \d+\.\d \(\d+%\) \| [\d.]+ \|", table), table
     assert table.count("\n| 0 |") == 1 and "\n| 1 |" in table
 
 

@@ -72,12 +72,13 @@ class Autoloop:
             state.input_shapes = _npz_shapes(prep / "model.npz")
             self.ws.save()
             checkpoint("0:prepare")
-        t0 = time.monotonic()
+        t0, b0 = time.monotonic(), self.ws.bookkeeping_s()
         try:
             rec = self.engines.compile(round_dir / "base.tgz", [], round_index=0, prep=prep)
         except Exception as e:
             self._stop_on(e, "the baseline engine cannot be compiled", BackendError)
         state.round0_s["compile"] = round(time.monotonic() - t0, 2)
+        state.round0_bookkeeping_s = round(self.ws.bookkeeping_s() - b0, 2)
         if not rec.numerics_passed:
             raise NumericsFailed(f"the baseline engine itself fails numerics against torch ({rec.numerics_note}); "
                                  "autoloop has nothing trustworthy to improve on")
@@ -119,10 +120,11 @@ class Autoloop:
         self.log.info(f"round {rnd.index}: {rnd.stage}",
                       best_ms=round(self.state.best.ms, 3) if self.state.best else None)
         stage = rnd.stage
-        t0 = time.monotonic()
+        t0, b0 = time.monotonic(), self.ws.bookkeeping_s()
         try:
             self.stages[stage](rnd)
             rnd.stage_s[stage] = round(rnd.stage_s.get(stage, 0.0) + time.monotonic() - t0, 2)
+            rnd.bookkeeping_s = round(rnd.bookkeeping_s + self.ws.bookkeeping_s() - b0, 2)
             self.ws.save()
         except Exception as e:
             # what one candidate does wrong is dropped inside the stage; what escapes stops every candidate

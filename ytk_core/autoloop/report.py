@@ -252,21 +252,29 @@ def _time_table(state: AutoloopState) -> list[str]:
     rows = []
     if state.round0_s:
         r0 = state.round0_s
+        total = sum(r0.values())
         rows.append(["0"] + [f"{r0['prepare']:.1f}" if k == "prepare" and "prepare" in r0 else
                              f"{r0['compile']:.1f}" if k == "compile" and "compile" in r0 else "-"
-                             for k, _ in _STAGE_COLUMNS] + [f"{sum(r0.values()):.1f}"])
+                             for k, _ in _STAGE_COLUMNS] + [_share(state.round0_bookkeeping_s, total), f"{total:.1f}"])
     for r in state.rounds:
         if r.stage_s:
             cells = [f"{r.stage_s[k]:.1f}" if k in r.stage_s else "-" for k, _ in _STAGE_COLUMNS]
             if r.admission_s and "build" in r.stage_s:
                 b = [k for k, _ in _STAGE_COLUMNS].index("build")
                 cells[b] += f" ({r.admission_s:.1f})"
-            rows.append([str(r.index)] + cells + [f"{sum(r.stage_s.values()):.1f}"])
+            total = sum(r.stage_s.values())
+            rows.append([str(r.index)] + cells + [_share(r.bookkeeping_s, total), f"{total:.1f}"])
     if not rows:
         return []
     return ["## Time per stage (s)", "", "Round 0's carve column is the model's trace and export; compile includes "
-            "writing the engine bundle; in brackets, the part of build the admission gate took.", "",
-            _md_table(["round"] + [c for _, c in _STAGE_COLUMNS] + ["total"], rows), ""]
+            "writing the engine bundle; in brackets, the part of build the admission gate took. Bookkeeping is "
+            "the part of the round's stages spent writing engine bundles and saving the loop's state (already "
+            "counted in their columns), with its share of the round.", "",
+            _md_table(["round"] + [c for _, c in _STAGE_COLUMNS] + ["bookkeeping", "total"], rows), ""]
+
+
+def _share(part: float, total: float) -> str:
+    return f"{part:.1f} ({100 * part / total:.0f}%)" if total > 0 else f"{part:.1f}"
 
 
 def dropped_label(c: PluginRecord) -> str:

@@ -103,6 +103,8 @@ class RoundRecord(_M):
     compiles: list[CompileRecord] = Field(default_factory=list)
     stage_s: dict[str, float] = Field(default_factory=dict, description="wall seconds spent in each stage")
     admission_s: float = Field(0.0, description="of the build stage's seconds, those the admission gate took")
+    bookkeeping_s: float = Field(0.0, description="of the stages' seconds, those spent writing engine bundles and "
+                                                  "saving the state")
     result_bundle: str | None = None
     result_ms: float | None = None
     losers_engine: str | None = Field(None, description="the round's engine with every new plugin, once decide "
@@ -210,6 +212,8 @@ class AutoloopState(Versioned):
     round0_compiles: list[CompileRecord] = Field(default_factory=list)
     round0_s: dict[str, float] = Field(default_factory=dict, description="wall seconds of round 0's prepare "
                                                                          "and compile")
+    round0_bookkeeping_s: float = Field(0.0, description="of round 0's seconds, those spent writing the baseline "
+                                                         "bundle and saving the state")
     baseline: BestEngine | None = None
     best: BestEngine | None = None
     rounds: list[RoundRecord] = Field(default_factory=list)

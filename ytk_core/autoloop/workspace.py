@@ -8,6 +8,7 @@ to the state's event log as well as the log.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,22 @@ class Workspace:
         self.log = log
         # kernel generation jobs finish on worker threads: one at a time records its result or saves
         self.lock = threading.Lock()
+        self.save_s = 0.0  # wall seconds spent saving the state (bookkeeping, with the bundle writes)
 
     # -- the state file ---------------------------------------------------------------------------
     def save(self) -> None:
         with self.lock:
+            t0 = time.monotonic()
             self.state.elapsed_s = self.clock.spent
             self.state.save(self.workdir)
+            self.save_s += time.monotonic() - t0
+
+    def bookkeeping_s(self) -> float:
+        """Wall seconds spent so far writing engine bundles and saving the state (a clock to take differences
+        of: :func:`ytk_core.bundle.bundle_write_seconds` counts the whole process)."""
+        from ..bundle import bundle_write_seconds
+
+        return bundle_write_seconds() + self.save_s
 
     def advance(self, rnd: RoundRecord, stage: RoundStage) -> None:
         rnd.stage = stage
