@@ -160,6 +160,10 @@ def test_resume_refuses_a_changed_setup(finished, tmp_path):
     w, _ = finished
     r = run_cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", w, *MOCK)
     assert r.code != 0 and "was started for -a" in r.stderr
+    # -a auto is resolved and compared too (here, with no GPU, it is the Orin the loop was started for)
+    r = run_cli("autoloop", MODEL, "-a", "auto", "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.001",
+                *MOCK)
+    assert r.code == 0, r.stderr[-1500:]
     # a backend named in the environment (or ytk.toml) counts as a flag does: it used to be ignored silently
     r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--engine", "mock", "--builder", "mock",
                 env={"YTK_KERNELGEN": "templates"})
@@ -738,3 +742,16 @@ def test_the_real_generators_line_counts_the_plugged_regions_and_groups_the_refu
     for r in st.rounds:
         r.real_support = None
     assert real_gpu_line(st, kept) is None
+
+
+def test_a_resume_with_a_auto_that_resolves_elsewhere_is_refused(finished, monkeypatch):
+    """-a auto on another machine (here: one whose GPU makes it an sm_90 host) used to go on with the workdir's
+    Orin results as if nothing had changed."""
+    import ytk_core.autoloop.run as run_mod
+    from ytk_core.autoloop.run import run_autoloop
+
+    w, _ = finished
+    monkeypatch.setattr(run_mod, "_resolve_arch", lambda arch: "x86_64-sm90-linux-cu130-trt10")
+    with pytest.raises(UsageError, match="-a auto is x86_64-sm90-linux-cu130-trt10 on this machine"):
+        run_autoloop(MODEL, "auto", "fp16", w, BackendChoice(engine="mock", kernelgen="mock", builder="mock"), 3,
+                     0.001, 2, None)

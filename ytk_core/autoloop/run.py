@@ -117,6 +117,10 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
         if arch != "auto" and arch != st.arch:
             raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; "
                              "start over with --fresh or use a new --workdir")
+        if arch == "auto" and worker is None and (here := _resolve_arch(arch)) != st.arch:
+            raise UsageError(f"{workdir} was started for -a {st.arch}; -a auto is {here} on this machine: resume "
+                             f"with -a {st.arch} on a machine that serves it, or start over with --fresh (or a new "
+                             "--workdir)")
         if precision != st.precision:
             raise UsageError(f"{workdir} was started with -p {st.precision}, not {precision}; "
                              "start over with --fresh or use a new --workdir")
