@@ -37,6 +37,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .launcher import LauncherLibrary
 
+__all__ = ["CANARY", "MIN_GUARD_BYTES", "MAX_GUARD_BYTES", "SENTINEL_BYTES", "DEFAULT_REPEATS", "SLEEP_CYCLES",
+           "AdmissionCase", "CaseOutcome", "check_case", "time_replays", "copy_floor_ms", "BUDGET", "ERROR_BUDGET",
+           "local_cuda", "low_precision", "reference_and_tolerance", "kernel_inputs"]
+
+
 #: canary byte pattern (as fp16 it reads 0x7E55, a NaN payload no kernel writes by accident)
 CANARY = (0x55, 0x7E)
 MIN_GUARD_BYTES = 16 * 1024 * 1024
@@ -63,6 +68,8 @@ class AdmissionCase:
 
 @dataclass
 class CaseOutcome:
+    """What one case of :func:`check_case` found: pass or fail with every problem, the error figures against the
+    budget, and the outputs and graph kept for timing."""
     label: str
     ok: bool = True
     max_abs_err: float = 0.0

@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+__all__ = ["ProgressTask", "StageLogger", "StageContext"]
+
 
 @runtime_checkable
 class ProgressTask(Protocol):
+    """A progress bar a stage advances (what ``StageContext.progress`` gives; a no-op where nothing is shown)."""
     def advance(self, n: float = 1) -> None: ...
     def update(self, *, description: str | None = None, total: float | None = None,
                completed: float | None = None) -> None: ...
@@ -22,6 +25,7 @@ class ProgressTask(Protocol):
 
 @runtime_checkable
 class StageLogger(Protocol):
+    """The structured logger a stage writes events to (``ctx.log``): an event line with keyword fields."""
     def debug(self, event: str, **kw: Any) -> Any: ...
     def info(self, event: str, **kw: Any) -> Any: ...
     def warning(self, event: str, **kw: Any) -> Any: ...

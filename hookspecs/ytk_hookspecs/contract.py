@@ -233,6 +233,8 @@ def _check_per_site(rep: ContractReport, what: str, values: Sequence[float], can
 
 def check_dtypes(rep: ContractReport, plugin: str, in_dtypes: Sequence[str], roles: Sequence[str],
                   out_dtypes: Sequence[str], precision: str) -> None:
+    """Add to ``rep`` every input and output dtype the engine at ``precision`` cannot feed or take (a weight
+    may be fp32)."""
     want = ENGINE_DTYPE[precision]
     for i, (dt, role) in enumerate(zip(in_dtypes, roles)):
         if role == "activation" and dt != want:

@@ -4,6 +4,8 @@ The core shows ``str(error)`` as one paragraph and exits non-zero; anything else
 is a bug and is shown with its traceback under ``-vv``.
 """
 
+__all__ = ["StageError", "UnsupportedRegion", "ContractViolation", "BadConfig"]
+
 
 class StageError(Exception):
     """A stage failed for a reason the user can fix (bad input, unreachable worker, ...)."""

@@ -7,6 +7,9 @@ import hashlib
 import threading
 from pathlib import Path
 
+__all__ = ["code_fingerprint"]
+
+
 _FINGERPRINTS: dict[str, str] = {}
 _FP_LOCK = threading.Lock()
 

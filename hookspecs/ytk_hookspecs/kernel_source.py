@@ -17,6 +17,9 @@ from pydantic import ValidationError
 from .models.base import problem, write_text_atomic
 from .models.kernel import PluginMeta
 
+__all__ = ["SOURCE_SUFFIX", "BUILDER_INCLUDES", "launcher_header", "report_path", "KernelSourceError", "KernelSource"]
+
+
 _FIELDS = ("CUDA_HEADER", "CUDA_SOURCE", "PLUGIN_META_YAML")
 
 
@@ -51,11 +54,15 @@ def report_path(source: Path) -> Path:
 
 
 class KernelSourceError(ValueError):
+    """A kernel source bundle that cannot be read or parsed (the message names the file and what is wrong)."""
     pass
 
 
 @dataclass
 class KernelSource:
+    """A kernel source bundle in memory: the CUDA header (:func:`launcher_header`), the CUDA source and the
+    :class:`PluginMeta` contract, with the generator that wrote it; :meth:`read` / :meth:`write` for
+    ``<Name>.module_source.py``."""
     header: str
     source: str
     meta: PluginMeta

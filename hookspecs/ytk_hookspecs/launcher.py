@@ -31,6 +31,9 @@ from .plugin_info import PluginInfoError, read_plugin_description
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+__all__ = ["ERROR_STRING_SYMBOL", "LauncherLibrary", "torch_launch"]
+
+
 #: Exported by every .so the nvcc builder makes, so errors can be named without linking cudart here.
 ERROR_STRING_SYMBOL = "ytk_cuda_error_string"
 

@@ -10,6 +10,9 @@ from typing import Any, Callable, TypeVar
 
 import pluggy
 
+__all__ = ["PROJECT", "ENTRY_POINT_GROUP", "hookspec", "hookimpl"]
+
+
 PROJECT = "ytk"
 ENTRY_POINT_GROUP = "ytk"
 
@@ -20,6 +23,7 @@ _impl = pluggy.HookimplMarker(PROJECT)
 
 
 def hookspec(fn: F | None = None, **kw: Any) -> Any:
+    """Mark a function as a ytk hook specification (pluggy's marker for the ``ytk`` project)."""
     return _spec(fn, **kw) if fn is not None else _spec(**kw)
 
 

@@ -26,8 +26,13 @@ from .models import PluginDescription
 
 # -- a built plugin against its ONNX node ---------------------------------------------------------
 
+__all__ = ["NodeInput", "CustomNode", "plugin_label", "check_plugin_against_node", "PluginFile", "MatchResult",
+           "match_plugins", "custom_nodes"]
+
+
 @dataclass
 class NodeInput:
+    """One input of a custom-op node: its tensor name, dtype, and whether it is a weight (an initializer)."""
     name: str
     dtype: str
     is_weight: bool
@@ -59,6 +64,7 @@ class CustomNode:
 
 
 def plugin_label(d: PluginDescription) -> str:
+    """``namespace::name vN``: how messages name a plugin."""
     return f"{d.namespace}::{d.name} v{d.version}"
 
 
@@ -86,6 +92,7 @@ def check_plugin_against_node(desc: PluginDescription, node: CustomNode, precisi
 
 @dataclass
 class PluginFile:
+    """A plugin library on disk with the self-description read from it."""
     path: Path
     description: PluginDescription
 

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+__all__ = ["PidLock"]
+
 
 class PidLock:
     """``with PidLock(path, refused):`` -- ``refused(holder_pid)`` is the error raised when another process

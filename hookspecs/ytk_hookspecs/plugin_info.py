@@ -16,11 +16,15 @@ from pydantic import ValidationError
 
 from .models.build import PluginDescription
 
+__all__ = ["SECTION", "SYMBOL", "PluginInfoError", "c_string_literal", "c_snippet", "read_plugin_description"]
+
+
 SECTION = ".ytk_plugin_info"
 SYMBOL = "ytk_plugin_info"
 
 
 class PluginInfoError(ValueError):
+    """A plugin library whose self-description is missing or unreadable."""
     pass
 
 

@@ -13,6 +13,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+__all__ = ["CONFIG_NAME", "CONFIG_ENV", "ConfigNotFound", "find_config", "backend_table"]
+
+
 CONFIG_NAME = "ytk.toml"
 CONFIG_ENV = "YTK_CONFIG"
 

@@ -12,6 +12,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+__all__ = ["load_exported"]
+
+
 _LOCK = threading.Lock()
 
 

@@ -13,6 +13,9 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 
+__all__ = ["MAX_LEN", "ShapeExprError", "parse", "evaluate", "evaluate_extents"]
+
+
 _FUNCS = {"cdiv", "max", "min"}
 #: A contract's expressions are a line each; anything longer is not one (and parsing megabytes of
 #: it costs memory and recursion the caller never asked for).
@@ -20,6 +23,7 @@ MAX_LEN = 1000
 
 
 class ShapeExprError(ValueError):
+    """A shape expression that does not parse or uses what the grammar does not allow."""
     pass
 
 

@@ -149,3 +149,31 @@ def test_compile_request_and_result_schema_2_read_schema_1(tmp_path):
         bad = res.model_dump(mode="json") | {"debug_outputs_as": "debug outputs"}
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         CompileResult.read(tmp_path / "bad.json")
+
+
+def test_every_module_declares_its_public_names_and_documents_them():
+    """As pluggy does: each module of ytk-hookspecs says what it exports (``__all__``), everything it names
+    exists, and every exported class and function has a docstring (a backend author reads these)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import ytk_hookspecs
+
+    undocumented, missing, no_all = [], [], []
+    for m in pkgutil.walk_packages(ytk_hookspecs.__path__, "ytk_hookspecs."):
+        mod = importlib.import_module(m.name)
+        names = getattr(mod, "__all__", None)
+        if names is None:
+            no_all.append(m.name)
+            continue
+        for n in names:
+            if not hasattr(mod, n):
+                missing.append(f"{m.name}.{n}")
+                continue
+            obj = getattr(mod, n)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__module__ == m.name and not obj.__doc__:
+                undocumented.append(f"{m.name}.{n}")
+    assert not no_all, f"no __all__: {no_all}"
+    assert not missing, f"__all__ names what the module lacks: {missing}"
+    assert not undocumented, f"exported without a docstring: {undocumented}"

@@ -9,11 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Versioned
 
+__all__ = ["AdmissionStatus", "AdmissionCaseRecord", "AdmissionRecord"]
+
+
 AdmissionStatus = Literal["admitted", "rejected", "unverified"]
 
 
 class AdmissionCaseRecord(BaseModel):
     # an error of inf (a NaN output) must read back as inf, not as a null that fails validation
+    """One case of an admission verdict as stored: its label, whether it passed (or why it was skipped), the error
+    figures and the problems found."""
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
     label: str = Field(description="site shape / input distribution / seed")

@@ -12,6 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = ["CpuArch", "ArchSpecError", "GpuProperties", "GPU_NAMES", "gpu_sm", "GPU_PROPERTIES", "ArchSpec"]
+
+
 CpuArch = Literal["aarch64", "x86_64"]
 
 _CPU_ALIASES = {"arm64": "aarch64", "aarch64": "aarch64", "x86_64": "x86_64", "amd64": "x86_64", "x64": "x86_64"}

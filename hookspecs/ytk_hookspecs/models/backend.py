@@ -8,6 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Versioned
 
+__all__ = ["Role", "Stage", "ROLE_STAGES", "SELECTABLE_ROLES", "Availability", "CORE_CONFIG_KEYS",
+           "FORWARDED_CONFIG_KEYS", "BackendInfo"]
+
+
 Role = Literal["engine", "kernelgen", "builder", "frontend"]
 Stage = Literal["trace", "carve", "kernelgen", "build_plugin", "compile", "profile"]
 

@@ -14,6 +14,10 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+__all__ = ["ArtifactError", "Versioned", "problem", "write_text_atomic", "file_mode", "replace_file",
+           "write_bytes_atomic", "sha256_file"]
+
+
 T = TypeVar("T", bound="Versioned")
 
 
@@ -92,6 +96,7 @@ def problem(e: Exception) -> str:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, as :func:`write_bytes_atomic` does."""
     write_bytes_atomic(path, text.encode())
 
 
@@ -138,6 +143,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes, hex, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

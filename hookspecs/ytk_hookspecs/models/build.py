@@ -10,6 +10,9 @@ from pydantic import Field
 from .base import Versioned
 from .kernel import KernelDtype, PluginMeta, TensorFormat
 
+__all__ = ["EngineApi", "PluginDescription", "BuildRequest", "BuildResult"]
+
+
 EngineApi = Literal["trt8-IPluginV2DynamicExt", "trt10-IPluginV3", "torch-launcher", "mock-cpu"]
 
 
@@ -58,6 +61,8 @@ class BuildRequest(Versioned):
 
 
 class BuildResult(Versioned):
+    """What a builder returns: the plugin library it wrote, the self-description read back from it, the build log and
+    its wall time."""
     so_path: Path
     description: PluginDescription
     log: str = ""

@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from .base import Versioned
 from .tensors import TensorInfo
 
+__all__ = ["PLUGIN_DOMAIN", "LiftMode", "InputRole", "SiteInfo", "RegionOp", "CandidateFiles", "Candidate",
+           "CandidatesFile", "PluginEntry", "PluginsFile", "CarveRequest", "CarveResult"]
+
+
 #: ONNX domain of every custom-op node ytk inserts. TensorRT's parser ignores the domain and looks
 #: the plugin up by (op_type, plugin_namespace, plugin_version); the domain keeps the ONNX checker
 #: from treating the node as an unknown standard op.
@@ -137,6 +141,8 @@ class CarveRequest(Versioned):
 
 
 class CarveResult(Versioned):
+    """What a carve wrote: ``plugins.json``, ``candidates.json``, the rewritten ONNX and how many custom-op nodes it
+    holds."""
     plugins: Path
     candidates: Path
     onnx: Path

@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from .base import Versioned
 from .build import PluginDescription
 
+__all__ = ["Precision", "NETWORK_OUTPUTS", "DEBUG_TENSORS", "TapExposure", "PluginArtifact", "CompileRequest",
+           "CompileResult", "LatencyMs", "LayerMs", "LayerTime", "ProfileRequest", "ProfileResult"]
+
+
 Precision = Literal["fp16", "fp32"]
 #: How an engine exposed the debug taps it was asked for (:attr:`CompileRequest.debug_outputs`).
 NETWORK_OUTPUTS = "network outputs"
@@ -92,6 +96,7 @@ class LayerTime(BaseModel):
 
 
 class ProfileRequest(Versioned):
+    """Profile a compiled engine: per-layer times and end-to-end iterations after warm-up."""
     compile: CompileResult
     request: CompileRequest
     iterations: int = 10
@@ -99,6 +104,8 @@ class ProfileRequest(Versioned):
 
 
 class ProfileResult(Versioned):
+    """An engine's profile: per-layer times, each timed iteration, the outputs on ``model.npz`` and the engine's raw
+    profile where it has one."""
     layers: list[LayerTime]
     iterations_ms: list[LatencyMs] = Field(min_length=1)
     outputs: Path = Field(description="npz of the engine's outputs for model.npz, keyed by ONNX output")

@@ -22,6 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .base import Versioned
 from .carve import Candidate, InputRole
 
+__all__ = ["TensorFormat", "KernelDtype", "DeploymentTarget", "C_IDENTIFIER", "TensorContract", "KernelPerf",
+           "PluginMeta", "Reoptimization", "KernelGenRequest", "CandidateScore", "KernelReport", "KernelGenResult",
+           "RegionSketch", "SupportRequest", "SupportAnswer"]
+
+
 TensorFormat = Literal["kLINEAR", "kHWC8", "kCHW32", "kHWC"]
 KernelDtype = Literal["float16", "float32", "int32", "int8"]
 #: What a kernel is generated for: an engine plugin around the launcher ABI, or a torch custom op.

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = ["DTYPES", "TensorInfo"]
+
+
 #: dtype names used everywhere in ytk files (numpy-style spelling).
 DTYPES = ("float16", "float32", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
 

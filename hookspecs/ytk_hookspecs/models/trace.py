@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .base import Versioned
 from .tensors import TensorInfo
 
+__all__ = ["ModuleFrame", "FxNode", "FxNodesFile", "TraceRequest", "TraceResult"]
+
 
 class ModuleFrame(BaseModel):
     """One level of the nn.Module stack that owns an FX node."""
@@ -64,6 +66,8 @@ class TraceRequest(Versioned):
 
 
 class TraceResult(Versioned):
+    """What tracing a model wrote: the ONNX, its inputs (``model.npz``), the torch reference outputs and the ONNX-to-FX
+    node map."""
     onnx: Path
     npz: Path
     reference: Path

@@ -16,3 +16,6 @@ retries what a retry can fix. Those pieces live here, once:
 They need the ``service`` extra of ytk-hookspecs (fastapi, uvicorn, httpx, tenacity); nothing else
 in ytk_hookspecs imports them.
 """
+
+#: The subpackage's modules are imported by name (``ytk_hookspecs.service.http``); it exports nothing itself.
+__all__: list[str] = []

@@ -21,6 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+__all__ = ["MAX_DEPTH", "MAX_NAME", "ArchiveRefused", "ExtractLimits", "write_archive", "safe_extract"]
+
+
 MAX_DEPTH = 8
 MAX_NAME = 255
 
@@ -31,6 +34,7 @@ class ArchiveRefused(Exception):
 
 @dataclass(frozen=True)
 class ExtractLimits:
+    """How much an uploaded archive may unpack to: members and bytes."""
     max_members: int
     max_bytes: int
 

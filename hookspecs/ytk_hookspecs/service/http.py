@@ -25,6 +25,10 @@ from ..errors import StageError
 from ..models import Versioned
 from .protocol import API, AUTH_HEADER, ErrorBody
 
+__all__ = ["MAX_WAIT_S", "Failure", "CONFIG_FAILURES", "ServiceError", "retry_after", "RetryingClient",
+           "status_line", "follow_job", "local_paths_out"]
+
+
 T = TypeVar("T", bound=Versioned)
 #: the longest single wait between two tries, whatever Retry-After asks
 MAX_WAIT_S = 30.0
@@ -235,6 +239,7 @@ def _transport(exc: BaseException | None) -> str:
 
 
 def status_line(r: httpx.Response) -> str:
+    """``HTTP 503 Service Unavailable``: an HTTP response's status for a one-line message."""
     return f"HTTP {r.status_code} {r.reason_phrase}".strip()
 
 

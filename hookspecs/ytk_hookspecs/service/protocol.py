@@ -30,6 +30,7 @@ MAX_LOG_CHUNK = 1 << 20
 
 
 def utcnow() -> str:
+    """Now, UTC, ISO 8601 to the second (job records and log lines)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 

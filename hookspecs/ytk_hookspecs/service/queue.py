@@ -15,8 +15,12 @@ import sys
 import threading
 from typing import Any
 
+__all__ = ["SlotQueue", "die_with_parent"]
+
 
 class SlotQueue:
+    """A job queue whose workers each hold one slot (a GPU, or None for a CPU-only worker), so no two jobs share a
+    slot."""
     def __init__(self, slots: list[str | None], name: str) -> None:
         self.slots = slots or [None]
         self.name = name

@@ -22,14 +22,20 @@ from ..errors import StageError
 from ..models import Versioned
 from .protocol import ErrorBody
 
+__all__ = ["Refusal", "json_response", "install_error_handlers", "CannotListen", "listen", "serve_on", "key_name",
+           "bearer_auth", "refuse_declared_size", "receive_upload", "received_archive", "add_common_routes"]
+
 
 class Refusal(Exception):
+    """A request a service turns down: the HTTP status, the message, the exit code a client should end with, and any
+    headers (Retry-After)."""
     def __init__(self, status: int, message: str, exit_code: int = 2, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.exit_code, self.headers = status, exit_code, headers or {}
 
 
 def json_response(model: Versioned, status: int = 200, headers: dict[str, str] | None = None) -> Any:
+    """A pydantic model as a JSON HTTP response."""
     from fastapi.responses import Response
 
     return Response(model.model_dump_json(), status_code=status, media_type="application/json", headers=headers)

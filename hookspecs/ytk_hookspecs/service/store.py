@@ -22,6 +22,9 @@ from ..pidlock import PidLock
 from ..models import ArtifactError, Versioned
 from .protocol import JOB_ID, utcnow
 
+__all__ = ["RECORD", "LOCK", "R", "StateDirInUse", "state_dir_lock", "JobStore"]
+
+
 RECORD = "record.json"
 #: held (flock) by the one service that owns a state folder, for as long as it runs
 LOCK = ".service.lock"

@@ -46,17 +46,20 @@ def test_loads_without_warnings(ytk_backend: Any, request: pytest.FixtureRequest
 
 
 def test_satisfies_the_protocols_of_its_roles(ytk_backend: Any) -> None:
+    """The backend has roles and a description, and the methods (and signatures) of each role's protocol."""
     assert ytk_backend.info.roles and ytk_backend.info.description.strip()
     assert backend_problems(ytk_backend.impl) == []
 
 
 def test_availability_says_why(ytk_backend: Any) -> None:
+    """availability() answers with an Availability that gives its reason, available or not."""
     av = ytk_backend.availability()
     assert isinstance(av, Availability)
     assert av.reason, "availability() must say why, available or not"
 
 
 def test_a_simulated_backend_says_so(ytk_backend: Any) -> None:
+    """A simulated backend says so in its description, as every figure it prints must."""
     if ytk_backend.info.simulated:
         assert "simulat" in ytk_backend.info.description.lower(), "a simulated backend's description must say so"
 
@@ -67,6 +70,8 @@ def test_a_simulated_backend_says_so(ytk_backend: Any) -> None:
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_engine_figures_are_honest_and_outputs_correct(ytk_engine: Any, precision: str, tmp_path: Path,
                                                        request: pytest.FixtureRequest) -> None:
+    """A small network compiles and profiles into honest figures (labelled simulated where they are), with
+    outputs within tolerance."""
     from .engine_model import write_engine_model
 
     arch = target_for(request.config, ytk_engine)
@@ -277,6 +282,7 @@ def _built_relu(builder: Any, arch: str, tmp_path: Path) -> tuple[Path, Path, by
 
 
 def test_builder_output_describes_itself(ytk_builder: Any, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A real kernel source builds into a library whose self-description names the plugin, its launcher and SM."""
     from ..models import ArchSpec
 
     arch = target_for(request.config, ytk_builder)
