@@ -203,7 +203,7 @@ def test_mobilenet_carve(tmp_path):
     (dw,) = cands["Dw3"].ops
     assert dw.model_dump(exclude_none=True) == dict(op="conv", kernel=[3, 3], stride=[2, 2], padding=[1, 1],
                                                     dilation=[1, 1], groups=72, channels_in=72, channels_out=72,
-                                                    activation="relu")
+                                                    activation="relu", transposed=False)
     se = cands["SE"].ops
     assert [(o.op, o.kernel, o.activation) for o in se] == [("conv", [1, 1], "relu"), ("conv", [1, 1], "hardsigmoid")]
     assert se[0].channels_in is None and se[0].groups == 1  # channels differ between the SE's 8 sites

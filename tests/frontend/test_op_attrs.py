@@ -27,4 +27,26 @@ def test_groups_computed_from_the_input_are_read_as_their_value(channels: int, p
     (op,) = region_ops(gm, ins)
     assert op.model_dump(exclude_none=True) == dict(op="conv", kernel=[3, 3], stride=[2, 2], padding=[1, 1],
                                                     dilation=[1, 1], groups=groups, channels_in=channels,
-                                                    channels_out=channels, activation="relu")
+                                                    channels_out=channels, activation="relu", transposed=False)
+
+
+def test_a_transposed_conv_says_so_and_counts_its_output_channels():
+    """ConvTranspose2d(48 -> 32): the record said channels_out 48 (the weight's first dim, which for a
+    transposed conv is its input channels) and nothing marked it transposed, so a generator deciding from
+    the record alone would take it for a forward conv."""
+    import torch
+
+    from ytk_core.frontend.op_attrs import region_ops
+
+    class Up(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = torch.nn.ConvTranspose2d(48, 32, 4, stride=2, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.up(x)
+
+    x = torch.randn(1, 48, 8, 8)
+    gm = torch.export.export(Up().eval(), (x,)).run_decompositions().module()
+    (op,) = region_ops(gm, [x])
+    assert op.op == "conv" and op.transposed and (op.channels_in, op.channels_out) == (48, 32), op

@@ -282,3 +282,38 @@ def test_attention_the_carve_cannot_take_whole_is_proposed_as_it_can(tmp_path):
         carved("yasp::C=CascadedAttention:around")
     with pytest.raises(UsageError, match="bakes different weights"):
         carved("yasp::W=WindowAttention:around")
+
+
+@pytest.mark.slow
+def test_a_transposed_conv_is_proposed_as_the_carve_takes_it(tmp_path):
+    """A new user's decoder: propose labelled ConvTranspose2d(48 -> 32) 'C=48->48' (an ONNX ConvTranspose's
+    weight is (Cin, Cout/groups, k, k)) and emitted selectors the carve refused ('use @lift=none'), so the
+    autoloop dropped the model's heaviest regions. The carve now keeps a transposed conv's weights baked by
+    default, as propose judges its sites; an explicit conv lift is refused naming the selector."""
+    deconv = REPO / "tests" / "data" / "deconv_model.py"
+    report = _propose_all(deconv, tmp_path / "base", "1x64x64", kernelgen="mock")
+    ups = {p.sites[0].module_path: p for p in report.candidates if p.selector and "transposed" in p.label}
+    assert set(ups) == {"up1", "up2"}, [p.label for p in report.candidates]
+    assert "C=48->32" in ups["up1"].label and ups["up1"].name.endswith("C48to32"), ups["up1"].label
+    assert "C=96->48" in ups["up2"].label and ups["up2"].name.endswith("C96to48"), ups["up2"].label
+    carved = tmp_path / "carved"
+    r = prepare(deconv, carved, [p.selector for p in ups.values()], size="1x64x64")
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(carved / "candidates.json").candidates}
+    assert all(cands[p.name].lift == "none" for p in ups.values())
+    # the templates (the generator a GPU run picks) refuse it as what it is, not with the advice to lift its
+    # weights that the carve refuses
+    r = ytk_inproc("kernelgen", "compile", "-r", carved / "plugin_candidates" / f"{ups['up1'].name}.pt2", "-g",
+                   "H200", "--config", "deployment_target=tensorrt", "-o", tmp_path / "Up.module_source.py",
+                   "--kernelgen", "templates", "--dry-run")
+    assert r.code == 3 and "transposed convolution" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "@lift=fold_conv_bn" not in r.stdout + r.stderr
+    sketch = propose(tmp_path / "base" / "base.tgz", tmp_path / "base" / "model.onnx",
+                     tmp_path / "base" / "fx_nodes.json",
+                     options=ProposeOptions(min_ms=0, launch_ms=0, kernelgen="templates"))
+    ups_t = [p for p in sketch.candidates if p.selector and "transposed" in p.label]
+    assert ups_t and all(p.supported is False and "transposed conv" in p.support_why for p in ups_t)
+    bad = ups["up1"].selector + "@lift=fold_conv_bn"
+    r = prepare(deconv, tmp_path / "bad", [bad], size="1x64x64")
+    assert r.code == 2 and repr(bad) in r.stderr and "transposed convolution" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

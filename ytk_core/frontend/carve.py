@@ -149,7 +149,8 @@ def _named_failures(sel: Selector) -> Iterator[None]:
     except (RegionRefused, OSError, MemoryError):
         raise
     except UsageError as e:
-        raise RegionRefused(sel.text, "carve", str(e), hint=e.hint) from e
+        msg = str(e) if sel.text in str(e) else f"selector {sel.text!r}: {e}"  # which of several selectors
+        raise RegionRefused(sel.text, "carve", msg, hint=e.hint) from e
     except Exception as e:
         text = " ".join(str(e).split()) or "(no message)"
         raise RegionRefused(sel.text, "carve", f"{INTERNAL_CARVE_ERROR} on {sel.text!r}: {type(e).__name__}: "

@@ -141,15 +141,20 @@ def _region_op(node: Any, kind: str) -> RegionOp:
         ws, xs = _shape(w), _shape(x)
         nsp = len(ws) - 2 if ws else 2
         a = list(node.args) + [None] * 7
+        transposed = False
         if _base(node) == "convolution":  # (input, weight, bias, stride, padding, dilation, transposed, ...)
             stride, padding, dilation, groups = a[3], a[4], a[5], a[8]
+            transposed = a[6] is True
         else:
             stride, padding, dilation, groups = a[3], a[4], a[5], a[6]
+        g = _const(groups) if groups is not None else 1
+        # a transposed conv's weight is (Cin, Cout/groups, k...), a forward one's (Cout, Cin/groups, k...)
+        cout = (ws[1] * (g if isinstance(g, int) else 1) if transposed else ws[0]) if ws else None
         op = op.model_copy(update=dict(
             kernel=ws[2:] if ws else [], stride=_ints(stride, nsp, 1),
             padding=_ints(padding, nsp, 0) if not isinstance(padding, str) else [],
-            dilation=_ints(dilation, nsp, 1), groups=_const(groups) if groups is not None else 1,
-            channels_in=xs[1] if xs and len(xs) > 1 else None, channels_out=ws[0] if ws else None))
+            dilation=_ints(dilation, nsp, 1), groups=g,
+            channels_in=xs[1] if xs and len(xs) > 1 else None, channels_out=cout, transposed=transposed))
     elif kind == "linear":
         w = node.args[2] if _base(node) == "addmm" else node.args[1]
         ws = _shape(w)

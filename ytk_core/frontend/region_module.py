@@ -38,6 +38,15 @@ def _spatial_dims(c: Any) -> int:
     return int(wval.dim()) - 2 if wval is not None and wval.dim() >= 3 else 2
 
 
+def _is_transposed(c: Any) -> bool:
+    """aten.convolution with ``transposed`` set, or an aten.conv_transpose op."""
+    name = op_name(c).split(".")[0]
+    if name.startswith("conv_transpose"):
+        return True
+    a = list(c.args)
+    return name in ("convolution", "_convolution") and len(a) > 6 and bool(a[6])
+
+
 def _conv_parts(c: Any) -> tuple[Any, Any, Any, Any, Any, Any, Any]:
     """(input, weight, bias, stride, padding, dilation, groups) of aten.conv1d/2d/3d or aten.convolution, omitted
     arguments at the op's defaults for its spatial rank. ``padding`` may be a string ('same', 'valid')."""
@@ -106,15 +115,20 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
     outs = [n for n in nodes if n in graph_outputs or (any(u not in inside for u in n.users) and
                                                         not facts.folded(n.name))]
     convs = [n for n in nodes if is_conv(n)]
+    transposed = [c for c in convs if _is_transposed(c)]
     if lift:
         mode = lift
-    elif not convs:
-        mode = "none"
+    elif not convs or transposed:
+        mode = "none"  # a transposed conv's weights stay baked: a conv lift cannot rebuild them
     elif len(convs) == 1:
         mode = "fold_conv_bn"
     else:
         # several convs (an MLP of 1x1 convs, a whole inverted residual): one folded pair each
         mode = "fold_conv_bn_seq"
+    if mode != "none" and transposed:
+        raise UsageError(f"region {where or '<root>'}: {transposed[0].name} is a transposed convolution, whose "
+                         f"weights @lift={mode} cannot rebuild; drop the @lift (its weights then stay baked, the "
+                         "default for a transposed conv) or use @lift=none")
     if mode != "none" and lift and not convs:
         raise UsageError(f"region {where or '<root>'} has no convolution; @lift={mode} lifts a conv's (weight, bias) "
                          "and has nothing to lift here. Drop the @lift (its weights stay as they are) or use "

@@ -111,8 +111,12 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         if path in blocks:  # a GEMM the block calls itself: the :around region leaves it out
             continue
         nodes, epilogue, fx = _module_region(g, facts, path, taken)
+        # a transposed conv's weights cannot be lifted: the carve keeps them baked by default (region_module),
+        # so its sites are judged by their baked weights, as the carve will carve them
+        lift = not any(g.by_name[m].op_type == "ConvTranspose" for m in nodes if m in g.by_name)
         regions[path] = r = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
-                                   anchors=[n], nodes=nodes, epilogue=epilogue, baked=tuple(baked_weights(fx, facts)))
+                                   anchors=[n], nodes=nodes, epilogue=epilogue,
+                                   baked=tuple(baked_weights(fx, facts, lift=lift)))
         _shared(r, taken)
         taken.update(r.nodes)
     out = sorted([*regions.values(), *around], key=lambda r: min(g.by_name[a].index for a in r.anchors))
@@ -232,7 +236,8 @@ def _describe(g: OnnxGraph, r: Region) -> None:
         k = list(a.attrs.get("kernel_shape") or (w[2:] if w else []))
         groups = int(a.attrs.get("group", 1))
         cin = x[1] if x and len(x) > 1 else None
-        cout = w[0] if w else None
+        # ONNX weights: Conv (Cout, Cin/groups, k...), ConvTranspose (Cin, Cout/groups, k...)
+        cout = (w[1] * groups if a.op_type == "ConvTranspose" else w[0]) if w and len(w) > 1 else None
         r.sig.update(k=k, stride=list(a.attrs.get("strides") or [1] * len(k)), pads=list(a.attrs.get("pads") or []),
                      dilation=list(a.attrs.get("dilations") or [1] * len(k)), groups=groups, C=cin, Cout=cout,
                      spatial=_spatial(x), transpose=a.op_type == "ConvTranspose")

@@ -354,6 +354,10 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
     if other_conv:  # before the parameters: lifting them would not help
         dims = ", ".join(_OTHER_CONV[t] for t in other_conv)
         raise UnsupportedRegion(f"a {dims} convolution: {ONLY_2D}")
+    if any(o.target in _CONV and len(o.args) > 6 and o.args[6] is True for o in g.ops):
+        # aten.convolution with `transposed` set: its weights stay baked (no lift rebuilds them), so the
+        # baked-parameters advice below would send the user after a lift the carve refuses
+        raise UnsupportedRegion("a 2-D transposed convolution: templates build forward convolutions only")
     has_conv = any(o.target in _CONV for o in g.ops)
     if g.baked and has_conv:
         users = _baked_users(g)

@@ -71,6 +71,8 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         return SupportAnswer(supported=False, backend=NAME, why=why)
 
     extra = sorted(op for op in s.onnx_ops if op not in _ACTIVATION_ONNX | {"Conv"})
+    if "ConvTranspose" in s.onnx_ops:
+        return no("a transposed conv: templates build forward convolutions only")
     if s.kind in ("depthwise_conv", "conv", "grouped_conv") and s.kernel and len(s.kernel) != 2:
         return no(f"a {len(s.kernel)}-D convolution (kernel {'x'.join(map(str, s.kernel))}): {ONLY_2D}")
     if s.kind == "depthwise_conv":

@@ -59,6 +59,8 @@ class RegionOp(BaseModel):
     normalisation: str | None = Field(None, description="a norm applied to this op's output inside the region "
                                                         "(batch_norm, layer_norm, group_norm); a conv's batch norm "
                                                         "that the lift folded is not here: see Candidate.lift")
+    transposed: bool = Field(False, description="a transposed conv (ConvTranspose): its weights stay baked in the "
+                                                "region, and channels_out is its output channels")
 
 
 class CandidateFiles(BaseModel):
