@@ -364,7 +364,9 @@ def test_what_to_ship_is_named_exported_and_rebuilds(finished, tmp_path):
     dest = tmp_path / "ship"
     r = autoloop(w, "--export", dest)
     assert r.code == 0, r.stderr[-2000:]
-    assert "ship: " in r.stdout and "rebuild: ytk embedded compile" in r.stdout and f"to {dest}" in r.stdout
+    assert "ship (SIMULATED): " in r.stdout and "rebuild: ytk embedded compile" in r.stdout
+    assert f"to {dest} (SIMULATED: a simulated engine's bundle and placeholder plugins" in r.stdout
+    assert json.loads((dest / "ship.json").read_text())["simulated"] is True
     from ytk_core.autoloop.state import AutoloopState
 
     best = AutoloopState.read(w / "autoloop.json").best
@@ -534,7 +536,7 @@ def test_the_time_table_shows_the_gates_share_of_build():
 
     rnd = RoundRecord(index=1, stage_s={"propose": 1.0, "build": 92.7, "compile": 10.0}, admission_s=55.04)
     table = "\n".join(_time_table(SimpleNamespace(round0_s={}, rounds=[rnd])))  # type: ignore[arg-type]
-    assert "| 1 | 1.0 | - | - | 92.7 (55.0) | 10.0 | - | - | 103.7 |" in table
+    assert "| 1 | 1.0 | - | - | 92.7 (55.0) | 10.0 | - | - | 0.0 (0%) | 103.7 |" in table
     assert "admission gate" in table
 
 
@@ -735,7 +737,8 @@ def test_the_real_generators_line_counts_the_plugged_regions_and_groups_the_refu
                                                      "C": "no template for a gemm region", "D": "softmax attention"})
     line = real_gpu_line(st, kept)
     assert line.startswith("on a GPU the automatic kernel generator (templates) would take 1 of the 4 plugged "
-                           "regions; not the rest: no template for a gemm region (2); softmax attention (1)"), line
+                           "regions; not the rest: no template for a gemm region (2: B, C); softmax attention "
+                           "(1: D)"), line
     st.rounds[0].real_support = RealSupport(chain="", refuses={n: "no real kernel generator is installed"
                                                                for n in "ABCD"})
     assert real_gpu_line(st, kept).startswith("no real kernel generator is installed: on a GPU none of the 4 ")

@@ -13,6 +13,7 @@ from ytk_hookspecs.models import Versioned
 from ytk_hookspecs.models.base import sha256_file, write_text_atomic
 
 from ..errors import UsageError
+from ..runtime import runtime
 from ..stages.verify import VerifyReport, run_verify
 from .charts import RoundPoint, latency_by_round, regions_before_after
 from .state import AutoloopState, PluginRecord
@@ -45,6 +46,8 @@ class ShipList(Versioned):
     plugins: list[ShipPlugin] = Field(default_factory=list)
     reproduce: str = Field(description="a shell command that rebuilds the final engine bundle from these files")
     engine_sha256: str | None = Field(None, description="the engine bundle's sha256 when it was compiled")
+    simulated: bool = Field(False, description="built by a simulated engine or generator (the mock): placeholder "
+                                               "plugins and a simulated engine, not for deployment")
 
 
 def _per_site(ms: list[float], shown: int = 4) -> str:
@@ -83,8 +86,10 @@ def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
                for p in best.plugins if p.so]
     compiles = [*state.round0_compiles, *(c for r in state.rounds for c in r.compiles)]
     sha = next((c.sha256 for c in compiles if c.bundle == best.bundle), None)
+    eng = runtime().manager.get(state.backends.engine)
+    simulated = bool(eng is not None and eng.info.simulated) or (bool(plugins) and simulated_generator(state))
     ship = ShipList(engine_bundle=str(w / best.bundle), engine_sha256=sha, onnx=str(prep / "model.onnx"),
-                    npz=str(prep / "model.npz"),
+                    npz=str(prep / "model.npz"), simulated=simulated,
                     arch=state.arch, precision=state.precision, engine=state.backends.engine,
                     worker=state.worker, plugins=plugins, reproduce="")
     return ship.model_copy(update={"reproduce": rebuild_command(ship)})
@@ -364,7 +369,11 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
              for p in kept]), ""]
     ship = ship_list(state, w)
     if ship is not None:
-        md += ["## What to ship", "", f"- engine bundle: `{ship.engine_bundle}`", f"- carved ONNX: `{ship.onnx}`"]
+        md += ["## What to ship", ""]
+        if ship.simulated:
+            md += ["> SIMULATED: the engine bundle and plugins below come from a simulated backend (placeholder "
+                   "plugins, no GPU code): they rehearse the flow and are not for deployment.", ""]
+        md += [f"- engine bundle: `{ship.engine_bundle}`", f"- carved ONNX: `{ship.onnx}`"]
         md += [f"- plugin `{p.name}`: `{p.so}` (replaces `{p.selector}`)" for p in ship.plugins]
         md += ["", "Rebuild the final engine from them:", "", "```bash", ship.reproduce, "```", "",
                "`ytk autoloop ... --export DIR` copies exactly these into DIR.", ""]

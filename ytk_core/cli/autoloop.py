@@ -109,12 +109,14 @@ def autoloop(
         stdout.print(f"note: resumed although {what}: these figures were measured before that change "
                      "(--fresh measures the model as it is now)", markup=False, highlight=False)
     if rep.ship is not None:
-        stdout.print(f"ship: {_shown(rep.ship.engine_bundle)}"
+        stdout.print(f"ship{' (SIMULATED)' if rep.ship.simulated else ''}: {_shown(rep.ship.engine_bundle)}"
                      + "".join(f"\n      {_shown(p.so)}  ({p.selector})" for p in rep.ship.plugins),
                      markup=False, highlight=False)
         stdout.print(f"rebuild: {rep.ship.reproduce}", markup=False, highlight=False, soft_wrap=True)
     if exported:
-        stdout.print(f"exported {len(exported)} file(s) to {export}", markup=False, highlight=False)
+        sim = (" (SIMULATED: a simulated engine's bundle and placeholder plugins, not for deployment)"
+               if rep.ship is not None and rep.ship.simulated else "")
+        stdout.print(f"exported {len(exported)} file(s) to {export}{sim}", markup=False, highlight=False)
     stdout.print(f"report: {rep.report_md}", markup=False, highlight=False)
     _fail_on_final_numerics(rep)
 

@@ -118,7 +118,16 @@ def real_support_line(real: RealSupport, names: list[str], what: str) -> str:
             f"{n_take} of the {len(names)} {what}")
     if n_take < len(names):
         why = Counter(real.refuses[n] for n in names if n in real.refuses)
-        top = "; ".join(f"{w} ({k})" for w, k in why.most_common(3))
+        named: dict[str, list[str]] = {}
+        for n in names:
+            if n in real.refuses:
+                named.setdefault(real.refuses[n], []).append(n)
+
+        def who(w: str) -> str:  # the regions refused for that reason, so a user knows which they are
+            ns = named[w]
+            return ", ".join(ns[:3]) + (f", +{len(ns) - 3} more" if len(ns) > 3 else "")
+
+        top = "; ".join(f"{w} ({k}: {who(w)})" for w, k in why.most_common(3))
         line += (f"; not the rest: {top}" if top else "") + other_generators(real.chain)
     return line
 
