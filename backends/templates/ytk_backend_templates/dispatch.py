@@ -62,10 +62,10 @@ def _strip_launcher(v: Variant) -> str:
 def dispatch_variant(scored: Sequence[Any], shapes: Sequence[SiteShape], meta: PluginMeta,
                      ns: str = "ytk_dispatch") -> Variant | None:
     """The dispatch variant for ``scored`` (see module doc), or None when it would not pay."""
-    parts = dispatch_parts(scored, [s.count for s in shapes])
-    if parts is None:
+    picked = dispatch_parts(scored, [s.count for s in shapes])
+    if picked is None:
         return None
-    best, single = parts
+    best, single = picked
     parts: list[Any] = []
     for b in [single, *best]:
         if all(b is not p for p in parts):
