@@ -154,3 +154,26 @@ def test_run_verify_keeps_its_signature_and_failures_name_the_outputs(tmp_path, 
     rep = run_verify(tmp_path / "model.reference.npz", [b], no_host=True)
     assert rep.passed is False
     assert [(n.output, n.detail) for n in rep.failures()] == [("z", "not in the reference")]
+
+
+@pytest.mark.slow
+def test_a_reference_of_another_input_size_is_bad_input_not_numerics(ytk, tmp_path):
+    """A new user verified a 128x128 bundle against the reference of a 64x64 prepare: exit 5, 'numerics failed',
+    where the input was wrong. With the reference's prepare beside it holding other inputs than the bundle
+    ran, a bundle none of whose outputs has the reference's shape is now exit 2 naming both."""
+    from tests.conftest import REPO
+    from tests.helpers import prepare
+
+    model = REPO / "tests" / "data" / "deconv_model.py"
+    small, big = tmp_path / "small", tmp_path / "big"
+    assert prepare(model, small, size="1x64x64").code == 0
+    assert prepare(model, big, size="1x128x128").code == 0
+    bundle = tmp_path / "big.tgz"
+    r = ytk("embedded", "compile", "-a", "arm64-sm87-dos6010-cu114-trt86", "-p", "fp16", "--onnx",
+            big / "model.onnx", "--npz", big / "model.npz", "-o", bundle, "--engine", "mock")
+    assert r.code == 0, r.stderr[-1500:]
+    r = ytk("embedded", "verify", small / "model.reference.npz", bundle, "--no-host")
+    assert r.code == 2, r.stderr[-1500:]
+    (line, *_) = _error_lines(r.stderr)
+    assert "was computed by a prepare whose inputs" in line and "model.reference.npz of the prepare" in line
+    assert ytk("embedded", "verify", big / "model.reference.npz", bundle, "--no-host").code == 0

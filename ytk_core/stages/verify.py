@@ -227,6 +227,26 @@ def _moved_model(prepare_json: Path) -> str | None:
     return None if model.is_file() else str(model)
 
 
+def _check_same_inputs(reference: Path, b: EngineBundle, label: str, detail: str) -> None:
+    """Every output of ``b`` has another shape than the reference: when the reference's own prepare ran the
+    model on other inputs than the bundle was, that is a reference of another prepare (another input size), a
+    bad input (exit 2), not numerics."""
+    from ..artifacts import PrepareManifest
+
+    pj = find_prepare_manifest(reference)
+    if pj is None:
+        return
+    try:
+        npz = pj.parent / PrepareManifest.read(pj).npz
+    except Exception:  # noqa: BLE001 - an unreadable manifest only means this explanation is not given
+        return
+    if not npz.is_file() or sha256_file(npz) == b.manifest.npz_sha256:
+        return
+    raise UsageError(f"{reference} was computed by a prepare whose inputs ({npz}) are not the ones bundle {label} "
+                     f"was compiled and run with, and no output has the reference's shape ({detail}): pass the "
+                     "model.reference.npz of the prepare the bundle was compiled from")
+
+
 def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
                max_rel_err: float | None = None, min_cosine: float | None = None,
                layers_top: int = 10, host_budget_s: float = 120.0) -> VerifyReport:
@@ -273,6 +293,8 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
         for b, label in zip(bundles, _labels(bundles)):
             row, top, scored, verdict = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top,
                                                       ref_sha=ref_sha)
+            if scored and all(n.problem == "shape" for n in scored):
+                _check_same_inputs(Path(reference), b, label, scored[0].detail)
             if verdict is not None:
                 tapped.append((verdict, b, row))
             impls.append(row.implementation)
