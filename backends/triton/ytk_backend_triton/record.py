@@ -235,6 +235,12 @@ def _hashable(v: Any) -> Any:
     return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
 
 
+#: Compile options not copied from a kernel's metadata when it is compiled again for another SM: the target's
+#: own, and ``extern_libs``, which holds the absolute path of the libdevice the first compile used -- a kernel
+#: read back from Triton's on-disk cache names the Triton install that cached it, maybe one that is gone.
+_NOT_COPIED = ("arch", "backend_name", "extern_libs")
+
+
 def kernel_binaries(handles: dict[str, Any], sms: list[int], local_sm: int) -> list[KernelBinary]:
     """The plan's kernels: the local SM's cubin as compiled, other SMs compiled again from the same source."""
     import dataclasses
@@ -258,7 +264,7 @@ def kernel_binaries(handles: dict[str, Any], sms: list[int], local_sm: int) -> l
                 continue
             # the options the kernel was compiled with, as Triton's options class takes them (metadata keeps
             # tuples as JSON lists)
-            opts = {k: _hashable(getattr(md, k)) for k in names if hasattr(md, k) and k not in ("arch", "backend_name")}
+            opts = {k: _hashable(getattr(md, k)) for k in names if hasattr(md, k) and k not in _NOT_COPIED}
             try:
                 by_sm[sm] = triton.compile(ck.src, target=GPUTarget("cuda", sm, 32), options=opts)
             except Exception as e:  # Triton's own compile error for that SM

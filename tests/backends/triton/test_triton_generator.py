@@ -313,3 +313,23 @@ def test_the_job_reads_its_region_and_sites_before_any_gpu_work(tmp_path: Path, 
     res = job(pt2)
     assert res.status == "failed" and res.message == ("triton could not compile region NormGelu: RuntimeError: "
                                                       "Unhandled FakeTensor Device Propagation for aten.mul.Tensor")
+
+
+def test_a_cached_kernel_naming_a_gone_triton_install_still_compiles_for_another_sm() -> None:
+    """Triton's on-disk cache hands back a kernel whose metadata keeps the absolute path of the libdevice the
+    first compile used; copying it into the sm_87 compile failed ("No such file ... libdevice.10.bc") once that
+    install was gone (another virtualenv, a reinstall)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from test_triton_launcher import relu_fp16
+    from ytk_backend_triton.record import kernel_binaries
+
+    sig = {"x_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr"}
+    ck = triton.compile(ASTSource(fn=relu_fp16, signature=sig, constexprs={"BLOCK": 128}),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 2})
+    gone = (("libdevice", "/nonexistent/old-venv/triton/backends/nvidia/lib/libdevice.10.bc"),)
+    ck.metadata = ck.metadata._replace(extern_libs=gone)
+    (kb,) = kernel_binaries({"h9": ck}, sms=[87, 90], local_sm=90)
+    assert sorted(kb.cubins) == [87, 90] and kb.cubin(87)
