@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 
 from rich import box
 from rich.console import Console
@@ -117,17 +116,12 @@ def real_support_line(real: RealSupport, names: list[str], what: str) -> str:
     line = (f"on a GPU the automatic kernel generator{'s' if ',' in real.chain else ''} ({real.chain}) would take "
             f"{n_take} of the {len(names)} {what}")
     if n_take < len(names):
-        why = Counter(real.refuses[n] for n in names if n in real.refuses)
-        named: dict[str, list[str]] = {}
+        named: dict[str, list[str]] = {}  # reason -> the regions refused for it, so a user knows which
         for n in names:
             if n in real.refuses:
                 named.setdefault(real.refuses[n], []).append(n)
-
-        def who(w: str) -> str:  # the regions refused for that reason, so a user knows which they are
-            ns = named[w]
-            return ", ".join(ns[:3]) + (f", +{len(ns) - 3} more" if len(ns) > 3 else "")
-
-        top = "; ".join(f"{w} ({k}: {who(w)})" for w, k in why.most_common(3))
+        top = "; ".join(f"{w} ({len(ns)}: {', '.join(ns[:3])}{f', +{len(ns) - 3} more' if len(ns) > 3 else ''})"
+                        for w, ns in sorted(named.items(), key=lambda kv: -len(kv[1]))[:3])
         line += (f"; not the rest: {top}" if top else "") + other_generators(real.chain)
     return line
 
