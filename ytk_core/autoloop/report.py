@@ -76,7 +76,7 @@ def rebuild_command(ship: ShipList) -> str:
     return shlex.join(cmd)
 
 
-def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
+def ship_list(state: AutoloopState, workdir: Path, simulated_engine: bool) -> ShipList | None:
     best = state.best
     if best is None:
         return None
@@ -86,8 +86,7 @@ def ship_list(state: AutoloopState, workdir: Path) -> ShipList | None:
                for p in best.plugins if p.so]
     compiles = [*state.round0_compiles, *(c for r in state.rounds for c in r.compiles)]
     sha = next((c.sha256 for c in compiles if c.bundle == best.bundle), None)
-    eng = runtime().manager.get(state.backends.engine)
-    simulated = bool(eng is not None and eng.info.simulated) or (bool(plugins) and simulated_generator(state))
+    simulated = simulated_engine or (bool(plugins) and simulated_generator(state))
     ship = ShipList(engine_bundle=str(w / best.bundle), engine_sha256=sha, onnx=str(prep / "model.onnx"),
                     npz=str(prep / "model.npz"), simulated=simulated,
                     arch=state.arch, precision=state.precision, engine=state.backends.engine,
@@ -219,8 +218,6 @@ class AutoloopReport(Versioned):
 def simulated_generator(state: AutoloopState) -> bool:
     """Whether every kernel generator of the loop is a simulator (its plugins compute the reference, so a
     numerics pass checks the carve and the plumbing, not a kernel)."""
-    from ..runtime import runtime
-
     gens = [runtime().manager.get(n) for n in state.backends.chain()]
     return all(b is not None and b.info.simulated for b in gens)
 
@@ -367,7 +364,7 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
             [[p.name, str(p.sites), f"{p.region_ms:.3f}", f"{p.plugin_ms:.3f}" if p.plugin_ms is not None else "-",
               _per_site(p.kernel_ms_per_site), _generator_cell(p), f"`{p.selector}`", p.reason]
              for p in kept]), ""]
-    ship = ship_list(state, w)
+    ship = ship_list(state, w, simulated)
     if ship is not None:
         md += ["## What to ship", ""]
         if ship.simulated:
