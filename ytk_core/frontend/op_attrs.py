@@ -11,6 +11,8 @@ from typing import Any
 
 from ytk_hookspecs.models import RegionOp
 
+from .regions import is_transposed_conv
+
 #: aten op (name before the overload) -> the kind a RegionOp names
 _HEAVY = {
     "conv2d": "conv", "convolution": "conv", "conv1d": "conv", "conv3d": "conv",
@@ -144,7 +146,7 @@ def _region_op(node: Any, kind: str) -> RegionOp:
         transposed = False
         if _base(node) == "convolution":  # (input, weight, bias, stride, padding, dilation, transposed, ...)
             stride, padding, dilation, groups = a[3], a[4], a[5], a[8]
-            transposed = a[6] is True
+            transposed = is_transposed_conv(node)
         else:
             stride, padding, dilation, groups = a[3], a[4], a[5], a[6]
         g = _const(groups) if groups is not None else 1

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .region_rules import FactGraph, baked_weights
-from .regions import is_conv, op_name
+from .regions import is_conv, is_transposed_conv, op_name
 
 
 @dataclass
@@ -36,15 +36,6 @@ def _spatial_dims(c: Any) -> int:
     a = list(c.args)
     wval = getattr(a[1] if len(a) > 1 else None, "meta", {}).get("val")
     return int(wval.dim()) - 2 if wval is not None and wval.dim() >= 3 else 2
-
-
-def _is_transposed(c: Any) -> bool:
-    """aten.convolution with ``transposed`` set, or an aten.conv_transpose op."""
-    name = op_name(c).split(".")[0]
-    if name.startswith("conv_transpose"):
-        return True
-    a = list(c.args)
-    return name in ("convolution", "_convolution") and len(a) > 6 and bool(a[6])
 
 
 def _conv_parts(c: Any) -> tuple[Any, Any, Any, Any, Any, Any, Any]:
@@ -115,7 +106,7 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
     outs = [n for n in nodes if n in graph_outputs or (any(u not in inside for u in n.users) and
                                                         not facts.folded(n.name))]
     convs = [n for n in nodes if is_conv(n)]
-    transposed = [c for c in convs if _is_transposed(c)]
+    transposed = [c for c in convs if is_transposed_conv(c)]
     if lift:
         mode = lift
     elif not convs or transposed:

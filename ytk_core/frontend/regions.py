@@ -59,6 +59,18 @@ def is_conv(node: Any) -> bool:
     return node.op == "call_function" and _is(node, CONV_OPS)
 
 
+def is_transposed_conv(node: Any) -> bool:
+    """aten.convolution with ``transposed`` set, or an aten.conv_transpose op: its weights are (Cin, Cout/groups,
+    k...), and no conv lift rebuilds them."""
+    if node.op != "call_function":
+        return False
+    name = op_name(node).split(".")[0]
+    if name.startswith("conv_transpose"):
+        return True
+    a = list(node.args)
+    return name in ("convolution", "_convolution") and len(a) > 6 and a[6] is True
+
+
 def is_identity(node: Any) -> bool:
     """Computes nothing in eval mode (an eval Dropout's clone): the exporter emits no ONNX value for it."""
     return node.op == "call_function" and _is(node, IDENTITY_OPS)

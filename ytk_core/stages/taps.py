@@ -219,8 +219,7 @@ def judge(implementation: str, taps: TapsFile, ref: dict[str, np.ndarray], got: 
             first_bad_input = (bad_in[0], scored[bad_in[0].tensor])
         if bad_out and not bad_in:
             fig = scored[bad_out[0].tensor]
-            good = next((t.tensor for t in ins if not t.graph_input and t.tensor in scored), None) or next(
-                (t.tensor for t in ins), None)
+            good = next((t.tensor for t in ins), None)
             return TapVerdict(implementation=implementation, plugin=node_taps[0].plugin, onnx_node=node,
                               failing=fig, good_input=good, numerics=ordered, boundaries=labels,
                               reason=(f"{node_taps[0].plugin} (node {node}) drifts: its output {fig.output} has "
