@@ -109,64 +109,82 @@ GPU_DEFECTS = {
 }
 
 
+class _GpuTaps:
+    """What the GPU plants share: naive-dw installed, the tapped prepare, the three kernels generated and the two
+    correct ones built with nvcc (their gate verdicts are written beside them by the first compile)."""
+
+    def __init__(self, root: Path) -> None:
+        import os
+        import subprocess
+        import sys
+
+        import torch
+
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        import admission_suite
+
+        site = root / "site"
+        p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                            "--target", str(site), str(REPO / "contrib" / "backend-naive-dw")],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+        self.ytk = str(Path(sys.executable).with_name("ytk"))
+        self.prep = prep = root / "prep"
+        sels = [a for name, where in REGIONS.items() for a in ("--plugin", f"yasp::{name}=ConvNormAct@where={where}")]
+        self.run("embedded", "prepare", MODEL, "--onnx-out", prep / "model.onnx", "--npz-out", prep / "model.npz",
+                 "--reference-out", prep / "model.reference.npz", *sels, "--debug-taps")
+        self.arch, gpu = admission_suite.local_arch(), torch.cuda.get_device_name(0)
+        for name in REGIONS:
+            self.run("kernelgen", "compile", "-r", prep / "plugin_candidates" / f"{name}.pt2", "-g", gpu, "-a",
+                     self.arch, "--config", "deployment_target=tensorrt", "-o", prep / f"{name}.module_source.py",
+                     "--kernelgen", "naive-dw")
+            if name != "Dw5":
+                self.build(prep / f"{name}.module_source.py", name, prep / f"{name}.so")
+
+    def run(self, *args: object, code: int = 0):  # type: ignore[no-untyped-def]
+        import subprocess
+
+        r = subprocess.run([self.ytk, *map(str, args)], capture_output=True, text=True, env=self.env)
+        assert r.returncode == code, r.stderr[-3000:]
+        return r
+
+    def build(self, src: Path, name: str, so: Path) -> None:
+        self.run("embedded", "build-plugin", "-a", self.arch, "--plugin-name", name, "-s", src, "-o", so,
+                 "--builder", "nvcc")
+
+
+@pytest.fixture(scope="module")
+def gpu_taps(tmp_path_factory):  # type: ignore[no-untyped-def]
+    return _GpuTaps(tmp_path_factory.mktemp("gputaps"))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("defect", list(GPU_DEFECTS))
-def test_taps_name_the_drifting_region_on_the_torch_engine(tmp_path, defect):
+def test_taps_name_the_drifting_region_on_the_torch_engine(gpu_taps, tmp_path, defect):
     """On a GPU with the torch engine and real kernels (the example naive-dw generator, built with nvcc):
     one kernel is edited (a constant added, a tap shifted by one column, an output scaled past fp16's range)
     and its verdict file says admitted -- standing for a drift the gate's cases missed (the verdict file is
     the user's record, not a signature); the others pass the real gate. The tapped engine's extra outputs
     come back from the torch engine and verify names that region."""
-    import os
-    import subprocess
-    import sys
-
-    import torch
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import admission_suite
     from ytk_core.stages.admission import region_digest
     from ytk_hookspecs.models import AdmissionRecord, CandidatesFile
     from ytk_hookspecs.models.base import sha256_file
 
-    site = tmp_path / "site"
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--target", str(site), str(REPO / "contrib" / "backend-naive-dw")],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    ytk = str(Path(sys.executable).with_name("ytk"))
-
-    def run(*args: object, code: int = 0) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([ytk, *map(str, args)], capture_output=True, text=True, env=env)
-        assert r.returncode == code, r.stderr[-3000:]
-        return r
-
-    prep = tmp_path / "prep"
-    sels = [a for name, where in REGIONS.items() for a in ("--plugin", f"yasp::{name}=ConvNormAct@where={where}")]
-    run("embedded", "prepare", MODEL, "--onnx-out", prep / "model.onnx", "--npz-out", prep / "model.npz",
-        "--reference-out", prep / "model.reference.npz", *sels, "--debug-taps")
-    arch, gpu = admission_suite.local_arch(), torch.cuda.get_device_name(0)
-    sos = []
-    for name in REGIONS:
-        src = prep / f"{name}.module_source.py"
-        run("kernelgen", "compile", "-r", prep / "plugin_candidates" / f"{name}.pt2", "-g", gpu, "-a", arch,
-            "--config", "deployment_target=tensorrt", "-o", src, "--kernelgen", "naive-dw")
-        if name == "Dw5":
-            text, (find, planted) = src.read_text(), GPU_DEFECTS[defect]
-            assert text.count(find) == 1, find
-            src.write_text(text.replace(find, planted))
-        so = prep / f"{name}.so"
-        run("embedded", "build-plugin", "-a", arch, "--plugin-name", name, "-s", src, "-o", so, "--builder", "nvcc")
-        sos += ["--custom-plugin", so]
-        if name == "Dw5":
-            cand = next(c for c in CandidatesFile.read(prep / "candidates.json").candidates if c.name == name)
-            AdmissionRecord(plugin_name=name, so_sha256=sha256_file(so), status="admitted", region=region_digest(cand),
-                            precision="fp16").write(AdmissionRecord.path_for(so))
-    run("embedded", "compile", "-a", arch, "-p", "fp16", "--onnx", prep / "model.onnx", "--npz", prep / "model.npz",
-        "-o", tmp_path / "tapped.tgz", *sos, "--engine", "torch")
-    r = run("embedded", "verify", prep / "model.reference.npz", tmp_path / "tapped.tgz", "--no-host", "--json",
-            code=5)
+    g, prep = gpu_taps, gpu_taps.prep
+    text, (find, planted) = (prep / "Dw5.module_source.py").read_text(), GPU_DEFECTS[defect]
+    assert text.count(find) == 1, find
+    src, so = tmp_path / "Dw5.module_source.py", tmp_path / "Dw5.so"
+    src.write_text(text.replace(find, planted))
+    g.build(src, "Dw5", so)
+    cand = next(c for c in CandidatesFile.read(prep / "candidates.json").candidates if c.name == "Dw5")
+    AdmissionRecord(plugin_name="Dw5", so_sha256=sha256_file(so), status="admitted", region=region_digest(cand),
+                    precision="fp16").write(AdmissionRecord.path_for(so))
+    sos = [a for name in REGIONS for a in ("--custom-plugin", so if name == "Dw5" else prep / f"{name}.so")]
+    g.run("embedded", "compile", "-a", g.arch, "-p", "fp16", "--onnx", prep / "model.onnx", "--npz",
+          prep / "model.npz", "-o", tmp_path / "tapped.tgz", *sos, "--engine", "torch")
+    r = g.run("embedded", "verify", prep / "model.reference.npz", tmp_path / "tapped.tgz", "--no-host", "--json",
+              code=5)
     (v,) = json.loads(r.stdout)["taps"]
     assert v["plugin"] == "Dw5", v["reason"]
     assert all(n["passed"] for n, b in zip(v["numerics"], v["boundaries"]) if b.startswith("Dw3"))
