@@ -58,19 +58,30 @@ def test_end_to_end(finished):
     assert (w / "report" / "regions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_changed_model_file_is_refused_even_with_resume(finished, tmp_path):
-    """--resume goes on past changed inputs or backend versions, never past another model: the refusal says so,
-    and names --fresh."""
+def test_an_edited_model_file_asks_and_resume_goes_on(finished, tmp_path):
+    """The model file's content is a key of the recorded results like the inputs (it used to be refused even
+    with --resume): without a flag the run stops and names both choices; --resume goes on with the recorded
+    results and the summary says they predate the edit; a model file that only moved goes on unasked, and later
+    rounds carve the file named now."""
     import shutil
 
     w, _ = finished
-    shutil.copy(w / STATE_FILE, tmp_path / STATE_FILE)
-    model = tmp_path / MODEL.name
-    model.write_text(MODEL.read_text() + "\n# edited\n")
-    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path, "--resume", *MOCK)
+    work = tmp_path / "w"
+    shutil.copytree(w, work)
+    moved = tmp_path / "elsewhere" / MODEL.name
+    moved.parent.mkdir()
+    shutil.copy(MODEL, moved)
+    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
+    assert r.code == 0 and "the model is now" in r.stderr, r.stderr[-2000:]
+    assert state(work).model == str(moved.resolve()) and "note: resumed although" not in r.stdout
+    moved.write_text(MODEL.read_text() + "\n# edited\n")
+    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
     assert r.code == 2, r.stderr
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
-    assert f"{model} differs" in line and "(--resume neither)" in line and "--fresh" in line
+    assert "model file's content changed" in line and "--fresh" in line and "--resume" in line
+    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, "--resume", *MOCK)
+    assert r.code == 0 and "note: resumed although the model file's content changed" in r.stdout, r.stderr[-2000:]
+    assert state(work).model_sha256 == state(w).model_sha256  # still the recorded run's: every resume says so
 
 
 def test_rerun_of_a_finished_loop_does_no_work(finished):
@@ -453,7 +464,8 @@ def test_a_larger_time_budget_goes_on_where_the_spent_one_stopped(tmp_path):
 
 def test_fixing_the_model_after_it_failed_runs_again_in_the_same_workdir(tmp_path):
     """The guide says: fix the cause and run the same command again. After a model that failed before any
-    kernel was generated, that was refused as "holds an autoloop of ... differs" until --fresh."""
+    kernel was generated, that was refused as "holds an autoloop of ... differs" until --fresh; an edit after kernels
+    were made asks (--resume or --fresh)."""
     model = tmp_path / "model.py"
     good = MODEL.read_text()
     model.write_text(good.replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('oops')",
@@ -467,7 +479,7 @@ def test_fixing_the_model_after_it_failed_runs_again_in_the_same_workdir(tmp_pat
     assert state(w).baseline is not None
     model.write_text(good + "\n# an edit after kernels were made\n")  # now there is something to keep: asked
     r = ytk_inproc("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
-    assert r.code == 2 and "differs" in r.stderr and "--fresh" in r.stderr, r.stderr[-2000:]
+    assert r.code == 2 and "content changed" in r.stderr and "--fresh" in r.stderr, r.stderr[-2000:]
 
 
 def test_a_model_with_nothing_to_plug_says_so(tmp_path):

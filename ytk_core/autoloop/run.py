@@ -110,10 +110,11 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
             runtime().log.info(f"{workdir}: the model changed before any kernel was generated; starting over")
             discard_run(workdir)
             return _load_or_start(model, arch, precision, workdir, flags, limits, min_gain, worker)
-        if changed:
-            raise UsageError(f"{workdir} holds an autoloop of {st.model} (as it was then); {model} differs, and no "
-                             "flag (--resume neither) goes on with another model's results: resume with the same "
-                             "model file, or start over with --fresh (or a new --workdir).")
+        if Path(st.model) != model.resolve():
+            # a model file that moved (or one that also changed: _check_unchanged asks about its content) is the
+            # one later rounds carve
+            runtime().log.info(f"{workdir}: the model is now {model} (the recorded run used {st.model})")
+            st.model = str(model.resolve())
         if arch != "auto" and arch != st.arch:
             raise UsageError(f"{workdir} was started for -a {st.arch}, not {arch}; "
                              "start over with --fresh or use a new --workdir")
@@ -195,6 +196,10 @@ def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool
 
     changes = []
     rt = runtime()
+    now_sha = sha256_file(model)
+    if now_sha != st.model_sha256:
+        changes.append(f"the model file's content changed (sha256 {now_sha[:12]}, the recorded run's "
+                       f"{st.model_sha256[:12]})")
     for role, name in st.backends.named():
         b = rt.manager.get(name)
         was = st.backend_versions.get(f"{role}:{name}" if role == "kernelgen" else role) or \
