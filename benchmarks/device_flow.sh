@@ -11,6 +11,9 @@
 #                                            engines in the torch engine's inductor mode; ZOO_NO_TABLE=1 skips the table;
 #                                            each model's workdir is removed after its table unless ZOO_KEEP=1)
 #   bash benchmarks/device_flow.sh zootable  the tables again for ZOO_MODELS whose autoloop ran on this warm machine
+#   bash benchmarks/device_flow.sh families  where the time goes in ZOO_MODELS (default: the depthwise-heavy ones), by op
+#                                            family: benchmarks/zoo.py --engine torch --stop-after propose --families at
+#                                            ZOO_SIZE (default 4x1088x1920; a model that cannot take it keeps its own)
 #   bash benchmarks/device_flow.sh admission the admission gate against the planted kernels (benchmarks/admission_suite.py)
 #   bash benchmarks/device_flow.sh regions   per carved region of runs/zoo/<ZOO_MODELS>/round1/prepare: torch, torch.compile,
 #                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1)
@@ -114,6 +117,16 @@ do_admission() {
   python3 benchmarks/admission_suite.py --workdir runs/admission --only exact --json > "$OUT/admission_exact.json" 2>&1
   cat "$OUT/admission_suite.txt"
 }
+do_families() {
+  local models=${ZOO_MODELS:-efficientvit_b1 mobilenetv2_050 mobilenetv3_large_100 efficientnet_b0 convnext_atto repvit_m0_9 fastvit_t8 edgenext_xx_small}
+  timeout ${FAMILIES_TIMEOUT:-500} python3 benchmarks/zoo.py --models "${models// /,}" --engine torch --arch "$ARCH" \
+    --size "${ZOO_SIZE:-4x1088x1920}" --stop-after propose --timeout 300 --workdir "$PWD/runs/families" --families \
+    > "$OUT/families.txt" 2> "$OUT/families.log"
+  echo "families rc=$?"
+  cp runs/families/zoo_report.json "$OUT/families.json" 2>/dev/null
+  sed -n '/where the time goes/,$p' "$OUT/families.txt" | cut -c1-200 | head -60
+  rm -rf runs/families/*/base
+}
 do_zootable() {  # the tables again, for models whose autoloop ran earlier on this (still warm) machine
   for m in ${ZOO_MODELS:?name the corpus models}; do zoo_table "$m"; done
 }
@@ -126,7 +139,7 @@ do_regions() {
 }
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|pytest|autoloop|zoo|zootable|admission|regions) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, admission, regions)"; exit 2 ;;
+    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|regions) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, regions)"; exit 2 ;;
   esac
 done

@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,6 +67,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--launch-ms", type=float, default=0.0,
                     help="propose: kernel-launch floor per site in the roofline bound (default 0; propose's own "
                          "default, 0.002, makes every family of a small model look at roofline, so nothing is carved)")
+    ap.add_argument("--engine", default="mock",
+                    help="the engine that measures each model (default mock, SIMULATED; torch on a CUDA machine)")
+    ap.add_argument("--stop-after", choices=("propose", "carve"), default="carve",
+                    help="propose: measure and propose only, no carves (for --families at full size on a GPU)")
+    ap.add_argument("--families", action="store_true",
+                    help="also print where the corpus's time goes: per op family, its share of each model's "
+                         "profile, and whether the real kernel generators take it")
     ap.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the tables")
     ap.add_argument("--render", type=Path, metavar="ZOO_REPORT_JSON",
                     help="run nothing: print the tables (or --json) of an earlier run's zoo_report.json")
@@ -101,9 +109,10 @@ class Runner:
     """Runs each model's subprocess with a timeout and collects its ModelRun."""
 
     def __init__(self, workdir: Path, arch: str, size: str, timeout: float, jobs: int, err: Console,
-                 propose: dict[str, float]) -> None:
+                 propose: dict[str, float], backends: dict[str, str] | None = None,
+                 stop_after: str = "carve") -> None:
         self.workdir, self.arch, self.size, self.timeout, self.jobs, self.err = workdir, arch, size, timeout, jobs, err
-        self.propose = propose
+        self.propose, self.backends, self.stop_after = propose, backends or dict(BACKENDS), stop_after
         self.lock = threading.Lock()
         self.done = 0
         self.total = 0
@@ -129,7 +138,7 @@ class Runner:
 
     def _env(self, zoo: ZooEntry) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({f"YTK_{role.upper()}": name for role, name in BACKENDS.items()})
+        env.update({f"YTK_{role.upper()}": name for role, name in self.backends.items()})
         env["YTK_EXAMPLE_SIZE"] = _size_of(zoo, self.size)
         # N models at once on C cores: C / N threads each, or they trample on one another.
         threads = str(max(1, (os.cpu_count() or 1) // self.jobs))
@@ -147,7 +156,8 @@ class Runner:
             if self.stopping:
                 raise KeyboardInterrupt
             cmd = [sys.executable, str(FLOW), zoo.name, "--workdir", str(d), "--arch", self.arch,
-                   "--min-ms", str(self.propose["min_ms"]), "--launch-ms", str(self.propose["launch_ms"])]
+                   "--min-ms", str(self.propose["min_ms"]), "--launch-ms", str(self.propose["launch_ms"]),
+                   "--stop-after", self.stop_after]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=self._env(zoo), cwd=str(d), start_new_session=True)
             self.live.add(proc)
@@ -216,6 +226,8 @@ def _n(run: ModelRun, attr: str) -> str:
     """``ok/of``: of the proposals (carved), else of the carved ones (supported, recognised)."""
     if run.proposals is None:
         return "-"
+    if run.candidates and all(c.carved is None for c in run.candidates):
+        return "-"  # not tried: --stop-after propose, or an earlier stage stopped the model
     if attr == "carved":
         return f"{sum(1 for c in run.candidates if c.carved)}/{run.proposals}"
     carved = [c for c in run.candidates if c.carved]
@@ -266,7 +278,7 @@ def render(report: ZooReport, out: Console) -> None:
               + ("; latencies SIMULATED by the mock engine's cost model" if sim else ""), highlight=False)
 
 
-def _emit(report: ZooReport, as_json: bool) -> None:
+def _emit(report: ZooReport, as_json: bool, families: bool = False) -> None:
     if as_json:
         print(report.model_dump_json(indent=2))
         return
@@ -274,6 +286,66 @@ def _emit(report: ZooReport, as_json: bool) -> None:
     if not out.is_terminal:
         out = Console(soft_wrap=True, width=max(out.width, 220))
     render(report, out)
+    if families:
+        render_families(report, out)
+
+
+@dataclass
+class FamilyShare:
+    """One row of the families table."""
+
+    family: str
+    where: str
+    models: int = 0
+    sites: int = 0
+    share: float = 0.0
+    share_dw: float = 0.0
+    taken: bool | None = None
+    why: str = ""
+
+
+def family_shares(report: ZooReport) -> list[FamilyShare]:
+    """Per (where, family): in how many models it shows, its sites, and its mean share of a model's profile
+    over all measured models and over the depthwise-heavy ones (each model weighs the same, whatever its size)."""
+    measured = [r for r in report.models if r.profile_ms and r.time_by_family]
+    n_dw = sum(1 for r in measured if r.depthwise)
+    rows: dict[tuple[str, str], FamilyShare] = {}
+    for r in measured:
+        for f in r.time_by_family:
+            row = rows.setdefault((f.where, f.family), FamilyShare(f.family, f.where))
+            share = f.ms / (r.profile_ms or 1.0)
+            row.models += 1
+            row.sites += f.sites
+            row.share += share / len(measured)
+            if r.depthwise:
+                row.share_dw += share / n_dw
+            if f.taken is not None:
+                row.taken = bool(row.taken) or f.taken
+            row.why = row.why or f.why
+    return sorted(rows.values(), key=lambda row: -row.share)
+
+
+def render_families(report: ZooReport, out: Console) -> None:
+    """Where the corpus's measured time goes, by op family: the table the kernel families are chosen from."""
+    measured = [r for r in report.models if r.profile_ms and r.time_by_family]
+    if not measured:
+        out.print("families: no model of this report has per-family times (a report older than schema 2, or "
+                  "none got through propose)", highlight=False)
+        return
+    sim = any(r.simulated for r in measured)
+    dw = sum(1 for r in measured if r.depthwise)
+    t = Table(title=f"where the time goes: {len(measured)} models ({dw} depthwise-heavy), mean share of each model's "
+                    f"profile{' (SIMULATED)' if sim else ''}, engine {report.backends.get('engine', '?')}",
+              title_justify="left")
+    for col, just in (("family", "left"), ("where", "left"), ("models", "right"), ("sites", "right"),
+                      ("share", "right"), ("share, depthwise-heavy", "right"), ("real generators take it", "left")):
+        t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    t.add_column("why not", overflow="ellipsis", max_width=70, no_wrap=True)
+    for row in family_shares(report):
+        t.add_row(row.family, row.where, str(row.models), str(row.sites), f"{100 * row.share:.1f}%",
+                  f"{100 * row.share_dw:.1f}%" if dw else "-", {True: "yes", False: "no", None: "-"}[row.taken],
+                  "" if row.taken else row.why)
+    out.print(t)
 
 
 def render_causes(misses: list[Miss], out: Console) -> None:
@@ -301,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         except ArtifactError as e:
             err.print(f"error: --render: {e}", highlight=False, markup=False)
             return 2
-        _emit(report, args.json)
+        _emit(report, args.json, args.families)
         return 0
     try:
         models = select_models(args.models, args.subset)
@@ -327,19 +399,21 @@ def main(argv: list[str] | None = None) -> int:
               highlight=False)
     t0 = time.perf_counter()
     propose = {"min_ms": args.min_ms, "launch_ms": args.launch_ms}
+    backends = {**BACKENDS, "engine": args.engine}
     try:
-        runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err, propose).run_all(models)
+        runs = Runner(workdir, args.arch, args.size, args.timeout, args.jobs, err, propose, backends,
+                      args.stop_after).run_all(models)
     except BaseException:
         if args.workdir is None:  # a temporary workdir is tens of GB: never left behind
             shutil.rmtree(workdir, ignore_errors=True)
         raise
-    report = ZooReport(arch=args.arch, precision="fp16", backends=dict(BACKENDS),
+    report = ZooReport(arch=args.arch, precision="fp16", backends=backends,
                        size_kind=args.size if args.size in ("small", "default") else "override", jobs=args.jobs,
                        timeout_s=args.timeout, propose=propose, workdir=str(workdir),
                        wall_s=round(time.perf_counter() - t0, 1),
                        models=runs)
     report.write(workdir / "zoo_report.json")
-    _emit(report, args.json)
+    _emit(report, args.json, args.families)
     if args.workdir is None:  # the corpus's carves are tens of GB; a temporary workdir goes once reported
         shutil.rmtree(workdir, ignore_errors=True)
         err.print("zoo: removed its temporary workdir (pass --workdir DIR to keep the per-model directories "

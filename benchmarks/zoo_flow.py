@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "contrib" / "zoo")]
 
 from zoo_registry import ZooEntry, entry  # noqa: E402
-from zoo_results import NO_SUPPORTS_HOOK, CandidateRun, ModelRun, Stage  # noqa: E402
+from zoo_results import NO_SUPPORTS_HOOK, CandidateRun, FamilyTime, ModelRun, Stage  # noqa: E402
 
 from ytk_hookspecs.models.base import write_text_atomic  # noqa: E402
 
@@ -62,10 +62,11 @@ def describe(exc: BaseException) -> str:
 class Flow:
     """The stages for one model; ``run`` is what it found out so far."""
 
-    def __init__(self, zoo: ZooEntry, workdir: Path, arch: str, min_ms: float = 0.0, launch_ms: float = 0.0) -> None:
+    def __init__(self, zoo: ZooEntry, workdir: Path, arch: str, min_ms: float = 0.0, launch_ms: float = 0.0,
+                 stop_after: str = "carve") -> None:
         from zoo_common import input_size
 
-        self.zoo, self.workdir, self.arch = zoo, workdir, arch
+        self.zoo, self.workdir, self.arch, self.stop_after = zoo, workdir, arch, stop_after
         self.min_ms, self.launch_ms = min_ms, launch_ms
         self.base = workdir / "base"
         self.run = ModelRun(name=zoo.name, source=zoo.source, family=zoo.family, depthwise=zoo.depthwise,
@@ -99,8 +100,9 @@ class Flow:
             self.prepare()
             self.compile()
             self.propose()
-            self.carve_each()
-            self.carve_together()
+            if self.stop_after == "carve":
+                self.carve_each()
+                self.carve_together()
             self.run.status = "done"
         except StageFailed:
             self.run.status = "failed"
@@ -133,12 +135,14 @@ class Flow:
 
         with self.stage("propose"):
             report = propose(self.base / "base.tgz", self.base / "model.onnx", self.base / "fx_nodes.json", None,
-                             ProposeOptions(min_ms=self.min_ms, launch_ms=self.launch_ms))
+                             ProposeOptions(min_ms=self.min_ms, launch_ms=self.launch_ms, kernelgen="auto"))
             props = [p for p in report.proposals if not p.already_plugged and p.selector]
             self.run.warnings = list(report.warnings)
             self.run.candidates = [CandidateRun(name=p.name, selector=p.selector, kind=p.kind, label=p.label,
                                                 sites=len(p.sites), ms=round(p.ms, 4)) for p in props]
             self.run.proposals = len(props)
+            self.run.profile_ms = round(report.total_ms, 4)
+            self.run.time_by_family = family_times(report, self.base / "model.onnx")
 
     def carve_each(self) -> None:
         """Each proposal on its own, so one refusal hides no other; then ask about each carved region."""
@@ -249,6 +253,50 @@ class Flow:
         self.run.miss("templates", cand.recognise_why, cand.selector)
 
 
+def family_times(report: Any, onnx_path: Path) -> list[FamilyTime]:
+    """``report``'s per-layer times by where they went: each proposal's layers under its op (``op_of`` its name:
+    the shape families of one op together), compute layers of no proposal under their ONNX op types, and
+    reformats / engine-internal layers as glue. The entries sum to the profile's total."""
+    import onnx
+
+    from ytk_core.propose.naming import op_of
+
+    op_type = {n.name: n.op_type for n in onnx.load(str(onnx_path), load_external_data=False).graph.node}
+    real = report.real_support
+    owner: dict[str, Any] = {}
+    for prop in report.proposals:
+        for site in prop.sites:
+            owner.update({node: prop for node in site.onnx_nodes})
+    out: dict[tuple[str, str], FamilyTime] = {}
+    for prop in report.proposals:
+        if real is not None and real.chain:  # a simulated generator answered: what the real chain would take
+            taken, why = prop.name in real.takes, real.refuses.get(prop.name, "")
+        else:
+            taken, why = prop.supported, ("" if prop.supported else prop.support_why)
+        f = out.setdefault(("proposed", op_of(prop.name)), FamilyTime(family=op_of(prop.name), where="proposed",
+                                                                      ms=0.0))
+        f.sites += len(prop.sites)
+        if taken is not None:  # a family is taken where any of its shape families is
+            f.taken = bool(taken) or bool(f.taken)
+        f.why = f.why or why
+    for layer in report.layers:
+        if layer.kind in ("reformat", "engine"):
+            key = ("glue", "glue")
+        elif layer.kind == "plugin" or any(n in owner for n in layer.onnx_nodes):
+            props = {owner[n].name: owner[n] for n in layer.onnx_nodes if n in owner}
+            key = ("proposed", op_of(next(iter(props)))) if props else ("outside", "plugin")
+        else:
+            types = sorted({op_type.get(n, "?") for n in layer.onnx_nodes}) or ["(no ONNX node)"]
+            key = ("outside", "+".join(types))
+        f = out.setdefault(key, FamilyTime(family=key[1], where=key[0], ms=0.0))  # type: ignore[arg-type]
+        if key[0] == "outside":
+            f.sites += 1
+        f.ms += layer.ms
+    for f in out.values():
+        f.ms = round(f.ms, 5)
+    return sorted(out.values(), key=lambda f: -f.ms)
+
+
 def _region_text(region: Any) -> str:
     fields = {k: v for k, v in vars(region).items() if v is not None and k != "kind"}
     return f"{getattr(region, 'kind', type(region).__name__)}({', '.join(f'{k}={v}' for k, v in fields.items())})"
@@ -261,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", default=ARCH)
     ap.add_argument("--min-ms", type=float, default=0.0, help="propose's --min-ms (default 0)")
     ap.add_argument("--launch-ms", type=float, default=0.0, help="propose's --launch-ms (default 0)")
+    ap.add_argument("--stop-after", choices=("propose", "carve"), default="carve",
+                    help="propose: no carves (the families table needs only the measured profile)")
     args = ap.parse_args(argv)
     try:
         zoo = entry(args.name)
@@ -268,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
-    flow = Flow(zoo, args.workdir.resolve(), args.arch, args.min_ms, args.launch_ms)
+    flow = Flow(zoo, args.workdir.resolve(), args.arch, args.min_ms, args.launch_ms, args.stop_after)
     try:
         flow.go()
     except BaseException as e:  # a harness bug: still leave a result saying so

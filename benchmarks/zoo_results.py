@@ -56,6 +56,20 @@ class CandidateRun(_Model):
     recognise_why: str = ""
 
 
+class FamilyTime(_Model):
+    """Where a share of one model's measured time went: a proposed region family (by op), compute outside any
+    proposal (by ONNX op type), or glue. The families table sums these over the corpus."""
+
+    family: str = Field(description="the op of a proposal (DwConv7x7s1, Conv1x1s1, Gemm, ...), the ONNX op types of "
+                                    "layers outside every proposal (Transpose, LayerNormalization, ...), or glue")
+    where: Literal["proposed", "outside", "glue"]
+    ms: float
+    sites: int = 0
+    taken: bool | None = Field(None, description="proposed: would the real kernel generators take it (propose's "
+                                                 "answer; None: not asked)")
+    why: str = ""
+
+
 class ModelRun(_Model):
     """Everything one model's subprocess found out."""
 
@@ -75,6 +89,8 @@ class ModelRun(_Model):
     simulated: bool | None = None
     engine: str = ""
     proposals: int | None = None
+    profile_ms: float | None = Field(None, description="sum of the engine's per-layer times (the families' whole)")
+    time_by_family: list[FamilyTime] = Field(default_factory=list)
     candidates: list[CandidateRun] = Field(default_factory=list)
     supports_hook: bool | None = Field(None, description="False: the supports hook does not exist in this tree")
     kernelgen: str = Field("", description="the kernel generator the support check asked")
@@ -97,9 +113,9 @@ class ModelRun(_Model):
 
 
 class ZooReport(Versioned):
-    """``benchmarks/zoo.py --json``: the table over the corpus."""
+    """``benchmarks/zoo.py --json``: the table over the corpus. Schema 2 added ``time_by_family`` per model."""
 
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     arch: str
     precision: str

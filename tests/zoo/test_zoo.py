@@ -239,7 +239,7 @@ def test_ci_subset_table(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Traceback" not in p.stdout + p.stderr
     report = json.loads(p.stdout)
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     runs = {r["name"]: r for r in report["models"]}
     assert list(runs) == SUBSETS["ci"]
     for name, run in runs.items():
@@ -248,6 +248,10 @@ def test_ci_subset_table(tmp_path: Path) -> None:
         assert run["baseline_ms"] and run["simulated"] is True, f"{name}: compile failed: {why}"
         assert (tmp_path / name / "result.json").is_file()
         _every_miss_has_a_reason(run)
+        # where the time went: every layer counted once, the proposals' ops among it
+        fams = run["time_by_family"]
+        assert abs(sum(f["ms"] for f in fams) - run["profile_ms"]) < 1e-3 * run["profile_ms"], name
+        assert {f["where"] for f in fams} >= {"proposed"} and all(f["ms"] >= 0 for f in fams)
     # the human table renders from the same file
     assert (tmp_path / "zoo_report.json").is_file()
 
@@ -290,3 +294,39 @@ def test_render_groups_misses_by_cause(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "2/2" in p.stdout and "0/2" in p.stdout  # carved, recognised
     assert "misses by cause (1 causes)" in p.stdout and "channels 672 -> 28" in p.stdout
+
+
+def test_families_table_weighs_each_model_the_same(tmp_path: Path) -> None:
+    """--families: per op family, its mean share of each model's profile (a small model counts as much as a large
+    one), over every model and over the depthwise-heavy ones, and whether the real generators take it."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from zoo import family_shares
+        from zoo_results import FamilyTime, ModelRun, ZooReport
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+    def model(name: str, dw: bool, total: float, fams: list[FamilyTime]) -> ModelRun:
+        return ModelRun(name=name, source="timm", family="F", depthwise=dw, attention="none", size="1x64x96",
+                        workdir=str(tmp_path), status="done", proposals=1, profile_ms=total, time_by_family=fams)
+
+    runs = [model("big", True, 10.0, [FamilyTime(family="DwConv7x7s1", where="proposed", ms=5.0, sites=3, taken=True),
+                                       FamilyTime(family="Transpose", where="outside", ms=5.0, sites=4)]),
+            model("small", False, 1.0, [FamilyTime(family="Gemm", where="proposed", ms=0.75, sites=2, taken=False,
+                                                   why="no template for a gemm region"),
+                                        FamilyTime(family="Transpose", where="outside", ms=0.25, sites=1)])]
+    report = ZooReport(arch="a", precision="fp16", backends={"engine": "torch", "kernelgen": "mock", "builder": "mock"},
+                       size_kind="small", jobs=1,
+                       timeout_s=1, propose={"min_ms": 0, "launch_ms": 0}, workdir=str(tmp_path), wall_s=1,
+                       models=runs)
+    rows = {(r.where, r.family): r for r in family_shares(report)}
+    assert rows[("outside", "Transpose")].share == pytest.approx((0.5 + 0.25) / 2)
+    assert rows[("outside", "Transpose")].share_dw == pytest.approx(0.5)
+    assert (rows[("outside", "Transpose")].models, rows[("outside", "Transpose")].sites) == (2, 5)
+    assert rows[("proposed", "Gemm")].share == pytest.approx(0.375) and rows[("proposed", "Gemm")].share_dw == 0
+    assert rows[("proposed", "Gemm")].taken is False and "gemm" in rows[("proposed", "Gemm")].why
+    assert [r.family for r in family_shares(report)][0] == "Transpose"  # largest mean share first
+    report.write(tmp_path / "zoo_report.json")
+    p = _bench("--render", str(tmp_path / "zoo_report.json"), "--families")
+    assert p.returncode == 0, p.stderr
+    assert "where the time goes: 2 models (1 depthwise-heavy)" in p.stdout and "37.5%" in p.stdout
