@@ -19,7 +19,8 @@
 #                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1)
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
 # still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
-# engine=torch, kernelgen=templates (KERNELGEN=templates,triton adds the triton generator), builder=nvcc. Logs and
+# engine=torch (ENGINE_MODE=inductor or inductor-max-autotune: its inductor mode), kernelgen=templates
+# (KERNELGEN=templates,triton adds the triton generator), builder=nvcc. Logs and
 # small artifacts go to $OUT.
 set -u
 words=("${@:-flow}")
@@ -31,7 +32,11 @@ install_ytk_for_device python3 > "$OUT/install.log" 2>&1 || { tail "$OUT/install
 export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc YTK_CACHE_DIR=$PWD/runs/ytkcache  # a build cache even without one carried
 export YTK_ENGINE=torch YTK_KERNELGEN=${KERNELGEN:-templates} YTK_BUILDER=nvcc  # KERNELGEN=templates,triton: the chain
 ARCH=x86_64-sm90-linux-cu130-trt10
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; } > "$OUT/machine.txt" 2>&1
+if [ -n "${ENGINE_MODE:-}" ]; then  # ENGINE_MODE=inductor: the torch engine's inductor mode for every engine compiled
+  printf '[backends.torch]\nmode = "%s"\n' "$ENGINE_MODE" > /tmp/ytk_engine_mode.toml
+  export YTK_CONFIG=/tmp/ytk_engine_mode.toml
+fi
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; echo "torch engine mode: ${ENGINE_MODE:-eager}"; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 W=$PWD/runs/flow
 do_flow() {
