@@ -435,7 +435,7 @@ def low_precision(program: Any, precision: str) -> Any:
 
 
 def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precision: str,
-                            device: Any, dtypes: list[str] | None = None) -> tuple[list[Any], list[Any], str]:
+                            device: Any, dtypes: list[str]) -> tuple[list[Any], list[Any], str]:
     """For one case: the fp32 references (TF32 off) on the inputs as the engine feeds them, per-element
     tolerances by :data:`BUDGET`, and why the case is unfair ('' when it is not): the region's own ops overflow
     at the engine precision on these inputs. All on the host.
@@ -443,8 +443,9 @@ def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precisio
     ``dtypes`` are the dtypes the plugin's contract declares for its inputs (``meta.inputs[i].dtype``): at fp16
     an input declared ``float16`` is rounded to fp16 before the reference sees it, as the engine feeds it, and
     one declared ``float32`` (a lifted weight or bias) is not -- the kernel gets it unrounded, so rounding it
-    here would charge the kernel with an error the reference made. None: every float input is fed at the
-    engine precision."""
+    here would charge the kernel with an error the reference made. There is no default: rounding every float
+    input, as this once did when a caller named no dtypes, rejected correct kernels behind a ReLU6. An input
+    past the end of ``dtypes`` is fed at the engine precision."""
     import math
 
     import torch
@@ -452,7 +453,7 @@ def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precisio
     def fed_low(i: int, t: Any) -> bool:
         if precision != "fp16" or not t.is_floating_point():
             return False
-        return dtypes is None or i >= len(dtypes) or dtypes[i] == "float16"
+        return i >= len(dtypes) or dtypes[i] == "float16"
 
     dev = [(t.half().float() if fed_low(i, t) else t).to(device) for i, t in enumerate(logical)]
     prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
