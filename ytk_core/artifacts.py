@@ -17,10 +17,10 @@ class PrepareManifest(Versioned):
 
     ``verify`` reads it to time the torch model on this machine (the "torch host" row) with the
     same model.py and input size; paths other than ``model`` are relative to the directory.
-    Schema 2 added ``taps``.
+    Schema 2 added ``taps``; schema 3 ``output_labels``.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     model: str = Field(description="absolute path of model.py")
@@ -36,3 +36,5 @@ class PrepareManifest(Versioned):
     torch_version: str
     taps: str | None = Field(None, description="taps.json when prepared with --debug-taps (every plugin boundary "
                                                "is a graph output; ytk_core.stages.taps)")
+    output_labels: dict[str, str] = Field(default_factory=dict, description="ONNX output -> what the model calls "
+                                          "it (a returned dict's key, a named tuple's field), where it names them")

@@ -178,3 +178,61 @@ def test_arguments_swapped_say_which_comes_first(ytk, tmp_path, ref):
     b = _bundle(tmp_path / "b.tgz", ref, [1.0])
     r = ytk("embedded", "verify", b, tmp_path / "model.reference.npz", "--no-host")
     assert r.code == 2 and "is an engine bundle: verify takes the model.reference.npz first" in r.stderr
+
+
+DICT_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.seg = nn.Conv2d(8, 4, 1)
+        self.depth = nn.Conv2d(8, 1, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        return {OUT}
+
+
+def get_fwd_args():
+    torch.manual_seed(1)
+    return (torch.randn(1, 3, 16, 16),)
+'''
+
+
+@pytest.mark.parametrize("out, labels", [('{"seg": self.seg(h), "depth": self.depth(h)}', ["['seg']", "['depth']"]),
+                                         ("self.seg(h), self.depth(h)", [])])
+def test_outputs_a_model_names_are_shown_by_its_names(ytk, tmp_path, out, labels):
+    """A model returning a dict: the ONNX outputs are named after the exporter's nodes (conv2d_1), which says
+    nothing of which head is which. prepare records the dict's keys and prints them; verify's table and its
+    failures name each output by them. A tuple has no names to add."""
+    import json
+
+    model = tmp_path / "model.py"
+    model.write_text(DICT_MODEL.replace("{OUT}", out))
+    p = tmp_path / "p"
+    r = ytk("embedded", "prepare", model, "--onnx-out", p / "model.onnx", "--npz-out", p / "model.npz",
+            "--reference-out", p / "model.reference.npz")
+    assert r.code == 0, r.stderr
+    got = json.loads((p / "prepare.json").read_text())["output_labels"]
+    assert sorted(got.values()) == sorted(labels)
+    with np.load(p / "model.reference.npz") as z:
+        ref = {k: z[k] for k in z.files}
+    assert set(got) <= set(ref)
+    for onnx_name, label in got.items():
+        assert f"{label} = {onnx_name}" in r.stdout
+    bad = {k: v + (0.5 * np.abs(v).max() if got.get(k) == "['seg']" else 0) for k, v in ref.items()}
+    b = _bundle(tmp_path / "b.tgz", bad, [1.0])
+    r = ytk("embedded", "verify", p / "model.reference.npz", b, "--no-host")
+    if labels:
+        seg, depth = (next(k for k, v in got.items() if v == f"['{key}']") for key in ("seg", "depth"))
+        assert r.code == 5 and f"['seg'] ({seg})" in r.stdout and f"b (simulated) ['seg'] ({seg})" in r.stderr
+        assert f"['depth'] ({depth})" in r.stdout
+    else:
+        assert r.code == 0 and "['" not in r.stdout
+    js = ytk("embedded", "verify", p / "model.reference.npz", b, "--no-host", "--json")
+    assert js.json()["output_labels"] == got

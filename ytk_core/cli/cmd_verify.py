@@ -90,7 +90,7 @@ def render(rep, out) -> None:  # type: ignore[no-untyped-def]
                 "cosine", "tolerance", "result"):
         nt.add_column(col, justify="right" if "err" in col or col == "cosine" else "left")
     for n in rep.numerics:
-        nt.add_row(n.implementation, n.output, "x".join(map(str, n.shape)), _f(n.max_abs_err, ".3e"),
+        nt.add_row(n.implementation, rep.output_text(n.output), "x".join(map(str, n.shape)), _f(n.max_abs_err, ".3e"),
                    _f(n.max_rel_err, ".3e"), _f(n.p999_rel_err, ".3e"), _f(n.p99_rel_err, ".3e"),
                    _f(n.cosine, ".6f"), n.tolerance.describe(), "PASS" if n.passed else f"FAIL: {n.detail}")
     out.print(nt)

@@ -78,11 +78,17 @@ def check_export(proto: Any, in_names: list[str], out_names: list[str], args: An
                          "was written. Set YTK_SKIP_EXPORT_CHECK=1 to write it anyway.")
 
 
-def _flatten_outputs(out: Any) -> list[Any]:
+def _flatten_outputs(out: Any) -> tuple[list[Any], list[str]]:
+    """The model's output tensors in the exporter's order, and what the model calls each: the key path of a
+    returned dict or named tuple (``['seg']``, ``.depth``, ``['aux'][0]``), empty where it names none (a tensor,
+    a plain tuple or list: their positions are the ONNX outputs' order already)."""
     import torch
 
-    leaves, _ = torch.utils._pytree.tree_flatten(out)
-    return [x for x in leaves if isinstance(x, torch.Tensor)]
+    leaves, _ = torch.utils._pytree.tree_flatten_with_path(out)
+    named = (torch.utils._pytree.MappingKey, torch.utils._pytree.GetAttrKey)
+    pairs = [(x, torch.utils._pytree.keystr(path) if any(isinstance(k, named) for k in path) else "")
+             for path, x in leaves if isinstance(x, torch.Tensor)]
+    return [x for x, _ in pairs], [label for _, label in pairs]
 
 
 def _consumed(graph: Any) -> set[str]:
@@ -111,7 +117,7 @@ def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
     proto = onnx_program.model_proto
     with ctx.progress("computing torch reference outputs"):
         with torch.no_grad(), user_code(loaded.path, "Model.forward"):
-            ref = _flatten_outputs(loaded.model(*loaded.args))
+            ref, labels = _flatten_outputs(loaded.model(*loaded.args))
     in_names = [i.name for i in proto.graph.input]
     out_names = [o.name for o in proto.graph.output]
     if len(in_names) != len(loaded.args):
@@ -157,6 +163,6 @@ def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
         coverage=len(mapped) / max(1, len(compute)),
         inputs=[TensorInfo(name=n, shape=list(a.shape), dtype=str(a.dtype).replace("torch.", ""))
                 for n, a in zip(in_names, loaded.args)],
-        outputs=[TensorInfo(name=n, shape=list(r.shape), dtype=str(r.dtype).replace("torch.", ""))
-                 for n, r in zip(out_names, ref)],
+        outputs=[TensorInfo(name=n, shape=list(r.shape), dtype=str(r.dtype).replace("torch.", ""), label=lb)
+                 for n, r, lb in zip(out_names, ref, labels)],
         wall_s=time.perf_counter() - t0)

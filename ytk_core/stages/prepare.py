@@ -81,7 +81,8 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
             onnx=_rel(onnx_out, prep_dir), npz=_rel(npz_out, prep_dir), reference=_rel(reference_out, prep_dir),
             fx_nodes=_rel(trace.fx_nodes, prep_dir), plugins=_rel(carve.plugins, prep_dir) if carve else None,
             candidates=_rel(carve.candidates, prep_dir) if carve else None, selectors=list(selectors),
-            torch_version=_torch_version(), taps=TAPS_FILE if debug_taps else None)
+            torch_version=_torch_version(), taps=TAPS_FILE if debug_taps else None,
+            output_labels={o.name: o.label for o in trace.outputs if o.label})
         manifest.write(st.path(prep_dir / PREPARE_MANIFEST))
         st.commit(replaced=carve_artifact_paths(prep_dir) + [prep_dir / TAPS_FILE, prep_dir / TAPS_REFERENCE])
     return PrepareOutcome(trace=trace, carve=carve, manifest=manifest, prep_dir=prep_dir,
@@ -103,7 +104,8 @@ def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path,
     t.add_row("ONNX nodes", str(trace.onnx_node_count))
     t.add_row("module coverage", f"{trace.coverage * 100:.1f}% of ONNX compute nodes map to a torch module")
     t.add_row("inputs", ", ".join(f"{i.name} {list(i.shape)}" for i in trace.inputs))
-    t.add_row("outputs", ", ".join(f"{o.name} {list(o.shape)}" for o in trace.outputs))
+    t.add_row("outputs", ", ".join(f"{o.label} = {o.name} {list(o.shape)}" if o.label else f"{o.name} {list(o.shape)}"
+                                   for o in trace.outputs))
     for label, p in (("onnx", onnx_out), ("inputs npz", npz_out), ("reference npz", reference_out),
                      ("fx nodes", trace.fx_nodes), ("manifest", prep_dir / PREPARE_MANIFEST)):
         t.add_row(label, str(p))

@@ -72,9 +72,9 @@ class VerifyReport(Versioned):
     """What verify measured and scored; ``--json`` prints it, autoloop keeps it.
 
     Schema 2 added ``exposed_as``, ``exposure_note`` and ``untapped`` to each of ``taps`` (reports of schema 1 still
-    read, with none of them said); schema 3 each tap verdict's ``fusion_note``."""
+    read, with none of them said); schema 3 each tap verdict's ``fusion_note``; schema 4 ``output_labels``."""
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     reference: str
     rows: list[LatencyRow]
@@ -90,6 +90,13 @@ class VerifyReport(Versioned):
     #: named there (its output out of tolerance while its input holds) fails verify even when the model's
     #: outputs hold (a later layer, e.g. a pooling, can mask a wrong kernel)
     taps: list[TapVerdict] = Field(default_factory=list)
+    #: ONNX output -> what the model calls it (a returned dict's key), from the prepare.json beside the reference
+    output_labels: dict[str, str] = Field(default_factory=dict)
+
+    def output_text(self, name: str) -> str:
+        """``name`` as a user knows it: ``['seg'] (conv2d_1)`` where the model named it, else ``name``."""
+        label = self.output_labels.get(name)
+        return f"{label} ({name})" if label else name
 
     def failures(self) -> list[OutputNumerics]:
         return [n for n in self.numerics if not n.passed]
@@ -101,7 +108,8 @@ class VerifyReport(Versioned):
         lines = list(self.problems)
         if scored:
             lines.append(f"numerics failed for {len(scored)} output(s): " + "; ".join(
-                f"{n.implementation} {n.output} ({n.detail}; tolerance {n.tolerance.describe()})" for n in scored))
+                f"{n.implementation} {self.output_text(n.output)} ({n.detail}; tolerance {n.tolerance.describe()})"
+                for n in scored))
         drifted = [v for v in self.taps if v.plugin]
         if not lines and drifted:  # the model's outputs hold, but a plugged region's own output does not
             lines.append("a plugged region is out of tolerance at its own boundary (masked further on)")
@@ -247,6 +255,17 @@ def _check_same_inputs(reference: Path, b: EngineBundle, label: str, detail: str
                      "model.reference.npz of the prepare the bundle was compiled from")
 
 
+def _output_labels(reference: Path) -> dict[str, str]:
+    """What the model calls its outputs, from the prepare.json beside ``reference`` (none when there is none)."""
+    from ..artifacts import PrepareManifest
+
+    pj = find_prepare_manifest(reference)
+    try:
+        return dict(PrepareManifest.read(pj).output_labels) if pj is not None else {}
+    except ArtifactError:
+        return {}  # the torch host row says what is wrong with the manifest
+
+
 def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
                max_rel_err: float | None = None, min_cosine: float | None = None,
                layers_top: int = 10, host_budget_s: float = 120.0) -> VerifyReport:
@@ -331,4 +350,5 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
                         layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics)
                         and not any(v.plugin for v in verdicts),
-                        host_note=host_note, problems=problems, taps=verdicts)
+                        host_note=host_note, problems=problems, taps=verdicts,
+                        output_labels=_output_labels(Path(reference)))
