@@ -84,6 +84,16 @@ def test_an_edited_model_file_asks_and_resume_goes_on(finished, tmp_path):
     assert state(work).model_sha256 == state(w).model_sha256  # still the recorded run's: every resume says so
 
 
+def test_every_latency_the_loop_logs_from_the_simulator_says_so(finished):
+    """The summary, the report and --json said SIMULATED; the history and log lines ("round 0: baseline 0.458 ms
+    (mock engine)", "round 1: ... -> ... ms") did not."""
+    w, r = finished
+    lines = [h for h in state(w).history if " ms" in h]
+    assert lines and all(h.endswith("(SIMULATED)") for h in lines), lines
+    logged = [ln for ln in r.stderr.splitlines() if "round 0: baseline" in ln]
+    assert logged and all("(SIMULATED)" in ln for ln in logged)
+
+
 def test_rerun_of_a_finished_loop_does_no_work(finished):
     w, _ = finished
     before = state(w)

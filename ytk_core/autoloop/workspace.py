@@ -27,6 +27,7 @@ class Workspace:
         # kernel generation jobs finish on worker threads: one at a time records its result or saves
         self.lock = threading.Lock()
         self.save_s = 0.0  # wall seconds spent saving the state (bookkeeping, with the bundle writes)
+        self._simulated: bool | None = None
 
     # -- the state file ---------------------------------------------------------------------------
     def save(self) -> None:
@@ -80,8 +81,22 @@ class Workspace:
 
     # -- events -----------------------------------------------------------------------------------
     def event(self, msg: str) -> None:
+        """A line of the loop's history (kept in the state and the report) and of its log; a figure from a
+        simulated engine says so on the line, as everywhere else it is printed."""
+        if self.simulated and " ms" in msg:
+            msg += " (SIMULATED)"
         self.state.history.append(msg)
-        self.log.info(msg)
+        self.log.info(msg, **({"simulated": True} if self.simulated else {}))
+
+    @property
+    def simulated(self) -> bool:
+        """Whether this loop's engine is a simulator (its latencies are a cost model's, not measurements)."""
+        if self._simulated is None:
+            from ..runtime import runtime
+
+            eng = runtime().manager.get(self.state.backends.engine)
+            self._simulated = bool(eng and eng.info.simulated)
+        return self._simulated
 
     def debug_traceback(self, what: str, err: BaseException) -> None:
         """An error that became one line of a drop reason or a stop message keeps its traceback here (-v)."""

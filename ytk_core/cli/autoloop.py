@@ -36,8 +36,8 @@ def autoloop(
     time_budget: Annotated[Optional[str], typer.Option(
         "--time-budget", help="e.g. 45m, 2h; checked between rounds")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="go on with the workdir's recorded results even though "
-                                         "the model's inputs or a backend's version changed (never when model.py "
-                                         "itself changed: that needs --fresh)")] = False,
+                                         "model.py, its inputs or a backend's version changed (the summary and "
+                                         "report then say they predate the change)")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="discard the workdir's earlier autoloop (state, rounds, "
                                         "report) and start over")] = False,
     export: Annotated[Optional[Path], typer.Option("--export", help="copy what ships into this directory: the final "
