@@ -123,6 +123,7 @@ def test_foreign_files_survive_and_recarve_refreshes(evit_carved, plain_copy):
     (["yasp::A=Conv2d@where=*aggreg.0.0", "yasp::A=LiteMLA:around"], "used by two selectors"),
     (["yasp::X=ConvNormAct@where=*depth_conv"], "different kinds"),
     (["yasp::X=mod:nonexistent.path"], "no module path ends with"),
+    (["yasp::X=mod:qqqq"], r"Closest paths: (?!,)\S"),  # not the root module's empty path first
     (["yasp::X=nosuch_node...relu"], "no fx node named"),
     (["yasp::X=conv2d_999"], "no fx node named 'conv2d_999' .*Closest fx nodes: conv2d_"),  # not "no class"
 ])

@@ -199,6 +199,7 @@ def _glob_ok(path: str, sel: Selector) -> bool:
 
 
 def _closest(word: str, pool: list[str], n: int = 5) -> str:
+    pool = [p for p in pool if p]  # the root module's path is empty: no selector can name it by path
     close = difflib.get_close_matches(word, pool, n=n, cutoff=0.4)
     return ", ".join(close) if close else ", ".join(sorted(pool)[:n])
 
