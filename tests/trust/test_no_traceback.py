@@ -91,6 +91,7 @@ def test_autoloop_bad_state_file(tmp_path, kind):
     ("none_fwd", {"forward": "return None"}, "returned None"),
     ("str_fwd", {"forward": "return 'hello'"}, "returned str"),
     ("int_beside_a_tensor", {"forward": "return x, 3"}, "returned output 1: int (3), not a tensor"),
+    ("int_in_a_dict", {"forward": "return {'y': x, 'n': 3}"}, "returned output ['n']: int (3), not a tensor"),
 ])
 def test_prepare_user_exit_is_usage_error(tmp_path, name, kw, says):
     m = model_file(tmp_path, name, **kw)

@@ -160,6 +160,23 @@ def _eager_failure(model: Any, args: tuple[Any, ...], model_path: Path) -> Usage
     return None
 
 
+def _output_names(program: Any, n: int) -> list[str]:
+    """What the model calls each of its ``n`` flattened outputs (``['seg']`` for a dict's key), from the
+    exported program's output structure; empty strings where it names none or the structure is not known."""
+    import torch
+
+    pytree = torch.utils._pytree
+    try:
+        tree = pytree.tree_unflatten(list(range(n)), program.call_spec.out_spec)
+        names = [""] * n
+        for path, i in pytree.tree_flatten_with_path(tree)[0]:
+            if any(isinstance(k, (pytree.MappingKey, pytree.GetAttrKey)) for k in path):
+                names[i] = pytree.keystr(path)
+        return names
+    except Exception:  # noqa: BLE001 - a name is a courtesy of the message, not a reason to fail it
+        return [""] * n
+
+
 def check_outputs(program: Any, model_path: Path) -> None:
     """Model.forward must return at least one tensor; None, a str or a number is the model's mistake,
     said as such (the ONNX exporter would otherwise fail later with an unrelated message)."""
@@ -175,7 +192,8 @@ def check_outputs(program: Any, model_path: Path) -> None:
     if not tensors:
         got = ", ".join(sorted({"None" if x is None else type(x).__name__ for x in leaves})) or "nothing"
     else:
-        got = ", ".join(f"output {i}: {type(x).__name__} ({x!r:.40})" for i, x in bad)
+        names = _output_names(program, len(leaves))
+        got = ", ".join(f"output {names[i] or i}: {type(x).__name__} ({x!r:.40})" for i, x in bad)
     raise UsageError(f"{model_path}: Model.forward returned {got}, not a tensor; it must return a tensor or a "
                      "tuple, list or dict of tensors (the model's outputs), nothing else. Nothing was written.")
 
