@@ -334,18 +334,26 @@ def render_families(report: ZooReport, out: Console) -> None:
         return
     sim = any(r.simulated for r in measured)
     dw = sum(1 for r in measured if r.depthwise)
-    t = Table(title=f"where the time goes: {len(measured)} models ({dw} depthwise-heavy), mean share of each model's "
-                    f"profile{' (SIMULATED)' if sim else ''}, engine {report.backends.get('engine', '?')}",
+    mixed = 0 < dw < len(measured)  # else the depthwise-heavy share is the same column again
+    chains = sorted({r.real_chain for r in measured if r.real_chain}) or ["?"]
+    t = Table(title=f"where the time goes: {len(measured)} models ({dw} depthwise-heavy: the registry's tag for "
+                    f"models whose time is mostly depthwise convs), mean share of each model's profile"
+                    f"{' (SIMULATED)' if sim else ''}, engine {report.backends.get('engine', '?')}",
               title_justify="left")
-    for col, just in (("family", "left"), ("where", "left"), ("models", "right"), ("sites", "right"),
-                      ("share", "right"), ("share, depthwise-heavy", "right"), ("real generators take it", "left")):
+    cols = [("family", "left"), ("where", "left"), ("models", "right"), ("sites", "right"), ("share", "right")]
+    cols += [("share, depthwise-heavy", "right")] if mixed else []
+    cols += [(f"taken by {' / '.join(chains)}", "left")]
+    for col, just in cols:
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     t.add_column("why not", overflow="ellipsis", max_width=70, no_wrap=True)
     for row in family_shares(report):
-        t.add_row(row.family, row.where, str(row.models), str(row.sites), f"{100 * row.share:.1f}%",
-                  f"{100 * row.share_dw:.1f}%" if dw else "-", {True: "yes", False: "no", None: "-"}[row.taken],
-                  "" if row.taken else row.why)
+        cells = [row.family, row.where, str(row.models), str(row.sites), f"{100 * row.share:.1f}%"]
+        cells += [f"{100 * row.share_dw:.1f}%"] if mixed else []
+        t.add_row(*cells, {True: "yes", False: "no", None: "-"}[row.taken], "" if row.taken else row.why)
     out.print(t)
+    out.print("where: proposed (a WHAT TO PLUG row of propose), not worth (a conv, GEMM or attention propose left out: "
+              "at roofline or under --min-ms), outside regions (compute with no heavy op to build a kernel around), "
+              "glue (reformats, engine-internal layers)", highlight=False)
 
 
 def render_causes(misses: list[Miss], out: Console) -> None:

@@ -143,6 +143,9 @@ class Flow:
             self.run.proposals = len(props)
             self.run.profile_ms = round(report.total_ms, 4)
             self.run.time_by_family = family_times(report, self.base / "model.onnx")
+            real = report.real_support
+            self.run.real_chain = real.chain if real is not None and real.chain else ",".join(
+                sorted({p.support_backend for p in report.proposals if p.support_backend}))
 
     def carve_each(self) -> None:
         """Each proposal on its own, so one refusal hides no other; then ask about each carved region."""
@@ -253,10 +256,16 @@ class Flow:
         self.run.miss("templates", cand.recognise_why, cand.selector)
 
 
+#: ONNX ops propose builds a region around (a conv, a GEMM, attention): left out of every proposal, they were
+#: judged not worth a kernel (at roofline, or under --min-ms); other compute had nothing to build one around.
+HEAVY_ONNX = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "Attention"}
+
+
 def family_times(report: Any, onnx_path: Path) -> list[FamilyTime]:
     """``report``'s per-layer times by where they went: each proposal's layers under its op (``op_of`` its name:
-    the shape families of one op together), compute layers of no proposal under their ONNX op types, and
-    reformats / engine-internal layers as glue. The entries sum to the profile's total."""
+    the shape families of one op together), compute layers of no proposal under their ONNX op types (``not worth``
+    where they hold a heavy op, else ``outside regions``), and reformats / engine-internal layers as glue. The
+    entries sum to the profile's total."""
     import onnx
 
     from ytk_core.propose.naming import op_of
@@ -287,9 +296,9 @@ def family_times(report: Any, onnx_path: Path) -> list[FamilyTime]:
             key = ("proposed", op_of(next(iter(props)))) if props else ("outside", "plugin")
         else:
             types = sorted({op_type.get(n, "?") for n in layer.onnx_nodes}) or ["(no ONNX node)"]
-            key = ("outside", "+".join(types))
+            key = ("not worth" if HEAVY_ONNX & set(types) else "outside regions", "+".join(types))
         f = out.setdefault(key, FamilyTime(family=key[1], where=key[0], ms=0.0))  # type: ignore[arg-type]
-        if key[0] == "outside":
+        if key[0] in ("not worth", "outside regions"):
             f.sites += 1
         f.ms += layer.ms
     for f in out.values():

@@ -62,7 +62,9 @@ class FamilyTime(_Model):
 
     family: str = Field(description="the op of a proposal (DwConv7x7s1, Conv1x1s1, Gemm, ...), the ONNX op types of "
                                     "layers outside every proposal (Transpose, LayerNormalization, ...), or glue")
-    where: Literal["proposed", "outside", "glue"]
+    where: Literal["proposed", "not worth", "outside regions", "glue"] = Field(
+        description="propose's own categories: a proposal; a heavy op (conv, GEMM, attention) propose left out (at "
+                    "roofline or under --min-ms); compute with no heavy op to build a kernel around; reformats")
     ms: float
     sites: int = 0
     taken: bool | None = Field(None, description="proposed: would the real kernel generators take it (propose's "
@@ -91,6 +93,7 @@ class ModelRun(_Model):
     proposals: int | None = None
     profile_ms: float | None = Field(None, description="sum of the engine's per-layer times (the families' whole)")
     time_by_family: list[FamilyTime] = Field(default_factory=list)
+    real_chain: str = Field("", description="the real kernel generators propose asked (FamilyTime.taken)")
     candidates: list[CandidateRun] = Field(default_factory=list)
     supports_hook: bool | None = Field(None, description="False: the supports hook does not exist in this tree")
     kernelgen: str = Field("", description="the kernel generator the support check asked")

@@ -311,22 +311,23 @@ def test_families_table_weighs_each_model_the_same(tmp_path: Path) -> None:
                         workdir=str(tmp_path), status="done", proposals=1, profile_ms=total, time_by_family=fams)
 
     runs = [model("big", True, 10.0, [FamilyTime(family="DwConv7x7s1", where="proposed", ms=5.0, sites=3, taken=True),
-                                       FamilyTime(family="Transpose", where="outside", ms=5.0, sites=4)]),
+                                       FamilyTime(family="Transpose", where="outside regions", ms=5.0, sites=4)]),
             model("small", False, 1.0, [FamilyTime(family="Gemm", where="proposed", ms=0.75, sites=2, taken=False,
                                                    why="no template for a gemm region"),
-                                        FamilyTime(family="Transpose", where="outside", ms=0.25, sites=1)])]
+                                        FamilyTime(family="Transpose", where="outside regions", ms=0.25, sites=1)])]
     report = ZooReport(arch="a", precision="fp16", backends={"engine": "torch", "kernelgen": "mock", "builder": "mock"},
                        size_kind="small", jobs=1,
                        timeout_s=1, propose={"min_ms": 0, "launch_ms": 0}, workdir=str(tmp_path), wall_s=1,
                        models=runs)
     rows = {(r.where, r.family): r for r in family_shares(report)}
-    assert rows[("outside", "Transpose")].share == pytest.approx((0.5 + 0.25) / 2)
-    assert rows[("outside", "Transpose")].share_dw == pytest.approx(0.5)
-    assert (rows[("outside", "Transpose")].models, rows[("outside", "Transpose")].sites) == (2, 5)
+    assert rows[("outside regions", "Transpose")].share == pytest.approx((0.5 + 0.25) / 2)
+    assert rows[("outside regions", "Transpose")].share_dw == pytest.approx(0.5)
+    assert (rows[("outside regions", "Transpose")].models, rows[("outside regions", "Transpose")].sites) == (2, 5)
     assert rows[("proposed", "Gemm")].share == pytest.approx(0.375) and rows[("proposed", "Gemm")].share_dw == 0
     assert rows[("proposed", "Gemm")].taken is False and "gemm" in rows[("proposed", "Gemm")].why
     assert [r.family for r in family_shares(report)][0] == "Transpose"  # largest mean share first
     report.write(tmp_path / "zoo_report.json")
     p = _bench("--render", str(tmp_path / "zoo_report.json"), "--families")
     assert p.returncode == 0, p.stderr
-    assert "where the time goes: 2 models (1 depthwise-heavy)" in p.stdout and "37.5%" in p.stdout
+    assert "where the time goes: 2 models (1 depthwise-heavy:" in p.stdout and "37.5%" in p.stdout
+    assert "share, depthwise-heavy" in p.stdout and "outside regions" in p.stdout
