@@ -293,7 +293,7 @@ def family_times(report: Any, onnx_path: Path) -> list[FamilyTime]:
             key = ("glue", "glue")
         elif layer.kind == "plugin" or any(n in owner for n in layer.onnx_nodes):
             props = {owner[n].name: owner[n] for n in layer.onnx_nodes if n in owner}
-            key = ("proposed", op_of(next(iter(props)))) if props else ("outside", "plugin")
+            key = ("proposed", op_of(next(iter(props)))) if props else ("proposed", "plugged already")
         else:
             types = sorted({op_type.get(n, "?") for n in layer.onnx_nodes}) or ["(no ONNX node)"]
             key = ("not worth" if HEAVY_ONNX & set(types) else "outside regions", "+".join(types))
