@@ -331,3 +331,34 @@ def test_families_table_weighs_each_model_the_same(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "where the time goes: 2 models (1 depthwise-heavy:" in p.stdout and "37.5%" in p.stdout
     assert "share, depthwise-heavy" in p.stdout and "outside regions" in p.stdout
+
+
+def test_family_times_file_every_layer_once(tmp_path: Path) -> None:
+    """Each layer of a profile goes to one family: a proposal's op, a heavy op no proposal holds (not worth), other
+    compute (outside regions), glue, or a plugin already in the engine; the families sum to the profile."""
+    from types import SimpleNamespace as NS
+
+    import onnx
+    from onnx import helper
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from zoo_flow import family_times
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="c1"),
+             helper.make_node("Conv", ["a", "w"], ["b"], name="c2"),
+             helper.make_node("LayerNormalization", ["b", "s"], ["y"], name="ln")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(g), str(tmp_path / "m.onnx"))
+    prop = NS(name="DwConv3x3s1C16", sites=[NS(onnx_nodes=["c1"])], supported=False, support_why="why")
+    layers = [NS(kind="compute", onnx_nodes=["c1"], ms=1.0), NS(kind="compute", onnx_nodes=["c2"], ms=2.0),
+              NS(kind="compute", onnx_nodes=["ln"], ms=3.0), NS(kind="reformat", onnx_nodes=[], ms=0.5),
+              NS(kind="plugin", onnx_nodes=["yasp_X"], ms=0.25)]
+    fams = family_times(NS(proposals=[prop], layers=layers, real_support=None), tmp_path / "m.onnx")
+    got = {(f.where, f.family): f.ms for f in fams}
+    assert got == {("proposed", "DwConv3x3s1"): 1.0, ("not worth", "Conv"): 2.0,
+                   ("outside regions", "LayerNormalization"): 3.0, ("glue", "glue"): 0.5,
+                   ("proposed", "plugged already"): 0.25}
+    assert next(f for f in fams if f.family == "DwConv3x3s1").taken is False
