@@ -36,7 +36,10 @@ if [ -n "${ENGINE_MODE:-}" ]; then  # ENGINE_MODE=inductor: the torch engine's i
   printf '[backends.torch]\nmode = "%s"\n' "$ENGINE_MODE" > /tmp/ytk_engine_mode.toml
   export YTK_CONFIG=/tmp/ytk_engine_mode.toml
 fi
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; echo "torch engine mode: ${ENGINE_MODE:-eager}"; } > "$OUT/machine.txt" 2>&1
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; echo "torch engine mode: ${ENGINE_MODE:-eager}"
+  if [ -d /tmp/kcache/nvcc ]; then echo "nvcc build cache: $(ls /tmp/kcache/nvcc | wc -l) files in /tmp/kcache/nvcc"
+  else echo "nvcc build cache: none carried: kernel generation compiles every variant here (minutes per model;"\
+    "make one with benchmarks/kernels_templates.py --prebuild on a CPU host and carry .kcache)"; fi; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 W=$PWD/runs/flow
 do_flow() {
