@@ -163,6 +163,7 @@ def trace_model(request: TraceRequest, ctx: StageContext) -> TraceResult:
         coverage=len(mapped) / max(1, len(compute)),
         inputs=[TensorInfo(name=n, shape=list(a.shape), dtype=str(a.dtype).replace("torch.", ""))
                 for n, a in zip(in_names, loaded.args)],
-        outputs=[TensorInfo(name=n, shape=list(r.shape), dtype=str(r.dtype).replace("torch.", ""), label=lb)
-                 for n, r, lb in zip(out_names, ref, labels)],
+        outputs=[TensorInfo(name=n, shape=list(r.shape), dtype=str(r.dtype).replace("torch.", ""))
+                 for n, r in zip(out_names, ref)],
+        output_labels={n: lb for n, lb in zip(out_names, labels) if lb},
         wall_s=time.perf_counter() - t0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ytk_hookspecs.models import CarveRequest, CarveResult, TraceRequest, TraceResult
+from ytk_hookspecs.models import CarveRequest, CarveResult, TensorInfo, TraceRequest, TraceResult
 from ytk_hookspecs.models.base import sha256_file
 
 from ..artifacts import PREPARE_MANIFEST, PrepareManifest
@@ -82,7 +82,7 @@ def do_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path, 
             fx_nodes=_rel(trace.fx_nodes, prep_dir), plugins=_rel(carve.plugins, prep_dir) if carve else None,
             candidates=_rel(carve.candidates, prep_dir) if carve else None, selectors=list(selectors),
             torch_version=_torch_version(), taps=TAPS_FILE if debug_taps else None,
-            output_labels={o.name: o.label for o in trace.outputs if o.label})
+            output_labels=dict(trace.output_labels))
         manifest.write(st.path(prep_dir / PREPARE_MANIFEST))
         st.commit(replaced=carve_artifact_paths(prep_dir) + [prep_dir / TAPS_FILE, prep_dir / TAPS_REFERENCE])
     return PrepareOutcome(trace=trace, carve=carve, manifest=manifest, prep_dir=prep_dir,
@@ -104,8 +104,11 @@ def run_prepare(model: Path, onnx_out: Path, npz_out: Path, reference_out: Path,
     t.add_row("ONNX nodes", str(trace.onnx_node_count))
     t.add_row("module coverage", f"{trace.coverage * 100:.1f}% of ONNX compute nodes map to a torch module")
     t.add_row("inputs", ", ".join(f"{i.name} {list(i.shape)}" for i in trace.inputs))
-    t.add_row("outputs", ", ".join(f"{o.label} = {o.name} {list(o.shape)}" if o.label else f"{o.name} {list(o.shape)}"
-                                   for o in trace.outputs))
+    def shown(o: TensorInfo) -> str:  # a dict's key first, where the model names the output
+        label = trace.output_labels.get(o.name)
+        return f"{label} = {o.name} {list(o.shape)}" if label else f"{o.name} {list(o.shape)}"
+
+    t.add_row("outputs", ", ".join(shown(o) for o in trace.outputs))
     for label, p in (("onnx", onnx_out), ("inputs npz", npz_out), ("reference npz", reference_out),
                      ("fx nodes", trace.fx_nodes), ("manifest", prep_dir / PREPARE_MANIFEST)):
         t.add_row(label, str(p))

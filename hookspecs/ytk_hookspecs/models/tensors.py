@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 __all__ = ["DTYPES", "TensorInfo"]
 
@@ -19,8 +19,6 @@ class TensorInfo(BaseModel):
     name: str
     shape: list[int | str]
     dtype: str
-    label: str = Field("", description="what the model calls it, where it names its outputs: the key path of a "
-                                       "returned dict or named tuple (``['seg']``, ``.depth``); empty otherwise")
 
     def numel(self) -> int:
         n = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,7 +68,10 @@ class TraceRequest(Versioned):
 
 class TraceResult(Versioned):
     """What tracing a model wrote: the ONNX, its inputs (``model.npz``), the torch reference outputs and the ONNX-to-FX
-    node map."""
+    node map. Schema 2 added ``output_labels``."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     onnx: Path
     npz: Path
     reference: Path
@@ -78,3 +82,6 @@ class TraceResult(Versioned):
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
     wall_s: float
+    output_labels: dict[str, str] = Field(default_factory=dict, description="ONNX output name -> what the model calls "
+                                          "it: the key path of a returned dict or named tuple (``['seg']``, "
+                                          "``.depth``); outputs the model does not name are absent")
