@@ -80,6 +80,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _engine_names() -> list[str]:
+    """The installed backends that serve the engine role."""
+    from ytk_core.runtime import runtime
+
+    return [b.name for b in runtime().manager.for_role("engine")]
+
+
 def select_models(models: str | None, subset: str | None) -> list[ZooEntry]:
     by_name = {e.name: e for e in ZOO}
     if subset:
@@ -391,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
             raise Usage("--min-ms and --launch-ms must be zero or more")
         for zoo in models:
             _size_of(zoo, args.size)
+        engines = _engine_names()
+        if args.engine not in engines:
+            raise Usage(f"--engine {args.engine}: no installed engine backend of that name (installed: "
+                        f"{', '.join(engines)})")
         missing = [m for m in ("timm", "torchvision") if importlib.util.find_spec(m) is None]
         if missing:
             raise Usage(f"{' and '.join(missing)} not installed; {EXTRA_HINT}")

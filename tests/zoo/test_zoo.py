@@ -221,6 +221,8 @@ def test_bad_usage_is_one_line_and_status_2() -> None:
     assert "unknown zoo model(s) no_such_model" in p.stderr and "Traceback" not in p.stderr
     p = _bench("--size", "huge", "--models", "mobilenetv2_050")
     assert p.returncode == 2 and "--size" in p.stderr and "Traceback" not in p.stderr
+    p = _bench("--engine", "nosuch", "--models", "mobilenetv2_050")
+    assert p.returncode == 2 and "--engine nosuch: no installed engine backend" in p.stderr and "mock" in p.stderr
 
 
 @needs_zoo_extra
