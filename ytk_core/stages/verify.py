@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tarfile
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +23,9 @@ from .host_timing import HostTiming, find_prepare_manifest, time_torch_host
 from .inputs import existing_file
 from .numerics import OutputNumerics, compare, tolerance_for, unexpected
 from .taps import TapLatency, TapVerdict, judge
+
+if TYPE_CHECKING:
+    from ..artifacts import PrepareManifest
 
 
 class LatencyRow(BaseModel):
@@ -224,46 +227,39 @@ def _problems(reference: Path, ref: dict[str, np.ndarray], numerics: list[Output
     return lines
 
 
-def _moved_model(prepare_json: Path) -> str | None:
-    """The model path prepare.json names when that file is gone (moved or deleted), else None."""
+def _read_manifest(prepare_json: Path | None) -> PrepareManifest | None:
+    """The prepare.json beside the reference, read once for every use verify makes of it; None when there is
+    none or it cannot be read (the torch host row, which reads it itself, then says what is wrong with it)."""
     from ..artifacts import PrepareManifest
 
+    if prepare_json is None:
+        return None
     try:
-        model = Path(PrepareManifest.read(prepare_json).model)
+        return PrepareManifest.read(prepare_json)
     except ArtifactError:
-        return None  # time_torch_host says what is wrong with the manifest
-    return None if model.is_file() else str(model)
+        return None
 
 
-def _check_same_inputs(reference: Path, b: EngineBundle, label: str, detail: str) -> None:
-    """Every output of ``b`` has another shape than the reference: when the reference's own prepare ran the
-    model on other inputs than the bundle was, that is a reference of another prepare (another input size), a
-    bad input (exit 2), not numerics."""
-    from ..artifacts import PrepareManifest
+def _moved_model(manifest: PrepareManifest | None) -> str | None:
+    """The model path prepare.json names when that file is gone (moved or deleted), else None."""
+    if manifest is None:
+        return None
+    return None if Path(manifest.model).is_file() else manifest.model
 
-    pj = find_prepare_manifest(reference)
-    if pj is None:
+
+def _check_same_inputs(reference: Path, pj: Path | None, manifest: PrepareManifest | None, b: EngineBundle,
+                       label: str, detail: str) -> None:
+    """Every output of ``b`` has another shape than the reference: when the reference's own prepare (``manifest``,
+    read from ``pj``) ran the model on other inputs than the bundle was, that is a reference of another prepare
+    (another input size), a bad input (exit 2), not numerics."""
+    if pj is None or manifest is None:
         return
-    try:
-        npz = pj.parent / PrepareManifest.read(pj).npz
-    except Exception:  # noqa: BLE001 - an unreadable manifest only means this explanation is not given
-        return
+    npz = pj.parent / manifest.npz
     if not npz.is_file() or sha256_file(npz) == b.manifest.npz_sha256:
         return
     raise UsageError(f"{reference} was computed by a prepare whose inputs ({npz}) are not the ones bundle {label} "
                      f"was compiled and run with, and no output has the reference's shape ({detail}): pass the "
                      "model.reference.npz of the prepare the bundle was compiled from")
-
-
-def _output_labels(reference: Path) -> dict[str, str]:
-    """What the model calls its outputs, from the prepare.json beside ``reference`` (none when there is none)."""
-    from ..artifacts import PrepareManifest
-
-    pj = find_prepare_manifest(reference)
-    try:
-        return dict(PrepareManifest.read(pj).output_labels) if pj is not None else {}
-    except ArtifactError:
-        return {}  # the torch host row says what is wrong with the manifest
 
 
 def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int = 20, no_host: bool = False,
@@ -286,11 +282,12 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
                          "beside it")
     rows: list[LatencyRow] = []
     host_note = ""
+    pj = find_prepare_manifest(Path(reference))
+    prepared = _read_manifest(pj)
     if not no_host:
         if host_iterations < 1:
             raise UsageError("--host-iterations must be at least 1 (or pass --no-host)")
-        pj = find_prepare_manifest(Path(reference))
-        moved = _moved_model(pj) if pj is not None else None
+        moved = _moved_model(prepared)
         if pj is None:
             host_note = (f"no prepare.json beside {reference}: the torch host row was skipped (it times the "
                          "prepared model.py on this machine)")
@@ -313,7 +310,7 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
             row, top, scored, verdict = _score_bundle(b, label, ref, max_rel_err, min_cosine, layers_top,
                                                       ref_sha=ref_sha)
             if scored and all(n.problem == "shape" for n in scored):
-                _check_same_inputs(Path(reference), b, label, scored[0].detail)
+                _check_same_inputs(Path(reference), pj, prepared, b, label, scored[0].detail)
             if verdict is not None:
                 tapped.append((verdict, b, row))
             impls.append(row.implementation)
@@ -351,4 +348,4 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
                         layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics)
                         and not any(v.plugin for v in verdicts),
                         host_note=host_note, problems=problems, taps=verdicts,
-                        output_labels=_output_labels(Path(reference)))
+                        output_labels=dict(prepared.output_labels) if prepared is not None else {})
