@@ -68,6 +68,13 @@ class KernelSource:
     meta: PluginMeta
     generator: str = "ytk"
 
+    def compile_unit(self) -> str:
+        """The kernel's part of the one translation unit a builder compiles: :data:`BUILDER_INCLUDES`, then the
+        header and the source, each after a ``#line`` marker so that a compiler's messages name the bundle's own
+        lines. A builder appends what it adds (its engine shim, its self-description) after it."""
+        return "\n".join([*(f"#include <{h}>" for h in BUILDER_INCLUDES),
+                          '#line 1 "CUDA_HEADER"', self.header, '#line 1 "CUDA_SOURCE"', self.source])
+
     # -- reading --------------------------------------------------------------------------------
     @classmethod
     def read(cls, path: str | Path) -> "KernelSource":

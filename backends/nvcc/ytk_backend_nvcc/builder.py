@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.errors import StageError
-from ytk_hookspecs.kernel_source import BUILDER_INCLUDES, KernelSource, KernelSourceError
+from ytk_hookspecs.kernel_source import KernelSource, KernelSourceError
 from ytk_hookspecs.models import ArchSpec, ArchSpecError, BuildRequest, BuildResult, PluginDescription
 from ytk_hookspecs.plugin_info import c_snippet
 
@@ -59,10 +59,7 @@ def translation_unit(src: KernelSource, desc: PluginDescription, shim: str = "")
     Concatenated rather than ``#include``-d so that a bundle needs no file-name convention for its
     header; ``#line`` markers keep nvcc's messages pointing at the bundle's own lines.
     """
-    parts = [*(f"#include <{h}>" for h in BUILDER_INCLUDES),
-             '#line 1 "CUDA_HEADER"', src.header,
-             '#line 1 "CUDA_SOURCE"', src.source,
-             '#line 1 "ytk_builder"', _ERROR_STRING_C]
+    parts = [src.compile_unit(), '#line 1 "ytk_builder"', _ERROR_STRING_C]
     if shim:
         parts += [f'#line 1 "ytk_{desc.engine_api.replace("-", "_")}_shim"', shim]
     return "\n".join([*parts, '#line 1 "ytk_plugin_info"', c_snippet(desc)])

@@ -207,7 +207,6 @@ def test_done_kernels_compile_with_nvcc_alone(ytk_generation: Any, request: pyte
     import shutil
     import subprocess
 
-    from ..kernel_source import BUILDER_INCLUDES
     from ..models import ArchSpec
 
     builder = loader(request.config).get("nvcc")
@@ -224,7 +223,7 @@ def test_done_kernels_compile_with_nvcc_alone(ytk_generation: Any, request: pyte
         src = KernelSource.read(Path(g.result.source or g.output))
         name = g.region.candidate.name
         cu, obj = tmp_path / f"{name}.cu", tmp_path / f"{name}.o"
-        cu.write_text("".join(f"#include <{h}>\n" for h in BUILDER_INCLUDES) + src.header + "\n" + src.source + "\n")
+        cu.write_text(src.compile_unit() + "\n")
         r = subprocess.run([nvcc, "-c", "-std=c++17", f"-arch=sm_{sm}", "-o", str(obj), str(cu)],
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
