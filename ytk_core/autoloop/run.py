@@ -15,7 +15,7 @@ from ..staging import remove_stale
 from ..thresholds import Threshold
 from .control import Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
-from .report import REPORT_DIR, AutoloopReport, build_report
+from .report import REPORT_DIR, AutoloopReport, all_simulated, build_report
 from .state import PREV_STATE_FILE, STATE_FILE, AutoloopBackends, AutoloopLimits, AutoloopState, BackendChoice
 
 
@@ -67,10 +67,7 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
         loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs, worker)
         if not state.finished:
             loop.run()
-        rt = runtime()
-        eng = rt.manager.get(state.backends.engine)
-        simulated = bool(eng and eng.info.simulated)
-        return build_report(state, workdir, simulated=simulated, host_timing=state.backends.engine != "mock",
+        return build_report(state, workdir, simulated=loop.ws.simulated, host_timing=state.backends.engine != "mock",
                             stale=stale)
 
 
@@ -281,7 +278,7 @@ def _choose(role: str, spec: ArchSpec, flags: BackendChoice, remote_engine: str 
                         for s in chain)
         return ",".join(s.name for s in chain), why
     gens = chosen.get("kernelgen", (None, ""))[0]
-    if role == "builder" and not getattr(flags, role) and gens and _simulated_only(gens):
+    if role == "builder" and not getattr(flags, role) and gens and all_simulated(gens.split(",")):
         # a simulated generator's placeholders are built by a simulated builder, never into real .so files
         gen = rt.manager.get(gens.split(",")[0])
         if gen is not None and role in gen.info.roles:
@@ -302,12 +299,6 @@ def _choose(role: str, spec: ArchSpec, flags: BackendChoice, remote_engine: str 
         # because YTK_GAIA_URL is set) refuses a simulated generator's placeholder, and every region is dropped
         return select(role, eng.name).name, f"paired: the engine {eng.name} is simulated"
     return sel.name, f"{sel.source}: {sel.reason}"
-
-
-def _simulated_only(kernelgens: str) -> bool:
-    mgr = runtime().manager
-    found = [mgr.get(n) for n in kernelgens.split(",")]
-    return all(b is not None and b.info.simulated for b in found)
 
 
 def clean_stale(workdir: Path) -> None:
