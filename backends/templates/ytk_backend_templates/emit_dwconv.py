@@ -410,7 +410,7 @@ def emit(r: DwConvRegion, p: DwPoint | Mapping[str, Any], ns: str, launcher: str
     p = point(p)
     params: dict[str, bool | int] = dict(
         K=r.k, S=r.stride, P=r.pad, VEC=p.vec, CB=p.cb, TW=p.tw, TH=p.th, RPT=p.rpt, CPT=p.cpt,
-        CONST_C=r.channels or 0, HAS_BIAS=r.has_bias,
+        CONST_C=r.channels or 0, HAS_BIAS=r.has_bias, RESIDUAL=r.residual,
         CAP=isinstance(p, Tiled) and register_cap(r, p),  # the others name their resident blocks (MB)
         MB=p.mb)
     if p.stage in ("pipe", "tma", "mma"):

@@ -10,7 +10,7 @@ turn into a wrong kernel.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ _ACT_SIMPLE = {
     "aten.sigmoid.default": "sigmoid", "aten.sigmoid_.default": "sigmoid",
     "aten.tanh.default": "tanh", "aten.tanh_.default": "tanh",
 }
+_ADD = {"aten.add.Tensor", "aten.add_.Tensor"}
 _CLAMPS = {"aten.hardtanh.default", "aten.hardtanh_.default", "aten.clamp.default", "aten.clamp_.default"}
 _MATMUL = {"aten.matmul.default", "aten.bmm.default", "aten.mm.default", "aten.einsum.default"}
 #: Shape queries of a graph exported with dynamic shapes: they compute no tensor data.
@@ -156,11 +157,21 @@ def _activation(op: OpNode) -> str | None:
     return None
 
 
-def _conv_chain(g: RegionGraph, conv: OpNode) -> str:
-    """The activation fused after ``conv``: the ops after it must form one chain ending at the
-    region's output, of identities and at most one activation; nothing else may be in the region."""
+def _residual_add(op: OpNode, value: str, x: str) -> bool:
+    """Whether ``op`` is ``value + x`` (either order, alpha 1)."""
+    if op.target not in _ADD or len(op.args) < 2:
+        return False
+    alpha = op.kwargs.get("alpha", op.args[2] if len(op.args) > 2 else 1)
+    return sorted(a for a in op.args[:2] if isinstance(a, str)) == sorted([value, x]) and alpha == 1
+
+
+def _conv_chain(g: RegionGraph, conv: OpNode, residual_of: str | None = None) -> tuple[str, bool]:
+    """The activation fused after ``conv``, and whether the chain then adds ``residual_of`` (the
+    conv's input; None: no residual allowed): the ops after the conv must form one chain ending at
+    the region's output, of identities, at most one activation and then at most that one add;
+    nothing else may be in the region."""
     by = g.by_name()
-    act, cur = "none", conv
+    act, res, cur = "none", None, conv
     while cur.users:
         if len(cur.users) != 1:
             raise UnsupportedRegion(f"the result of {cur.target} is used {len(cur.users)} times inside the region")
@@ -170,19 +181,22 @@ def _conv_chain(g: RegionGraph, conv: OpNode) -> str:
         if nxt.target in _IDENTITY:
             cur = nxt
             continue
+        if residual_of is not None and res is None and _residual_add(nxt, cur.name, residual_of):
+            res = cur = nxt
+            continue
         a2 = _activation(nxt)
-        if a2 is None or act != "none":
-            raise UnsupportedRegion(f"unsupported op {nxt.target} after the convolution (templates fuse one "
-                                    "activation: relu, relu6/hardtanh(0,6), hardswish, hardsigmoid, sigmoid, silu, "
-                                    "tanh, gelu)")
+        if a2 is None or act != "none" or res is not None:
+            fused = ("one activation (relu, relu6/hardtanh(0,6), hardswish, hardsigmoid, sigmoid, silu, tanh, gelu)"
+                     + (", then the convolution's input added (a residual)" if residual_of is not None else ""))
+            raise UnsupportedRegion(f"unsupported op {nxt.target} after the convolution (templates fuse {fused})")
         act, cur = a2, nxt
     if g.outputs != [cur.name]:
         raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the convolution chain's result")
-    extra = [o.target for o in g.ops if o is not conv and o.target not in _IDENTITY | _SHAPE_OPS | _FLOORDIV
-             and _activation(o) is None]
+    extra = [o.target for o in g.ops if o is not conv and o is not res
+             and o.target not in _IDENTITY | _SHAPE_OPS | _FLOORDIV and _activation(o) is None]
     if extra:
         raise UnsupportedRegion(f"unsupported ops in the region: {sorted(set(extra))}")
-    return act
+    return act, res is not None
 
 
 def _conv_operands(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], tuple[int, ...], tuple[int, ...], bool]:
@@ -256,11 +270,13 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
         raise UnsupportedRegion(f"padding {ph}x{pw}: templates cover 'same' padding k//2 = {kh // 2}")
     if (dh, dw) != (1, 1):
         raise UnsupportedRegion(f"dilation {dh}x{dw}: templates cover dilation 1")
-    act = _conv_chain(g, conv)
+    act, residual = _conv_chain(g, conv, residual_of=a["input"])
+    if residual and sh != 1:
+        raise UnsupportedRegion(f"a residual add after a stride-{sh} convolution: the input and output shapes differ")
     expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
     if g.inputs != expected_inputs:
         raise UnsupportedRegion(f"input order {g.inputs}: the depthwise template takes (x, weight, bias)")
-    return DwConvRegion(k=kh, stride=sh, act=act, channels=c, has_bias=has_bias)
+    return DwConvRegion(k=kh, stride=sh, act=act, channels=c, has_bias=has_bias, residual=residual)
 
 
 # -- pointwise convolution -------------------------------------------------------------------------
@@ -281,7 +297,7 @@ def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region:
     gin, gout = (c // groups, co // groups) if groups > 1 else (0, 0)
     if groups > 1 and (gin % 8 or gout % 8):
         raise UnsupportedRegion(f"{gin} -> {gout} channels per group: templates need multiples of 8")
-    act = _conv_chain(g, conv)
+    act, _ = _conv_chain(g, conv)
     expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
     if g.inputs != expected_inputs:
         raise UnsupportedRegion(f"input order {g.inputs}: the 1x1 template takes (x, weight, bias)")
@@ -411,7 +427,7 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
 
 def _with_dynamic_channels(r: Region) -> Region:
     if isinstance(r, DwConvRegion):
-        return DwConvRegion(k=r.k, stride=r.stride, act=r.act, channels=None, has_bias=r.has_bias)
+        return replace(r, channels=None)
     if isinstance(r, Conv1x1Region):
         return Conv1x1Region(act=r.act, cin=None, cout=None, group_in=r.group_in, group_out=r.group_out,
                              has_bias=r.has_bias)

@@ -36,8 +36,8 @@ def torch_region(region: Region) -> Any:
 
     if isinstance(region, DwConvRegion):
         def dw(x: Any, w: Any, b: Any = None) -> Any:
-            y = F.conv2d(x, w, b, region.stride, region.pad, 1, x.shape[1])
-            return _ACT[region.act](F, y)
+            y = _ACT[region.act](F, F.conv2d(x, w, b, region.stride, region.pad, 1, x.shape[1]))
+            return y + x if region.residual else y
         return dw
     if isinstance(region, Conv1x1Region):
         def pw(x: Any, w: Any, b: Any = None) -> Any:

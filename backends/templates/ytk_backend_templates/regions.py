@@ -16,13 +16,16 @@ ACT_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "hardswish": 1.5, "silu
 
 @dataclass(frozen=True)
 class DwConvRegion:
-    """Depthwise k x k convolution (+ bias) + activation, NCHW logical, kHWC8 fp16 in the engine."""
+    """Depthwise k x k convolution (+ bias) + activation, NCHW logical, kHWC8 fp16 in the engine;
+    ``residual`` (stride 1): the region's input is added to the activated result (``x + act(dw(x))``,
+    EfficientViT-M's ``ResidualDrop``, FastViT's conditional position encoding)."""
 
     k: int
     stride: int
     act: str
     channels: int | None  # None: channels are a runtime extent (dynamic-remainder plugin)
     has_bias: bool = True
+    residual: bool = False
     kind: str = field(default="dwconv", init=False)
 
     @property
@@ -34,7 +37,9 @@ class DwConvRegion:
 
     def describe(self) -> str:
         c = f"C{self.channels}" if self.channels else "C dynamic"
-        return f"depthwise {self.k}x{self.k} stride {self.stride} {c} + {'bias + ' if self.has_bias else ''}{self.act}"
+        res = " + residual" if self.residual else ""
+        return (f"depthwise {self.k}x{self.k} stride {self.stride} {c} + {'bias + ' if self.has_bias else ''}"
+                f"{self.act}{res}")
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,19 @@ ACTS = {
 
 
 class DwConv(torch.nn.Module):
-    def __init__(self, k: int, stride: int, act: str, bias: bool = True) -> None:
+    """``residual``: "after" adds the input to the activated result as timm's ResidualDrop does
+    (``x + m(x)``), "before" adds it ahead of the activation (not a template), "" none."""
+
+    def __init__(self, k: int, stride: int, act: str, bias: bool = True, residual: str = "") -> None:
         super().__init__()
-        self.k, self.stride, self.act, self.bias = k, stride, act, bias
+        self.k, self.stride, self.act, self.bias, self.residual = k, stride, act, bias, residual
 
     def forward(self, x, w, b=None):  # type: ignore[no-untyped-def]
         y = F.conv2d(x, w, b if self.bias else None, self.stride, self.k // 2, 1, x.shape[1])
-        return ACTS[self.act](y)
+        if self.residual == "before":
+            return ACTS[self.act](y + x)
+        y = ACTS[self.act](y)
+        return x + y if self.residual == "after" else y
 
 
 class PwConv(torch.nn.Module):
@@ -101,10 +107,11 @@ def candidate(name: str, pt2: Path, root: Path, site_inputs: list[list[tuple[int
 
 
 def dw_fixture(root: Path, name: str, k: int, stride: int, act: str, shapes: list[tuple[int, int, int, int]],
-               bias: bool = True) -> tuple[Path, Candidate]:
-    """A depthwise region with one site per entry of ``shapes`` (N, C, H, W)."""
+               bias: bool = True, residual: str = "") -> tuple[Path, Candidate]:
+    """A depthwise region with one site per entry of ``shapes`` (N, C, H, W); ``residual`` as
+    :class:`DwConv`'s."""
     (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
-    mod = DwConv(k, stride, act, bias)
+    mod = DwConv(k, stride, act, bias, residual)
     # Exported at a small shape, as a carve of a big model may be: the generator must not rely on
     # the .pt2 running at the site shapes.
     c = shapes[0][1]

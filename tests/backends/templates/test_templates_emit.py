@@ -36,6 +36,7 @@ FAMILIES = {
     "dw3x3s2_static": DwConvRegion(3, 2, "hardswish", 64),
     "dw3x3s1_dynamic": DwConvRegion(3, 1, "hardswish", None),
     "dw7x7s2_gelu": DwConvRegion(7, 2, "gelu", 64, has_bias=False),
+    "dw3x3s1_residual": DwConvRegion(3, 1, "none", 128, residual=True),
     "litemla_joined": LiteMLARegion(16, 1e-15, True, 384),
     "litemla_prejoined": LiteMLARegion(16, 1e-15, False, None),
     "pw_c32to128_hardswish": Conv1x1Region("hardswish", 32, 128),
@@ -223,7 +224,9 @@ def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: P
               (DwConvRegion(5, 1, "none", 384), mma),
               (DwConvRegion(3, 1, "hardswish", 1024), Ring(stage="tma", vec=4, cb=32, tw=32, th=4, cpt=2, ns=3)),
               (DwConvRegion(5, 1, "none", 384), replace(mma, ot=False)),
-              (DwConvRegion(3, 2, "relu6", 256), Ring(stage="tma", vec=8, cb=64, tw=16, th=4, cpt=1, ns=3, ot=True))]
+              (DwConvRegion(3, 2, "relu6", 256), Ring(stage="tma", vec=8, cb=64, tw=16, th=4, cpt=1, ns=3, ot=True)),
+              (DwConvRegion(3, 1, "relu", None, residual=True), replace(mma, ot=False)),
+              (DwConvRegion(5, 1, "gelu", 64, residual=True), Ring(stage="tma", vec=2, cb=32, tw=32, th=8, cpt=2, ns=3))]
     for i, (region, p) in enumerate(points):
         cu = tmp_path / f"k{i}.cu"
         cu.write_text(PRELUDE + emit_dwconv.emit(region, p, f"v{i}", f"v{i}_launch").body)

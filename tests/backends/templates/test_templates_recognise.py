@@ -42,6 +42,38 @@ def test_kernel_sizes_strides_and_missing_bias(tmp_path: Path, k: int, s: int, b
     verify_against_pt2(r, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
 
 
+@pytest.mark.parametrize("k,act", [(3, "none"), (7, "gelu")])
+def test_a_residual_add_of_the_input_is_part_of_the_depthwise_region(tmp_path: Path, k: int, act: str) -> None:
+    """EfficientViT-M's ResidualDrop (x + BN(dw3x3(x))) and FastViT's position encoding (x + dw7x7(x)):
+    the add reads the conv's own input, so the kernel adds it at the pixel it stores."""
+    pt2, cand = dw_fixture(tmp_path, "DwRes", k, 1, act, [(2, 32, 9, 11)], residual="after")
+    g = load_graph(pt2)
+    r = recognise(g, cand)
+    assert r == DwConvRegion(k=k, stride=1, act=act, channels=32, residual=True)
+    assert "+ residual" in r.describe()
+    verify_against_pt2(r, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
+    # the recognised math without the add would not reproduce the region: the check refuses it
+    with pytest.raises(UnsupportedRegion, match="differs from the region's .pt2"):
+        verify_against_pt2(DwConvRegion(k=k, stride=1, act=act, channels=32), torch.export.load(str(pt2)).module(),
+                           g.input_shapes, torch.device("cpu"))
+    meta = plugin_meta(r, "DwRes", candidate=cand)
+    rep = check_meta(meta)
+    rep.extend(check_meta_against_candidate(meta, cand, "fp16"))
+    assert rep.ok, rep.errors
+
+
+def test_a_residual_add_before_the_activation_or_after_a_strided_conv_is_refused(tmp_path: Path) -> None:
+    pt2, cand = dw_fixture(tmp_path / "a", "DwRes", 3, 1, "relu", [(1, 16, 8, 8)], residual="before")
+    with pytest.raises(UnsupportedRegion, match="unsupported op aten.relu.default after the convolution .*residual"):
+        recognise(load_graph(pt2), cand)
+    pt2, cand = dw_fixture(tmp_path / "b", "DwRes", 3, 1, "relu", [(1, 16, 8, 8)], residual="after")
+    g = load_graph(pt2)
+    conv = next(o for o in g.ops if "conv" in o.target)
+    conv.args[3] = [2, 2]  # the same graph with a strided conv: the add could not take its input
+    with pytest.raises(UnsupportedRegion, match="residual add after a stride-2 convolution"):
+        recognise(g, None)
+
+
 def test_dynamic_remainder_makes_channels_a_runtime_extent(tmp_path: Path) -> None:
     shapes = [(1, 16, 20, 24), (1, 128, 10, 12), (1, 512, 5, 6), (1, 512, 5, 6)]
     pt2, cand = dw_fixture(tmp_path, "DwConv3x3s1Dyn", 3, 1, "hardswish", shapes)

@@ -1,4 +1,5 @@
-// Depthwise k x k convolution + bias + activation on NHWC fp16 (kHWC8), fp32 weights and accumulation.
+// Depthwise k x k convolution + bias + activation (+ the input, a residual add) on NHWC fp16 (kHWC8), fp32
+// weights and accumulation.
 //
 // Instantiated once per variant by emit_dwconv.py, inside the variant's own namespace. Before this
 // text the instantiation defines the variant's parameters:
@@ -10,6 +11,7 @@
 //                             are kept in registers and spill)
 //   constexpr  int K, S, P; int VEC, CB, TW, TH, RPT, CPT (vector width, channels per block, tile,
 //              rows and columns per thread); int CONST_C (0: C at run time); bool HAS_BIAS;
+//              bool RESIDUAL (stride 1: the output adds the input at the same pixel, after the activation);
 //              int NSTAGE (ring buffers: items in flight + 1); bool CAP; int MB (minimum resident
 //              blocks per SM, 0: see MIN_BLOCKS); strip: int WREG, PF; tma, mma: bool OUT_TMA;
 //              mma: bool HILO
@@ -40,6 +42,23 @@ constexpr int NIC = (CPT - 1) * S + K;   // input columns one thread reads per r
 // A strip or ring variant may instead name its minimum resident blocks per SM (MB).
 constexpr int MIN_BLOCKS = MB ? MB : (!CAP || NTHREADS >= 512) ? 1 : 512 / NTHREADS;
 using VT = typename ytk_tpl::HVec<VEC>::T;
+static_assert(!RESIDUAL || S == 1, "a residual add needs the output's shape: stride 1");
+
+// RESIDUAL: o[0..N) += the input's N channels at `src` (the output pixel's own input pixel, stride 1),
+// read only where `ok` (a staged output tile's pixels outside the image are never stored).
+template <int N>
+__device__ __forceinline__ void add_residual(float* o, const __half* src, bool ok = true) {
+  if (!RESIDUAL) return;
+  float r[N];
+  if (ok) {
+    ytk_tpl::unpack(__ldg(reinterpret_cast<const typename ytk_tpl::HVec<N>::T*>(src)), r);
+  } else {
+#pragma unroll
+    for (int v = 0; v < N; ++v) r[v] = 0.f;
+  }
+#pragma unroll
+  for (int v = 0; v < N; ++v) o[v] += r[v];
+}
 
 // Copy the input tile (with halo, zero outside the image) of the tile at (oy0, ox0) into smem.
 __device__ __forceinline__ void stage_tile(__half* tile, const __half* x, const __half* xn, int c_base, int C, int H,
@@ -137,6 +156,7 @@ __device__ __forceinline__ void compute_store(const __half* tile, const float* s
         float o[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
+        add_residual<VEC>(o, xn + ((size_t)oy * W + ox) * C + c);
         ytk_tpl::store_half<VEC>(yn + ((size_t)oy * WO + ox) * C + c, o);
       }
     }
@@ -295,6 +315,7 @@ __device__ __forceinline__ void strip_rows(const __half* src, __half* dst, const
         float o[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; ++v) o[v] = act(acc[q][v]);
+        add_residual<VEC>(o, src + (r + P) * rs + (q + P) * cs);  // stride 1: input row r + P, column q + P
         ytk_tpl::store_half<VEC>(dst + r * os + q * cs, o);
       }
     }
@@ -525,9 +546,10 @@ constexpr CUtensorMapSwizzle TMA_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_NONE, OUT_SWIZZ
 
 // The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
 __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
-                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
-                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
-                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
+                                            uint64_t* full, const __half* __restrict__ x, const float* __restrict__ w,
+                                            const float* __restrict__ b, __half* __restrict__ y, int C, int HO, int WO,
+                                            ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+                                            ytk_tpl::FastDiv cblocks, int items) {
   const int cv = threadIdx.x % CVB, cg = threadIdx.x / CVB;
   float wr[K * K][VEC], bias[VEC];
   int loaded = -1;
@@ -552,6 +574,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
     const __half* tile = reinterpret_cast<const __half*>(buf) + cg * CPT * S * CB + cv * VEC;
     const int oy0 = ty * TH, ox0 = tx * TW + cg * CPT;
     __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0) * C + c;
+    const __half* res = x + (dst - y);  // RESIDUAL, stride 1: the input has the output's shape
     float acc[TH][CPT][VEC];
 #pragma unroll
     for (int r = 0; r < TH; ++r)
@@ -580,6 +603,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
             float o[VEC];
 #pragma unroll
             for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
+            add_residual<VEC>(o, res + ((size_t)r * WO + q) * C, cok && oy0 + r < HO && ox0 + q < WO);
             ytk_tpl::store_half<VEC>(reinterpret_cast<__half*>(out) + omine + (r * TW + q) * CB, o);
           }
         } else if (ky == K - 1 && cok && oy0 + r < HO) {
@@ -589,6 +613,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
               float o[VEC];
 #pragma unroll
               for (int v = 0; v < VEC; ++v) o[v] = act(acc[r][q][v]);
+              add_residual<VEC>(o, res + ((size_t)r * WO + q) * C);
               ytk_tpl::store_half<VEC>(dst + ((size_t)r * WO + q) * C, o);
             }
           }
@@ -649,9 +674,10 @@ __device__ __forceinline__ unsigned diag(float wv, int part, int gid, int tq) {
 
 // The stage's part of the ring kernel (dw_tma, below, sets up the ring and calls it).
 __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtensorMap* ymap, unsigned char* ring,
-                                            uint64_t* full, const float* __restrict__ w, const float* __restrict__ b,
-                                            __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x,
-                                            ytk_tpl::FastDiv tiles_img, ytk_tpl::FastDiv cblocks, int items) {
+                                            uint64_t* full, const __half* __restrict__ x, const float* __restrict__ w,
+                                            const float* __restrict__ b, __half* __restrict__ y, int C, int HO, int WO,
+                                            ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
+                                            ytk_tpl::FastDiv cblocks, int items) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = warp % NG, col0 = (warp / NG) * SEG * 16;
   const int gid = lane >> 2, tq = lane & 3;
@@ -699,6 +725,7 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
       }
     const int oy0 = ty * TH, ox0 = tx * TW + col0;
     __half* dst = y + (((size_t)n * HO + oy0) * WO + ox0 + gid) * C + cg0 + 2 * tq;
+    const __half* res = x + (dst - y);  // RESIDUAL, stride 1: the input has the output's shape
     const int rows = HO - oy0;  // output rows of this tile inside the image (may exceed TH)
     bool colok[SEG][2];
 #pragma unroll
@@ -737,7 +764,8 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
         for (int s = 0; s < SEG; ++s)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {  // pixels gid and gid + 8 of the segment
-            const float o[2] = {act(acc[r][s][2 * h]), act(acc[r][s][2 * h + 1])};
+            float o[2] = {act(acc[r][s][2 * h]), act(acc[r][s][2 * h + 1])};
+            add_residual<2>(o, res + ((size_t)r * WO + s * 16 + 8 * h) * C, colok[s][h] && r < rows);
             if (OUT_TMA) {  // the staged tile's pixel (row r, column col0 + 16 s + gid + 8 h), swizzled
               const int px = r * TW + col0 + s * 16 + gid + 8 * h;
               ytk_tpl::store_half<2>(reinterpret_cast<__half*>(out + px * 128 + ((g ^ (px & 7)) << 4) + tq * 4), o);
@@ -756,15 +784,15 @@ __device__ __forceinline__ void ring_kernel(const CUtensorMap* map, const CUtens
 // The persistent ring kernel of stages tma and mma: its ring aligned to the stage's RING_ALIGN, the
 // rest is the stage's ring_kernel.
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
-dw_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap ymap, const float* __restrict__ w,
-       const float* __restrict__ b,
+dw_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap ymap, const __half* __restrict__ x,
+       const float* __restrict__ w, const float* __restrict__ b,
        __half* __restrict__ y, int C, int HO, int WO, ytk_tpl::FastDiv tiles_x, ytk_tpl::FastDiv tiles_img,
        ytk_tpl::FastDiv cblocks, int items) {
   extern __shared__ __align__(RING_ALIGN) unsigned char dsmem[];
   __shared__ __align__(8) uint64_t full[NSTAGE];
   unsigned char* ring = dsmem + ((RING_ALIGN - ((unsigned)__cvta_generic_to_shared(dsmem) & (RING_ALIGN - 1))) &
                                  (RING_ALIGN - 1));
-  ring_kernel(&map, &ymap, ring, full, w, b, y, C, HO, WO, tiles_x, tiles_img, cblocks, items);
+  ring_kernel(&map, &ymap, ring, full, x, w, b, y, C, HO, WO, tiles_x, tiles_img, cblocks, items);
 }
 #endif  // tma, mma
 
@@ -828,7 +856,7 @@ int launch(const void* const* inputs, void* const* outputs, const int64_t* e, cu
       rc = encode_map(&ymap, y, N, C, HO, WO, TW, TH, OUT_SWIZZLE);
     }
     if (rc) return rc;
-    dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, ymap, w, b, y, (int)C, (int)HO, (int)WO,
+    dw_tma<<<(unsigned)grid, NTHREADS, TMA_SMEM, stream>>>(map, ymap, x, w, b, y, (int)C, (int)HO, (int)WO,
         ytk_tpl::FastDiv((int)tiles_x), ytk_tpl::FastDiv((int)(tiles_x * tiles_y)), ytk_tpl::FastDiv((int)cblocks),
         (int)items);
     return (int)cudaGetLastError();
