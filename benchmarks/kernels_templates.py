@@ -77,7 +77,8 @@ def carved_requests(prep: Path, gpu: str) -> list[KernelGenRequest]:
 
 def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) -> None:
     """Compile every variant of the benchmark's and the GPU tests' regions (and a carve's, if given)."""
-    from templates_fixtures import GPU_DW_REGIONS, GPU_LITEMLA_REGIONS, dw_fixture, litemla_fixture
+    from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_LITEMLA_REGIONS, dw_fixture,
+                                    litemla_fixture)
 
     from ytk_backend_templates.generate import JobPlan, build_job, check_final_build, plan_job
 
@@ -88,6 +89,10 @@ def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) 
         pt2, cand = dw_fixture(root / "tests", name, k, s, act, shapes, bias=bias)
         reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
                                      **({"max_variants": str(maxv)} if maxv else {})},
+                                     output=root / "x.module_source.py", candidate=cand, plugin_name=name))
+    for name, k, act, _c, shapes in GPU_DW_RESIDUAL_REGIONS:
+        pt2, cand = dw_fixture(root / "tests", name, k, 1, act, shapes, residual="after")
+        reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt"},
                                      output=root / "x.module_source.py", candidate=cand, plugin_name=name))
     for name, joined, shapes, maxv in GPU_LITEMLA_REGIONS:
         pt2, cand = litemla_fixture(root / "tests", name, shapes, joined=joined)

@@ -262,8 +262,9 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
     sh, sw = _pair(a["stride"], 1)
     ph, pw = _pair(a["padding"], 0)
     dh, dw = _pair(a["dilation"], 1)
-    if kh != kw or kh not in (3, 5, 7):
-        raise UnsupportedRegion(f"kernel {kh}x{kw}: templates cover square 3x3, 5x5 and 7x7")
+    if kh != kw or kh not in (1, 3, 5, 7):
+        raise UnsupportedRegion(f"kernel {kh}x{kw}: templates cover square 1x1 (a per-channel scale), 3x3, 5x5 "
+                                "and 7x7")
     if sh != sw or sh not in (1, 2):
         raise UnsupportedRegion(f"stride {sh}x{sw}: templates cover stride 1 and 2")
     if (ph, pw) != (kh // 2, kh // 2):
@@ -280,11 +281,15 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
 
 
 # -- pointwise convolution -------------------------------------------------------------------------
-def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region:
+def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region | DwConvRegion:
     conv = _the_conv(g)
     a, wshape, xshape, has_bias = _conv_operands(g, conv)
     c, co = xshape[1], wshape[0]
     groups = _groups(g, a, c)
+    if groups == c > 1 and co == c and wshape[1] == 1:
+        # a depthwise 1x1 (a per-channel scale + bias: FastViT's and MobileOne's conv_scale branches,
+        # RepViT's conv1) is the depthwise template at k = 1
+        return _recognise_dwconv(g)
     if tuple(wshape[2:]) != (1, 1):
         raise UnsupportedRegion(f"kernel {wshape[2]}x{wshape[3]}: not a pointwise convolution")
     if _pair(a["stride"], 1) != (1, 1) or _pair(a["padding"], 0) != (0, 0) or _pair(a["dilation"], 1) != (1, 1):

@@ -2,7 +2,7 @@
 
 After the carve the answer is the recogniser run on the region's canonical ``.pt2`` (exactly what a
 job would do first). Before it, only propose's sketch is known: the geometry decides (square
-3/5/7 depthwise at stride 1 or 2 with 'same' padding, 1x1 convs dense or grouped, LiteMLA-style
+1/3/5/7 depthwise at stride 1 or 2 with 'same' padding, 1x1 convs dense or grouped, LiteMLA-style
 attention), and the pointwise ops around the conv are judged by what the carve's canonical pass
 turns them into, so that answer is marked not certain.
 """
@@ -77,8 +77,8 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         return no(f"a {len(s.kernel)}-D convolution (kernel {'x'.join(map(str, s.kernel))}): {ONLY_2D}")
     if s.kind == "depthwise_conv":
         k = s.kernel
-        if len(k) != 2 or k[0] != k[1] or k[0] not in (3, 5, 7):
-            return no(f"kernel {'x'.join(map(str, k))}: templates cover square 3x3, 5x5 and 7x7 depthwise")
+        if len(k) != 2 or k[0] != k[1] or k[0] not in (1, 3, 5, 7):
+            return no(f"kernel {'x'.join(map(str, k))}: templates cover square 1x1, 3x3, 5x5 and 7x7 depthwise")
         if s.stride and (s.stride[0] != s.stride[-1] or s.stride[0] not in (1, 2)):
             return no(f"stride {'x'.join(map(str, s.stride))}: templates cover stride 1 and 2")
         if s.dilation and any(d != 1 for d in s.dilation):

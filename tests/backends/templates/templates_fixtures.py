@@ -186,6 +186,15 @@ GPU_DW_REGIONS = [
     ("DwConv5x5s2C72", 5, 2, "hardswish", 72, True, [(1, 72, 13, 17)], 0),
     ("DwConv7x7s1C88", 7, 1, "gelu", 88, True, [(2, 88, 9, 13)], 3),
     ("DwAct3x3s1sigmoid", 3, 1, "sigmoid", 32, True, [(1, 32, 7, 9)], 2),
+    # a depthwise 1x1 (FastViT's / MobileOne's conv_scale branches: a per-channel scale + bias)
+    ("DwConv1x1s1C48", 1, 1, "none", 48, True, [(1, 48, 13, 37)], 0),
+    ("DwConv1x1s2C64", 1, 2, "none", 64, True, [(2, 64, 11, 14)], 0),
+]
+# depthwise + residual add of the input (x + act(dw(x))): (plugin name, k, activation, channels (None: a
+# dynamic remainder), shapes (N, C, H, W)); every variant is scored
+GPU_DW_RESIDUAL_REGIONS = [
+    ("DwRes3x3C128", 3, "none", 128, [(1, 128, 13, 37), (2, 128, 9, 8)]),
+    ("DwRes7x7Dyn", 7, "gelu", None, [(1, 24, 10, 12), (1, 64, 7, 9)]),
 ]
 # 1x1 regions: (plugin name, activation, per-group in/out (0: dense), bias, shapes (N, C, H, W, CO), max variants)
 GPU_PW_REGIONS = [

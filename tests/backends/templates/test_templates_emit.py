@@ -226,7 +226,8 @@ def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: P
               (DwConvRegion(5, 1, "none", 384), replace(mma, ot=False)),
               (DwConvRegion(3, 2, "relu6", 256), Ring(stage="tma", vec=8, cb=64, tw=16, th=4, cpt=1, ns=3, ot=True)),
               (DwConvRegion(3, 1, "relu", None, residual=True), replace(mma, ot=False)),
-              (DwConvRegion(5, 1, "gelu", 64, residual=True), Ring(stage="tma", vec=2, cb=32, tw=32, th=8, cpt=2, ns=3))]
+              (DwConvRegion(5, 1, "gelu", 64, residual=True),
+               Ring(stage="tma", vec=2, cb=32, tw=32, th=8, cpt=2, ns=3))]
     for i, (region, p) in enumerate(points):
         cu = tmp_path / f"k{i}.cu"
         cu.write_text(PRELUDE + emit_dwconv.emit(region, p, f"v{i}", f"v{i}_launch").body)

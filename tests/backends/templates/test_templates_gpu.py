@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from templates_fixtures import (GPU_DW_REGIONS, GPU_LITEMLA_REGIONS, GPU_PW_REGIONS, dw_fixture,  # noqa: E402
-                                litemla_fixture, pw_fixture)
+from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_LITEMLA_REGIONS,  # noqa: E402
+                                GPU_PW_REGIONS, dw_fixture, litemla_fixture, pw_fixture)
 from ytk_hookspecs import StageContext  # noqa: E402
 from ytk_hookspecs.kernel_source import KernelSource  # noqa: E402
 from ytk_hookspecs.models import BuildRequest, KernelGenRequest, KernelReport  # noqa: E402
@@ -120,13 +120,11 @@ def test_depthwise_region_end_to_end(tmp_path: Path, spec) -> None:  # type: ign
     torch.testing.assert_close(y.float(), ref, rtol=2e-3, atol=2e-3 * float(ref.abs().max()))
 
 
-@pytest.mark.parametrize("k,act,c,shapes", [(3, "none", 128, [(1, 128, 13, 37), (2, 128, 9, 8)]),
-                                            (7, "gelu", None, [(1, 24, 10, 12), (1, 64, 7, 9)])],
-                         ids=["3x3C128", "7x7dyn"])
-def test_depthwise_with_a_residual_add_end_to_end(tmp_path: Path, k: int, act: str, c, shapes) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("spec", GPU_DW_RESIDUAL_REGIONS, ids=[r[0] for r in GPU_DW_RESIDUAL_REGIONS])
+def test_depthwise_with_a_residual_add_end_to_end(tmp_path: Path, spec) -> None:  # type: ignore[no-untyped-def]
     """x + act(dw(x)): every variant of every stage (the ring's staged and lane stores, tiles, strips)
     adds the input at the pixel it stores, on odd shapes with partial tiles; none may be wrong."""
-    name = f"DwRes{k}x{k}"
+    name, k, act, _c, shapes = spec
     pt2, cand = dw_fixture(tmp_path, name, k, 1, act, shapes, residual="after")
     res, out = _generate(tmp_path, pt2, cand, 0)
     report = _check_result(tmp_path, res, out, cand)

@@ -29,7 +29,7 @@ def test_every_activation_spelling_is_recognised(tmp_path: Path, act: str) -> No
     assert r == DwConvRegion(k=3, stride=1, act=EXPECT_ACT.get(act, act), channels=16)
 
 
-@pytest.mark.parametrize("k,s,bias", [(3, 2, True), (5, 1, False), (7, 2, True)])
+@pytest.mark.parametrize("k,s,bias", [(3, 2, True), (5, 1, False), (7, 2, True), (1, 1, True), (1, 2, False)])
 def test_kernel_sizes_strides_and_missing_bias(tmp_path: Path, k: int, s: int, bias: bool) -> None:
     pt2, cand = dw_fixture(tmp_path, "Dw", k, s, "relu", [(2, 24, 9, 11)], bias=bias)
     g = load_graph(pt2)
