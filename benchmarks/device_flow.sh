@@ -16,7 +16,8 @@
 #                                            ZOO_SIZE (default 4x1088x1920; a model that cannot take it keeps its own)
 #   bash benchmarks/device_flow.sh admission the admission gate against the planted kernels (benchmarks/admission_suite.py)
 #   bash benchmarks/device_flow.sh regions   per carved region of runs/zoo/<ZOO_MODELS>/round1/prepare: torch, torch.compile,
-#                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1)
+#                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1),
+#                                            or of the carve directories REGIONS_DIRS names (relative to the repo root)
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
 # still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch (ENGINE_MODE=inductor or inductor-max-autotune: its inductor mode), kernelgen=templates
@@ -139,10 +140,15 @@ do_zootable() {  # the tables again, for models whose autoloop ran earlier on th
   for m in ${ZOO_MODELS:?name the corpus models}; do zoo_table "$m"; done
 }
 do_regions() {
-  for m in ${ZOO_MODELS:?name the corpus models}; do
-    timeout ${REGIONS_TIMEOUT:-500} python3 benchmarks/region_table.py "$PWD/runs/zoo/$m/round1/prepare" \
+  # REGIONS_DIRS: carve directories to table instead (e.g. carved at full size on a CPU host and carried)
+  local dirs=()
+  if [ -n "${REGIONS_DIRS:-}" ]; then dirs=($REGIONS_DIRS)
+  else for m in ${ZOO_MODELS:?name the corpus models or REGIONS_DIRS}; do dirs+=("runs/zoo/$m/round1/prepare"); done; fi
+  for d in "${dirs[@]}"; do
+    m=$(echo "$d" | tr '/' '_')
+    timeout ${REGIONS_TIMEOUT:-500} python3 benchmarks/region_table.py "$PWD/$d" \
       --json "$OUT/regions_$m.json" > "$OUT/regions_$m.txt" 2> "$OUT/regions_$m.log"
-    echo "$m regions rc=$?"; cat "$OUT/regions_$m.txt"
+    echo "$d regions rc=$?"; cat "$OUT/regions_$m.txt"
   done
 }
 for w in "${words[@]}"; do
