@@ -219,9 +219,11 @@ def _conv_operands(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], tuple[
     return a, wshape, xshape, has_bias
 
 
-def _groups(g: RegionGraph, a: dict[str, Any], c: int) -> int:
-    """The conv's group count at the export shape; a dynamic export derives it from the input's
-    channels (``x.shape[1]`` for depthwise, ``x.shape[1] // k`` for grouped convs)."""
+def _groups(g: RegionGraph, a: dict[str, Any], c: int, cout: int) -> int:
+    """The conv's group count at the export shape; a dynamic export derives it from a channel count:
+    the input's (``x.shape[1]`` for depthwise, ``x.shape[1] // k`` for grouped convs) or, where the
+    exporter found them equal and spelled it so, the weight's or the bias's outputs (a depthwise conv
+    whose result is added to its input: ``b.shape[0]``)."""
     groups = a["groups"]
     if isinstance(groups, str):
         by = g.by_name()
@@ -229,9 +231,15 @@ def _groups(g: RegionGraph, a: dict[str, Any], c: int) -> int:
         div = 1
         if q is not None and q.target in _FLOORDIV and isinstance(q.args[1], int):
             div, q = int(q.args[1]), by.get(q.args[0]) if isinstance(q.args[0], str) else None
-        if q is None or q.target != "aten.sym_size.int" or q.args[:2] != [a["input"], 1]:
-            raise UnsupportedRegion(f"the convolution's groups come from {groups}, not from the input's channels")
-        return c // div
+        counts = {(a["input"], 1): c, (a["weight"], 0): cout}
+        if a["bias"] is not None:
+            counts[(a["bias"], 0)] = cout
+        src = tuple(q.args[:2]) if q is not None and q.target == "aten.sym_size.int" else None
+        if src not in counts:
+            raise UnsupportedRegion(f"a dynamic export computes the convolution's groups from {groups} "
+                                    f"({q.target if q else 'not an op of the region'}), not from a channel count of "
+                                    "its input, weight or bias")
+        return counts[src] // div
     return int(groups or 1)
 
 
@@ -255,7 +263,7 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
     conv = _the_conv(g)
     a, wshape, xshape, has_bias = _conv_operands(g, conv)
     c = xshape[1]
-    groups = _groups(g, a, c)
+    groups = _groups(g, a, c, wshape[0])
     if not (groups == c and wshape[0] == c and wshape[1] == 1):
         raise UnsupportedRegion(f"not depthwise: groups={groups}, input channels {c}, weight {list(wshape)}")
     kh, kw = wshape[2], wshape[3]
@@ -285,7 +293,7 @@ def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region | DwConvRegion:
     conv = _the_conv(g)
     a, wshape, xshape, has_bias = _conv_operands(g, conv)
     c, co = xshape[1], wshape[0]
-    groups = _groups(g, a, c)
+    groups = _groups(g, a, c, co)
     if groups == c > 1 and co == c and wshape[1] == 1:
         # a depthwise 1x1 (a per-channel scale + bias: FastViT's and MobileOne's conv_scale branches,
         # RepViT's conv1) is the depthwise template at k = 1

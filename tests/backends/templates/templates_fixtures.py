@@ -107,16 +107,23 @@ def candidate(name: str, pt2: Path, root: Path, site_inputs: list[list[tuple[int
 
 
 def dw_fixture(root: Path, name: str, k: int, stride: int, act: str, shapes: list[tuple[int, int, int, int]],
-               bias: bool = True, residual: str = "") -> tuple[Path, Candidate]:
+               bias: bool = True, residual: str = "", dynamic: bool = False) -> tuple[Path, Candidate]:
     """A depthwise region with one site per entry of ``shapes`` (N, C, H, W); ``residual`` as
-    :class:`DwConv`'s."""
+    :class:`DwConv`'s; ``dynamic`` exports with symbolic channels, as the carve does for a dynamic
+    remainder."""
     (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
     mod = DwConv(k, stride, act, bias, residual)
     # Exported at a small shape, as a carve of a big model may be: the generator must not rely on
     # the .pt2 running at the site shapes.
     c = shapes[0][1]
     ex = (torch.randn(1, c, 6, 5), torch.randn(c, 1, k, k)) + ((torch.randn(c),) if bias else ())
-    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
+    pt2 = root / "plugin_candidates" / f"{name}.pt2"
+    if dynamic:
+        ch = torch.export.Dim("c", min=2, max=4096)
+        dyn = ({1: ch}, {0: ch}) + (({0: ch},) if bias else ())
+        torch.export.save(torch.export.export(mod, ex, dynamic_shapes=dyn), str(pt2))
+    else:
+        export_region(mod, ex, pt2)
     ins, outs = [], []
     for (n, c, h, w) in shapes:
         ins.append([(n, c, h, w), (c, 1, k, k)] + ([(c,)] if bias else []))

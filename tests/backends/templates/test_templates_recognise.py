@@ -62,6 +62,21 @@ def test_a_residual_add_of_the_input_is_part_of_the_depthwise_region(tmp_path: P
     assert rep.ok, rep.errors
 
 
+def test_a_dynamic_residual_region_whose_groups_come_from_the_weight_is_recognised(tmp_path: Path) -> None:
+    """A dynamic-remainder carve of x + dw(x): the exporter unifies the channel counts and spells the
+    groups as the weight's (or the bias's) dim 0, not the input's; it is the same depthwise conv."""
+    pt2, cand = dw_fixture(tmp_path, "DwRes", 3, 1, "none", [(1, 16, 8, 8), (1, 32, 8, 8)], residual="after",
+                           dynamic=True)
+    g = load_graph(pt2)
+    conv = next(o for o in g.ops if "conv" in o.target)
+    q = g.by_name()[conv.args[6]]
+    assert q.target == "aten.sym_size.int" and q.args[0] != conv.args[0]  # not the input's channels
+    assert recognise(g, cand) == DwConvRegion(k=3, stride=1, act="none", channels=None, residual=True)
+    q.args[1] = 2  # a spatial extent is no channel count: refused, naming the op
+    with pytest.raises(UnsupportedRegion, match="groups from sym_size_int.*not from a channel count"):
+        recognise(g, cand)
+
+
 def test_a_residual_add_before_the_activation_or_after_a_strided_conv_is_refused(tmp_path: Path) -> None:
     pt2, cand = dw_fixture(tmp_path / "a", "DwRes", 3, 1, "relu", [(1, 16, 8, 8)], residual="before")
     with pytest.raises(UnsupportedRegion, match="unsupported op aten.relu.default after the convolution .*residual"):
