@@ -737,6 +737,19 @@ def test_a_bad_count_names_its_own_flag(tmp_path, args, says):
     assert r.code == 2 and says in r.stderr, r.stderr[-1000:]
 
 
+def test_a_run_refused_before_it_began_leaves_no_workdir_it_made(tmp_path):
+    """A bad --kernelgen is found after the workdir exists: the empty workdir it made goes again, and a
+    workdir the user had is kept."""
+    r = ytk_inproc("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "w", "--engine", "mock", "--builder", "mock",
+                   "--kernelgen", "nosuchgen")
+    assert r.code == 2 and "unknown kernelgen backend 'nosuchgen'" in r.stderr, r.stderr[-1000:]
+    assert not (tmp_path / "w").exists()
+    (tmp_path / "mine").mkdir()
+    r = ytk_inproc("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "mine", "--engine", "mock", "--builder",
+                   "mock", "--kernelgen", "nosuchgen")
+    assert r.code == 2 and (tmp_path / "mine").is_dir()
+
+
 def test_a_directory_given_as_the_model_is_called_one(tmp_path):
     r = ytk_inproc("autoloop", tmp_path, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
     assert r.code == 2 and "is a directory: pass the model.py file in it" in r.stderr, r.stderr[-1000:]

@@ -138,3 +138,14 @@ def test_unknown_config_keys_are_refused_with_the_known_ones(tmp_path):
     assert "mock_bandwidth_fraction (" in r.stderr and "reoptimize (" in r.stderr
     r = ytk_inproc(*base, "--config", "mock_bandwidth_fraction=0.5")
     assert "not a key" not in r.stderr
+
+
+def test_a_depthwise_sketch_with_an_add_says_the_carve_decides_whether_it_is_a_residual():
+    """x + dw(x) is fused (a residual of the conv's own input); any other Add is not: before the carve the
+    answer says which question is open, not only the activation's."""
+    sketch = RegionSketch(kind="depthwise_conv", kernel=[3, 3], stride=[1, 1], pads=[1, 1, 1, 1], channels_in=64,
+                          onnx_ops={"Conv": 1, "Add": 1})
+    ans = _templates(SupportRequest(sketch=sketch))
+    assert ans.supported and not ans.certain and "Add adds the conv's own input" in ans.why
+    plain = _templates(SupportRequest(sketch=sketch.model_copy(update={"onnx_ops": {"Conv": 1, "Relu": 1}})))
+    assert "Add" not in plain.why

@@ -13,7 +13,7 @@ from ..runtime import runtime
 from ..staging import PREFIX as STAGING_PREFIX
 from ..staging import remove_stale
 from ..thresholds import Threshold
-from .control import Clock, WorkdirLock, parse_duration
+from .control import LOCK_FILE, Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
 from .report import REPORT_DIR, AutoloopReport, all_simulated, build_report
 from .state import PREV_STATE_FILE, STATE_FILE, AutoloopBackends, AutoloopLimits, AutoloopState, BackendChoice
@@ -52,7 +52,26 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
     if workdir.exists() and not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is a file, not a directory: name a directory (it is created if "
                          "missing)")
+    created = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run_in(model, arch, precision, workdir, flags, max_rounds, min_gain_t, budget, max_jobs, on_change,
+                       worker, roofline)
+    except UsageError:
+        if created:
+            _remove_if_unused(workdir)  # a run refused before it began leaves no empty workdir behind
+        raise
+
+
+def _remove_if_unused(workdir: Path) -> None:
+    """Remove a workdir this run created when nothing but its lock file is in it."""
+    if workdir.is_dir() and all(p.name == LOCK_FILE for p in workdir.iterdir()):
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_in(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice, max_rounds: int,
+            min_gain_t: Threshold, budget: float | None, max_jobs: int, on_change: str, worker: str | None,
+            roofline: float) -> AutoloopReport:
     if worker is not None:
         arch, flags = _on_worker(worker, arch, flags)
     limits = AutoloopLimits(max_rounds=max_rounds, min_gain_ms=None if min_gain_t.relative else min_gain_t.value,

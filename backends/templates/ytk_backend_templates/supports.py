@@ -62,7 +62,8 @@ def _sm(arch: str | None) -> int:
 
 
 def _describe(region: object) -> str:
-    fields = {k: v for k, v in vars(region).items() if v is not None and k != "kind"}
+    # a residual is named where there is one (the form every other region's answer keeps)
+    fields = {k: v for k, v in vars(region).items() if v is not None and k != "kind" and (k != "residual" or v)}
     return f"{getattr(region, 'kind', type(region).__name__)}({', '.join(f'{k}={v}' for k, v in fields.items())})"
 
 
@@ -103,5 +104,8 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         return no(f"no template for a {s.kind} region")
     if extra:
         return no(f"ops {', '.join(extra)} in the region: templates fuse one activation after the conv")
-    return SupportAnswer(supported=True, certain=False, backend=NAME,
-                         why=f"{s.kind} geometry is covered; the carved program decides the activation")
+    why = f"{s.kind} geometry is covered; the carved program decides the activation"
+    if s.kind == "depthwise_conv" and s.onnx_ops.get("Add"):
+        why += (", and whether its Add adds the conv's own input (a residual, fused at stride 1) or something "
+                "else (refused)")
+    return SupportAnswer(supported=True, certain=False, backend=NAME, why=why)
