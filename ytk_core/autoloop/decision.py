@@ -59,15 +59,17 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
         if c.plugin_ms is not None and c.plugin_ms >= bar:
             losers.append(c)
     winners = [c for c in ws.active(rnd) if c not in losers]
-    then = ("the engine without it is compiled next, and it is kept if that one is not faster" if winners else
-            "it is kept if the engine with it is still faster than the best one so far")
+    then = ("dropped for now: the engine without it is compiled next, and if that one is not faster it is kept "
+            "after all" if winners else
+            "dropped for now: it is kept after all if the engine with it is still faster than the best one so far")
     for c in losers:
         mine, theirs = ms_pair(c.plugin_ms or 0.0, c.region_ms)
         if c.replaces:
-            ws.drop(c, "decide", f"re-optimization lost: its layers took {mine} ms, the plugged kernel's "
-                                 f"{theirs} ms (needs {min_gain:.3g} ms less)", then)
+            ws.drop(c, "decide", f"re-optimization lost: the new plugin's layers took {mine} ms, the plugged "
+                                 f"kernel's {theirs} ms (needs {min_gain:.3g} ms less)", then)
         else:
-            ws.drop(c, "decide", f"lost: its layers took {mine} ms where the region took {theirs} ms", then)
+            ws.drop(c, "decide", f"lost: the plugin's layers took {mine} ms in the engine, where the region's own "
+                                 f"layers had taken {theirs} ms", then)
     return bool(losers)
 
 
@@ -112,7 +114,7 @@ def _without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) ->
         c.status, c.dropped_at = "built", None
         other = "the plugged kernel" if c.replaces else "the region"
         mine, theirs = ms_pair(c.plugin_ms or 0.0, c.region_ms)
-        c.reason = f"kept although its layers took {mine} ms where {other} took {theirs} ms: {why}"
+        c.reason = f"kept although the plugin's layers took {mine} ms where {other} took {theirs} ms: {why}"
     ws.event(f"round {rnd.index}: kept {_names(losers)} after all: {why}")
 
 
