@@ -793,3 +793,9 @@ def test_a_resume_with_a_auto_that_resolves_elsewhere_is_refused(finished, monke
     with pytest.raises(UsageError, match="-a auto is x86_64-sm90-linux-cu130-trt10 on this machine"):
         run_autoloop(MODEL, "auto", "fp16", w, BackendChoice(engine="mock", kernelgen="mock", builder="mock"), 3,
                      0.001, 2, None)
+
+
+def test_a_missing_model_says_what_a_model_file_is(tmp_path):
+    r = ytk_inproc("autoloop", tmp_path / "nope.py", "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
+    assert r.code == 2 and "nope.py does not exist. Pass the path of a model.py that defines a Model class" in r.stderr
+    assert not (tmp_path / "w").exists()

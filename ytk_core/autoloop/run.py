@@ -9,6 +9,7 @@ from ytk_hookspecs.models import ArchSpec, ArtifactError
 from ytk_hookspecs.models.base import sha256_file
 
 from ..errors import UsageError
+from ..frontend.loader import check_model_path
 from ..runtime import runtime
 from ..staging import PREFIX as STAGING_PREFIX
 from ..staging import remove_stale
@@ -43,10 +44,7 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
         raise UsageError(f"--roofline is a fraction of the roofline bound in (0, 1], not {roofline}")
     min_gain_t = Threshold.parse(min_gain, "--min-gain-ms")
     model = Path(model)
-    if model.is_dir():
-        raise UsageError(f"{model} is a directory: pass the model.py file in it (a Model class and get_fwd_args())")
-    if not model.is_file():
-        raise UsageError(f"model file {model} does not exist")
+    check_model_path(model)
     budget = parse_duration(time_budget)
     workdir = Path(workdir)
     if workdir.exists() and not workdir.is_dir():

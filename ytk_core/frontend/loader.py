@@ -116,13 +116,22 @@ def user_code(path: Path, what: str) -> Iterator[None]:
         os._exit = hard_exit
 
 
-def import_model_file(path: Path) -> ModuleType:
+def check_model_path(path: Path) -> None:
+    """A model path every command refuses the same way: missing, a directory, not a .py file."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"model file {path} does not exist. Pass the path of a model.py that defines a Model "
                          "class and a get_fwd_args() function.")
-    if path.is_dir() or path.suffix != ".py":
-        raise UsageError(f"{path} is not a Python file; prepare takes a model.py defining Model and get_fwd_args().")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory: pass the model.py file in it (a Model class and get_fwd_args())")
+    if path.suffix != ".py":
+        raise UsageError(f"{path} is not a Python file: pass a model.py that defines a Model class and a "
+                         "get_fwd_args() function.")
+
+
+def import_model_file(path: Path) -> ModuleType:
+    path = Path(path)
+    check_model_path(path)
     path = path.resolve()
     name = f"ytk_user_model_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
     spec = importlib.util.spec_from_file_location(name, path)
