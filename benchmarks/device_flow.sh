@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool), from the repo root, carrying .whl and .kcache:
+# On the GPU machine (device tool), from the repo root, carrying .whl and .kcache (.whl: ../shared/device/stage-wheels.sh,
+# and for the zoo words benchmarks/stage_zoo_wheels.sh, the pinned timm):
 #   bash benchmarks/device_flow.sh flow      the spec's seven steps at full size (runs/flow)
 #   bash benchmarks/device_flow.sh table     the one-run table of runs/flow's engines vs torch and torch.compile
 #   bash benchmarks/device_flow.sh autoloop  ytk autoloop on the worked example (runs/autoloop)
@@ -37,7 +38,8 @@ if [ -n "${ENGINE_MODE:-}" ]; then  # ENGINE_MODE=inductor: the torch engine's i
   printf '[backends.torch]\nmode = "%s"\n' "$ENGINE_MODE" > /tmp/ytk_engine_mode.toml
   export YTK_CONFIG=/tmp/ytk_engine_mode.toml
 fi
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'; ytk backends; echo "torch engine mode: ${ENGINE_MODE:-eager}"
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)'
+  python3 -c 'import timm; print("timm", timm.__version__, "(requirements/zoo.txt pins", open("requirements/zoo.txt").read().split("timm==")[1].split()[0] + ": benchmarks/stage_zoo_wheels.sh stages it)")' 2>&1 | tail -1; ytk backends; echo "torch engine mode: ${ENGINE_MODE:-eager}"
   if [ -d /tmp/kcache/nvcc ]; then echo "nvcc build cache: $(ls /tmp/kcache/nvcc | wc -l) files in /tmp/kcache/nvcc"
   else echo "nvcc build cache: none carried: kernel generation compiles every variant here (minutes per model;"\
     "make one with benchmarks/kernels_templates.py --prebuild on a CPU host and carry .kcache)"; fi; } > "$OUT/machine.txt" 2>&1
