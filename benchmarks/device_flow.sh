@@ -19,6 +19,8 @@
 #   bash benchmarks/device_flow.sh regions   per carved region of runs/zoo/<ZOO_MODELS>/round1/prepare: torch, torch.compile,
 #                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1),
 #                                            or of the carve directories REGIONS_DIRS names (relative to the repo root)
+#   bash benchmarks/device_flow.sh carve     a full-size carve of CARVE_MODEL with the selectors in CARVE_PLUGINS (';'
+#                                            between them) into runs/rt/<model>; a `regions` word after it tables it
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
 # still warm keeps it (and the kernel cache in runs/ytkcache) for the next call.
 # engine=torch (ENGINE_MODE=inductor or inductor-max-autotune: its inductor mode), kernelgen=templates
@@ -141,6 +143,21 @@ do_families() {
 do_zootable() {  # the tables again, for models whose autoloop ran earlier on this (still warm) machine
   for m in ${ZOO_MODELS:?name the corpus models}; do zoo_table "$m"; done
 }
+do_carve() {
+  # a full-size carve of CARVE_MODEL (a model.py, e.g. contrib/zoo/efficientvit_m0.py) with the selectors in
+  # CARVE_PLUGINS (separated by ';') into runs/rt/<model>, which a later `regions` word tables
+  local m=${CARVE_MODEL:?name a model.py} sel=() args=()
+  local name; name=$(basename "$m" .py)
+  local d=runs/rt/$name
+  IFS=';' read -ra sel <<< "${CARVE_PLUGINS:?name the selectors to carve, separated by ;}"
+  for s in "${sel[@]}"; do args+=(--plugin "$s"); done
+  rm -rf "$d" && mkdir -p "$d"
+  (cd "$d" && YTK_EXAMPLE_SIZE=${ZOO_SIZE:-4x1088x1920} timeout ${CARVE_TIMEOUT:-300} ytk embedded prepare \
+    "$OLDPWD/$m" --onnx-out model.onnx --npz-out model.npz --reference-out model.reference.npz "${args[@]}" \
+    > "$OUT/carve_$name.log" 2>&1)
+  echo "carve $name rc=$?"; tail -3 "$OUT/carve_$name.log"
+  export REGIONS_DIRS="${REGIONS_DIRS:-} $d"
+}
 do_regions() {
   # REGIONS_DIRS: carve directories to table instead (e.g. carved at full size on a CPU host and carried)
   local dirs=()
@@ -155,7 +172,7 @@ do_regions() {
 }
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|regions) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, regions)"; exit 2 ;;
+    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, carve, regions)"; exit 2 ;;
   esac
 done
