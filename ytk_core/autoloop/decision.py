@@ -59,9 +59,10 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
         if c.plugin_ms is not None and c.plugin_ms >= bar:
             losers.append(c)
     winners = [c for c in ws.active(rnd) if c not in losers]
-    then = ("dropped for now: the engine without it is compiled next, and if that one is not faster it is kept "
-            "after all" if winners else
-            "dropped for now: it is kept after all if the engine with it is still faster than the best one so far")
+    then = ("a drop that may be undone: the engine without it is compiled next, and if that one is not faster it "
+            "is kept after all" if winners else
+            "a drop that may be undone: it is kept after all if the engine with it is still faster than the best "
+            "one so far")
     for c in losers:
         mine, theirs = ms_pair(c.plugin_ms or 0.0, c.region_ms)
         if c.replaces:
