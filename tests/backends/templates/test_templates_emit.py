@@ -20,7 +20,7 @@ from ytk_backend_nvcc.toolchain import find_nvcc
 from ytk_backend_templates.build import winner_source
 from ytk_backend_templates.contract import plugin_meta
 from ytk_backend_templates.emit_common import PRELUDE
-from ytk_backend_templates.emit_dwconv import DwPoint, Ring
+from ytk_backend_templates.emit_dwconv import DwPoint, Ring, Strip, Tiled
 from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion
 from ytk_backend_templates.variants import region_variants
 from ytk_hookspecs import StageContext
@@ -36,7 +36,6 @@ FAMILIES = {
     "dw3x3s2_static": DwConvRegion(3, 2, "hardswish", 64),
     "dw3x3s1_dynamic": DwConvRegion(3, 1, "hardswish", None),
     "dw7x7s2_gelu": DwConvRegion(7, 2, "gelu", 64, has_bias=False),
-    "dw3x3s1_residual": DwConvRegion(3, 1, "none", 128, residual=True),
     "litemla_joined": LiteMLARegion(16, 1e-15, True, 384),
     "litemla_prejoined": LiteMLARegion(16, 1e-15, False, None),
     "pw_c32to128_hardswish": Conv1x1Region("hardswish", 32, 128),
@@ -214,7 +213,8 @@ int main() {
 def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: Path) -> None:
     """The ring template's paths the measured space leaves out stay buildable: stage mma with hi + lo
     weights on a static C, both ring stages with the lanes' own stores (ot=0) and the FFMA ring on a
-    static C; compiled for sm_90 with nvcc's warnings as errors (a constant or variable one stage's
+    static C, and the residual add at each store path (one point per path instead of its whole space);
+    compiled for sm_90 with nvcc's warnings as errors (a constant or variable one stage's
     text leaves unused is a template bug)."""
     from ytk_backend_templates import emit_dwconv
 
@@ -225,7 +225,16 @@ def test_ring_paths_outside_the_space_still_compile_without_warnings(tmp_path: P
               (DwConvRegion(3, 1, "hardswish", 1024), Ring(stage="tma", vec=4, cb=32, tw=32, th=4, cpt=2, ns=3)),
               (DwConvRegion(5, 1, "none", 384), replace(mma, ot=False)),
               (DwConvRegion(3, 2, "relu6", 256), Ring(stage="tma", vec=8, cb=64, tw=16, th=4, cpt=1, ns=3, ot=True)),
+              # a residual add at every store the template has: the ring's lanes and staged tile (FFMA and
+              # tensor-core), a tile stage and a strip (the GPU test scores every variant)
               (DwConvRegion(3, 1, "relu", None, residual=True), replace(mma, ot=False)),
+              (DwConvRegion(3, 1, "none", 128, residual=True), mma),
+              (DwConvRegion(3, 1, "none", 128, residual=True),
+               Ring(stage="tma", vec=4, cb=32, tw=32, th=4, cpt=2, ns=3, ot=True)),
+              (DwConvRegion(3, 1, "hardswish", 64, residual=True),
+               Tiled(stage="pipe", vec=8, cb=32, th=8, tw=32, rpt=4, cpt=2)),
+              (DwConvRegion(3, 1, "hardswish", 64, residual=True),
+               Strip(vec=4, cb=64, rows=8, tw=32, cpt=4, wreg=0, pf=2, mb=0)),
               (DwConvRegion(5, 1, "gelu", 64, residual=True),
                Ring(stage="tma", vec=2, cb=32, tw=32, th=8, cpt=2, ns=3))]
     for i, (region, p) in enumerate(points):
