@@ -215,17 +215,10 @@ class AutoloopReport(Versioned):
                                     "regions the real generators would take, and why not the rest")
 
 
-def all_simulated(names: list[str]) -> bool:
-    """Whether every backend named (empty names skipped) is installed and a simulator."""
-    mgr = runtime().manager
-    found = [mgr.get(n) for n in names if n]
-    return all(b is not None and b.info.simulated for b in found)
-
-
 def simulated_generator(state: AutoloopState) -> bool:
     """Whether every kernel generator of the loop is a simulator (its plugins compute the reference, so a
     numerics pass checks the carve and the plumbing, not a kernel)."""
-    return all_simulated(state.backends.chain())
+    return runtime().manager.all_simulated(state.backends.chain())
 
 
 def real_gpu_line(state: AutoloopState, kept: list[PluginRecord]) -> str | None:

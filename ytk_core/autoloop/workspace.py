@@ -94,8 +94,8 @@ class Workspace:
         if self._simulated is None:
             from ..runtime import runtime
 
-            eng = runtime().manager.get(self.state.backends.engine)
-            self._simulated = bool(eng and eng.info.simulated)
+            engine = self.state.backends.engine
+            self._simulated = bool(engine) and runtime().manager.all_simulated([engine])
         return self._simulated
 
     def debug_traceback(self, what: str, err: BaseException) -> None:

@@ -40,6 +40,11 @@ class BackendManager(PluginLoader):
         self._logged = 0
         self.collect()
 
+    def all_simulated(self, names: list[str]) -> bool:
+        """Whether every backend named (empty names skipped) is installed and a simulator."""
+        found = [self.get(n) for n in names if n]
+        return all(b is not None and b.info.simulated for b in found)
+
     def log_warnings(self) -> None:
         """Log the load warnings not logged yet, once each. The CLI calls it once ``-q`` and
         ``--log-format`` are in effect (the plugins load before they are parsed), except for
