@@ -16,7 +16,7 @@ from ..staging import remove_stale
 from ..thresholds import Threshold
 from .control import LOCK_FILE, Clock, WorkdirLock, parse_duration
 from .loop import Autoloop
-from .report import REPORT_DIR, AutoloopReport, all_simulated, build_report
+from .report import REPORT_DIR, AutoloopReport, build_report
 from .state import PREV_STATE_FILE, STATE_FILE, AutoloopBackends, AutoloopLimits, AutoloopState, BackendChoice
 
 
@@ -53,39 +53,28 @@ def run_autoloop(model: Path, arch: str, precision: str, workdir: Path, flags: B
     created = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _run_in(model, arch, precision, workdir, flags, max_rounds, min_gain_t, budget, max_jobs, on_change,
-                       worker, roofline)
+        if worker is not None:
+            arch, flags = _on_worker(worker, arch, flags)
+        limits = AutoloopLimits(max_rounds=max_rounds, min_gain_ms=None if min_gain_t.relative else min_gain_t.value,
+                                min_gain_pct=min_gain_t.value if min_gain_t.relative else None, time_budget_s=budget,
+                                roofline=roofline)
+        with WorkdirLock(workdir):
+            clean_stale(workdir)
+            if on_change == "fresh":
+                discard_run(workdir)
+            state = _load_or_start(model, arch, precision, workdir, flags, limits, min_gain_t, worker)
+            stale = [] if on_change == "fresh" else _check_unchanged(state, model, workdir,
+                                                                     resume=on_change == "resume")
+            loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs, worker)
+            if not state.finished:
+                loop.run()
+            return build_report(state, workdir, simulated=loop.ws.simulated,
+                                host_timing=state.backends.engine != "mock", stale=stale)
     except UsageError:
-        if created:
-            _remove_if_unused(workdir)  # a run refused before it began leaves no empty workdir behind
+        # a run refused before it began (nothing but the lock file in a workdir it made) leaves no workdir behind
+        if created and all(p.name == LOCK_FILE for p in workdir.iterdir()):
+            shutil.rmtree(workdir, ignore_errors=True)
         raise
-
-
-def _remove_if_unused(workdir: Path) -> None:
-    """Remove a workdir this run created when nothing but its lock file is in it."""
-    if workdir.is_dir() and all(p.name == LOCK_FILE for p in workdir.iterdir()):
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _run_in(model: Path, arch: str, precision: str, workdir: Path, flags: BackendChoice, max_rounds: int,
-            min_gain_t: Threshold, budget: float | None, max_jobs: int, on_change: str, worker: str | None,
-            roofline: float) -> AutoloopReport:
-    if worker is not None:
-        arch, flags = _on_worker(worker, arch, flags)
-    limits = AutoloopLimits(max_rounds=max_rounds, min_gain_ms=None if min_gain_t.relative else min_gain_t.value,
-                            min_gain_pct=min_gain_t.value if min_gain_t.relative else None, time_budget_s=budget,
-                            roofline=roofline)
-    with WorkdirLock(workdir):
-        clean_stale(workdir)
-        if on_change == "fresh":
-            discard_run(workdir)
-        state = _load_or_start(model, arch, precision, workdir, flags, limits, min_gain_t, worker)
-        stale = [] if on_change == "fresh" else _check_unchanged(state, model, workdir, resume=on_change == "resume")
-        loop = Autoloop(state, workdir, Clock(spent_before=state.elapsed_s, budget_s=budget), max_jobs, worker)
-        if not state.finished:
-            loop.run()
-        return build_report(state, workdir, simulated=loop.ws.simulated, host_timing=state.backends.engine != "mock",
-                            stale=stale)
 
 
 def _costly(st: AutoloopState) -> bool:
@@ -295,7 +284,7 @@ def _choose(role: str, spec: ArchSpec, flags: BackendChoice, remote_engine: str 
                         for s in chain)
         return ",".join(s.name for s in chain), why
     gens = chosen.get("kernelgen", (None, ""))[0]
-    if role == "builder" and not getattr(flags, role) and gens and all_simulated(gens.split(",")):
+    if role == "builder" and not getattr(flags, role) and gens and rt.manager.all_simulated(gens.split(",")):
         # a simulated generator's placeholders are built by a simulated builder, never into real .so files
         gen = rt.manager.get(gens.split(",")[0])
         if gen is not None and role in gen.info.roles:
