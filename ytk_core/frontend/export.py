@@ -160,9 +160,19 @@ def _eager_failure(model: Any, args: tuple[Any, ...], model_path: Path) -> Usage
     return None
 
 
+def output_label(path: Any) -> str:
+    """What the model calls an output at pytree key ``path``: the key path of a returned dict or named tuple
+    (``['seg']``, ``.depth``, ``['aux'][0]``), empty where it names none (a tensor, a plain tuple or list: their
+    positions are the ONNX outputs' order already)."""
+    import torch
+
+    pytree = torch.utils._pytree
+    return pytree.keystr(path) if any(isinstance(k, (pytree.MappingKey, pytree.GetAttrKey)) for k in path) else ""
+
+
 def _output_names(program: Any, n: int) -> list[str]:
-    """What the model calls each of its ``n`` flattened outputs (``['seg']`` for a dict's key), from the
-    exported program's output structure; empty strings where it names none or the structure is not known."""
+    """:func:`output_label` of each of the ``n`` flattened outputs, from the exported program's output
+    structure; empty strings where the structure is not known."""
     import torch
 
     pytree = torch.utils._pytree
@@ -170,8 +180,7 @@ def _output_names(program: Any, n: int) -> list[str]:
         tree = pytree.tree_unflatten(list(range(n)), program.call_spec.out_spec)
         names = [""] * n
         for path, i in pytree.tree_flatten_with_path(tree)[0]:
-            if any(isinstance(k, (pytree.MappingKey, pytree.GetAttrKey)) for k in path):
-                names[i] = pytree.keystr(path)
+            names[i] = output_label(path)
         return names
     except Exception:  # noqa: BLE001 - a name is a courtesy of the message, not a reason to fail it
         return [""] * n

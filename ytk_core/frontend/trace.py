@@ -16,7 +16,7 @@ from ytk_hookspecs.models import FxNodesFile, TensorInfo, TraceRequest, TraceRes
 from ytk_hookspecs.models.base import sha256_file, write_bytes_atomic
 
 from ..errors import UsageError
-from .export import export_onnx, export_program
+from .export import export_onnx, export_program, output_label
 from .fxmap import NON_COMPUTE_OPS, build_fx_nodes, onnx_to_fx, strip_metadata
 from .loader import load_model, user_code
 
@@ -79,15 +79,11 @@ def check_export(proto: Any, in_names: list[str], out_names: list[str], args: An
 
 
 def _flatten_outputs(out: Any) -> tuple[list[Any], list[str]]:
-    """The model's output tensors in the exporter's order, and what the model calls each: the key path of a
-    returned dict or named tuple (``['seg']``, ``.depth``, ``['aux'][0]``), empty where it names none (a tensor,
-    a plain tuple or list: their positions are the ONNX outputs' order already)."""
+    """The model's output tensors in the exporter's order, and what the model calls each (:func:`output_label`)."""
     import torch
 
     leaves, _ = torch.utils._pytree.tree_flatten_with_path(out)
-    named = (torch.utils._pytree.MappingKey, torch.utils._pytree.GetAttrKey)
-    pairs = [(x, torch.utils._pytree.keystr(path) if any(isinstance(k, named) for k in path) else "")
-             for path, x in leaves if isinstance(x, torch.Tensor)]
+    pairs = [(x, output_label(path)) for path, x in leaves if isinstance(x, torch.Tensor)]
     return [x for x, _ in pairs], [label for _, label in pairs]
 
 
