@@ -85,20 +85,19 @@ def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) 
     arch = ArchSpec.parse(arch_spec)
     reqs: list[KernelGenRequest] = [_request(root / "bench", n, "any") for n in all_names()]
     carved = carved_requests(prep, "any") if prep else []
-    for name, k, s, act, _c, bias, shapes, maxv in GPU_DW_REGIONS:
-        pt2, cand = dw_fixture(root / "tests", name, k, s, act, shapes, bias=bias)
-        reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
-                                     **({"max_variants": str(maxv)} if maxv else {})},
-                                     output=root / "x.module_source.py", candidate=cand, plugin_name=name))
-    for name, k, act, _c, shapes in GPU_DW_RESIDUAL_REGIONS:
-        pt2, cand = dw_fixture(root / "tests", name, k, 1, act, shapes, residual="after")
-        reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt"},
-                                     output=root / "x.module_source.py", candidate=cand, plugin_name=name))
-    for name, joined, shapes, maxv in GPU_LITEMLA_REGIONS:
-        pt2, cand = litemla_fixture(root / "tests", name, shapes, joined=joined)
-        reqs.append(KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
-                                     **({"max_variants": str(maxv)} if maxv else {})},
-                                     output=root / "x.module_source.py", candidate=cand, plugin_name=name))
+    def test_request(fixture: tuple, name: str, maxv: int = 0) -> KernelGenRequest:  # type: ignore[type-arg]
+        pt2, cand = fixture
+        return KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
+                                **({"max_variants": str(maxv)} if maxv else {})},
+                                output=root / "x.module_source.py", candidate=cand, plugin_name=name)
+
+    t = root / "tests"
+    reqs += [test_request(dw_fixture(t, name, k, s, act, shapes, bias=bias), name, maxv)
+             for name, k, s, act, _c, bias, shapes, maxv in GPU_DW_REGIONS]
+    reqs += [test_request(dw_fixture(t, name, k, 1, act, shapes, residual="after"), name)
+             for name, k, act, _c, shapes in GPU_DW_RESIDUAL_REGIONS]
+    reqs += [test_request(litemla_fixture(t, name, shapes, joined=joined), name, maxv)
+             for name, joined, shapes, maxv in GPU_LITEMLA_REGIONS]
     plans = [p for p in (plan_job(r, sm=arch.sm) for r in reqs + carved) if isinstance(p, JobPlan)]
     carved_names = {r.plugin_name for r in carved}
     done: set[str] = set()

@@ -82,8 +82,9 @@ def _tinfo(name: str, shape) -> TensorInfo:  # type: ignore[no-untyped-def]
     return TensorInfo(name=name, shape=list(shape), dtype="float32")
 
 
-def export_region(module: torch.nn.Module, example: tuple, path: Path) -> Path:  # type: ignore[type-arg]
-    ep = torch.export.export(module, example)
+def export_region(module: torch.nn.Module, example: tuple, path: Path,  # type: ignore[type-arg]
+                  dynamic_shapes: tuple | None = None) -> Path:  # type: ignore[type-arg]
+    ep = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
     torch.export.save(ep, str(path))
     return path
 
@@ -117,13 +118,9 @@ def dw_fixture(root: Path, name: str, k: int, stride: int, act: str, shapes: lis
     # the .pt2 running at the site shapes.
     c = shapes[0][1]
     ex = (torch.randn(1, c, 6, 5), torch.randn(c, 1, k, k)) + ((torch.randn(c),) if bias else ())
-    pt2 = root / "plugin_candidates" / f"{name}.pt2"
-    if dynamic:
-        ch = torch.export.Dim("c", min=2, max=4096)
-        dyn = ({1: ch}, {0: ch}) + (({0: ch},) if bias else ())
-        torch.export.save(torch.export.export(mod, ex, dynamic_shapes=dyn), str(pt2))
-    else:
-        export_region(mod, ex, pt2)
+    ch = torch.export.Dim("c", min=2, max=4096)
+    dyn = ({1: ch}, {0: ch}) + (({0: ch},) if bias else ()) if dynamic else None
+    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2", dyn)
     ins, outs = [], []
     for (n, c, h, w) in shapes:
         ins.append([(n, c, h, w), (c, 1, k, k)] + ([(c,)] if bias else []))
@@ -144,14 +141,9 @@ def pw_fixture(root: Path, name: str, act: str, shapes: list[tuple[int, int, int
     c, co = shapes[0][1], shapes[0][4]
     per = group_in or c
     ex = (torch.randn(1, c, 6, 5), torch.randn(co, per, 1, 1)) + ((torch.randn(co),) if bias else ())
-    if dynamic:
-        g = torch.export.Dim("g", min=1, max=512)
-        dyn = ({1: group_in * g}, {0: group_out * g}) + (({0: group_out * g},) if bias else ())
-        ep = torch.export.export(mod, ex, dynamic_shapes=dyn)
-        pt2 = root / "plugin_candidates" / f"{name}.pt2"
-        torch.export.save(ep, str(pt2))
-    else:
-        pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
+    g = torch.export.Dim("g", min=1, max=512)
+    dyn = ({1: group_in * g}, {0: group_out * g}) + (({0: group_out * g},) if bias else ()) if dynamic else None
+    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2", dyn)
     ins, outs = [], []
     for (n, c, h, w, co) in shapes:
         ins.append([(n, c, h, w), (co, group_in or c, 1, 1)] + ([(co,)] if bias else []))
