@@ -26,11 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from .regions import ACT_LIPSCHITZ, Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape, is_weight
+from .regions import (ACT_LIPSCHITZ, Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape,
+                      is_weight)
 
 ERROR_BUDGET = ("per element |out - ref| <= 2^-10*|ref| + 2^-15*L*S + 2^-24, ref = the region's .pt2 in fp32 "
                 "(TF32 off) on the same fp16-quantised inputs, S = sum of |terms| accumulated into that element "
-                "(depthwise: sum|w||x| + |b|; LiteMLA: attention-weighted mean of |v|), L = activation slope bound; "
+                "(depthwise: sum|w||x| + |b|; LiteMLA: attention-weighted mean of |v|; squeeze-excite: |x| times the "
+                "gate's slope bound times the |terms| of its pre-activation), L = activation slope bound; "
                 "outputs must also be finite and fully written; variants with fp16 weights (params weights=fp16) "
                 "add 2^-11*L*Sw, Sw = sum|w||x|, the bound of the weights' rounding")
 
@@ -82,6 +84,16 @@ def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int, device
         if region.has_bias:
             ins.append(randn(shapes[2]))
         return ins
+    if isinstance(region, SERegion):
+        x = randn(shapes[0])
+        if dist == "large":
+            x = x * 300.0
+        elif dist == "offset":
+            x = x * 0.5 + 3.0
+        ins = [x.half().float()]
+        for shp in shapes[1:]:  # weights scaled by 1/sqrt(fan-in), biases as drawn
+            ins.append(randn(shp) / float(shp[1]) ** 0.5 if len(shp) == 4 else randn(shp))
+        return ins
     assert isinstance(region, LiteMLARegion)
     ins = []
     for shp in shapes:
@@ -129,6 +141,16 @@ def reference_and_tolerance(region: Region, module: Any, inputs: list[Any],
                 b = dev_in[2].abs() if region.has_bias else None
                 s = F.conv2d(dev_in[0].abs(), dev_in[1].abs(), b, 1, 0, 1, dev_in[0].shape[1] // dev_in[1].shape[1])
                 lip = ACT_LIPSCHITZ[region.act]
+            elif isinstance(region, SERegion):
+                x, params = dev_in[0], dev_in[1:]
+                it = iter(p.abs() for p in params)
+                w1 = next(it)
+                b1 = next(it) if region.has_bias1 else None
+                w2 = next(it)
+                b2 = next(it) if region.has_bias2 else None
+                pre = F.conv2d(x.abs().mean((2, 3), keepdim=True), w1, b1) * ACT_LIPSCHITZ[region.act]
+                s = x.abs() * F.conv2d(pre, w2, b2)  # |x| times the |terms| of the gate's pre-activation
+                lip = ACT_LIPSCHITZ[region.gate]
             else:
                 abs_in = [_abs_v(t, region.dim) for t in dev_in]
                 s = _first(module(*abs_in)).float()

@@ -11,7 +11,7 @@ import re
 
 from ytk_hookspecs.models import Candidate, PluginMeta, TensorContract
 
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape, is_weight
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape, is_weight
 
 
 def launcher_symbols(plugin_name: str) -> tuple[str, str]:
@@ -55,6 +55,8 @@ def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", versi
                           constraints=constraints)
     if isinstance(region, Conv1x1Region):
         return _conv1x1_meta(region, plugin_name, namespace, version, candidate, deployment_target)
+    if isinstance(region, SERegion):
+        return _se_meta(region, plugin_name, namespace, version, candidate, deployment_target)
     assert isinstance(region, LiteMLARegion)
     d = region.dim
     if region.joined:
@@ -101,6 +103,26 @@ def _conv1x1_meta(region: Conv1x1Region, plugin_name: str, namespace: str, versi
                       launcher=launcher, workspace=None, constraints=constraints)
 
 
+def _se_meta(region: SERegion, plugin_name: str, namespace: str, version: str, candidate: Candidate | None,
+             deployment_target: str) -> PluginMeta:
+    launcher, workspace = launcher_symbols(plugin_name)
+    roles = (["x", "w1"] + (["b1"] if region.has_bias1 else []) + ["w2"] + (["b2"] if region.has_bias2 else []))
+    names, y = _names(candidate, len(roles), roles, "y")
+    shapes = {"x": ["N", "C", "H", "W"], "w1": ["CR", "C", "1", "1"], "b1": ["CR"], "w2": ["C", "CR", "1", "1"],
+              "b2": ["C"]}
+    inputs = [TensorContract(name=names[0], dtype="float16", format="kHWC8", role="activation", shape=shapes["x"])]
+    inputs += [TensorContract(name=n, dtype="float32", format="kLINEAR", role="weight" if r[0] == "w" else "bias",
+                              shape=shapes[r]) for n, r in zip(names[1:], roles[1:])]
+    constraints = ["C % 8 == 0"]
+    if region.channels:
+        constraints += [f"C == {region.channels}", f"CR == {region.reduced}"]
+    outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "C", "H", "W"])]
+    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
+                      deployment_target=deployment_target, inputs=inputs, outputs=outputs, accumulation="float32",
+                      extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]", "CR": "in1[0]"},
+                      launcher=launcher, workspace=workspace, constraints=constraints)
+
+
 def output_shape(region: Region, site: SiteShape) -> tuple[int, ...]:
     x = site.inputs[0]
     if isinstance(region, Conv1x1Region):
@@ -108,6 +130,8 @@ def output_shape(region: Region, site: SiteShape) -> tuple[int, ...]:
     if isinstance(region, DwConvRegion):
         ho, wo = region.out_hw(x[2], x[3])
         return (x[0], x[1], ho, wo)
+    if isinstance(region, SERegion):
+        return tuple(x)
     c_total = x[1] * (2 if region.joined else 1)
     return (x[0], c_total // 3, x[2], x[3])
 

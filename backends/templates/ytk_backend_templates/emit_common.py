@@ -64,10 +64,12 @@ def _literal(value: bool | int | float) -> tuple[str, str]:
 
 
 def instantiate(ns: str, template: str, params: Mapping[str, bool | int | float], macros: Mapping[str, int] = {},
-                act: str | None = None, before: Sequence[str] = (), undef: Sequence[str] = ()) -> str:
+                act: str | None = None, before: Sequence[str] = (), undef: Sequence[str] = (),
+                gate: str | None = None) -> str:
     """``cuda/<template>`` instantiated in namespace ``ns``: ``macros`` defined around it (they select
     the template's ``#if`` sections), ``params`` as ``constexpr`` values (bool, int, float) and, with
-    ``act``, the activation ``float act(float v)`` at the top of the namespace, then the texts of the
+    ``act``, the activation ``float act(float v)`` at the top of the namespace (with ``gate``, a
+    second one, ``float gate(float v)``), then the texts of the
     ``before`` files (developer-only includes) and the template; after it ``macros`` and the
     template's own macros named in ``undef`` are undefined, so the next variant starts clean."""
     out = [f"#define {k} {v}" for k, v in macros.items()]
@@ -77,6 +79,8 @@ def instantiate(ns: str, template: str, params: Mapping[str, bool | int | float]
         out.append(f"constexpr {ctype} {k} = {text};")
     if act is not None:
         out.append(f"__device__ __forceinline__ float act(float v) {{ {act} }}")
+    if gate is not None:
+        out.append(f"__device__ __forceinline__ float gate(float v) {{ {gate} }}")
     out += [cuda_text(f) for f in before]
     out += [cuda_text(template) + f"}}  // namespace {ns}"]
     out += [f"#undef {k}" for k in [*macros, *undef]]

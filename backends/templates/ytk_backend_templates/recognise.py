@@ -20,7 +20,7 @@ from ytk_hookspecs.errors import UnsupportedRegion
 from ytk_hookspecs.models import Candidate
 
 from . import emit_dwconv
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SiteShape
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape
 from .supports import ONLY_2D
 
 _CONV = {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"}
@@ -42,6 +42,10 @@ _ACT_SIMPLE = {
 _ADD = {"aten.add.Tensor", "aten.add_.Tensor"}
 _CLAMPS = {"aten.hardtanh.default", "aten.hardtanh_.default", "aten.clamp.default", "aten.clamp_.default"}
 _MATMUL = {"aten.matmul.default", "aten.bmm.default", "aten.mm.default", "aten.einsum.default"}
+#: A global average pool over H and W, as torch.export writes ``x.mean((2, 3), keepdim=True)`` and
+#: ``F.adaptive_avg_pool2d(x, 1)``.
+_POOL = {"aten.mean.dim", "aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default"}
+_MUL = {"aten.mul.Tensor", "aten.mul_.Tensor"}
 #: Shape queries of a graph exported with dynamic shapes: they compute no tensor data.
 _SHAPE_OPS = {"aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int"}
 #: How an exported graph spells Python's ``//`` on symbolic sizes (e.g. groups = C // 16).
@@ -317,6 +321,106 @@ def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region | DwConvRegion:
     return Conv1x1Region(act=act, cin=c, cout=co, group_in=gin, group_out=gout, has_bias=has_bias)
 
 
+# -- squeeze-excite ------------------------------------------------------------------------------
+def _global_pool(op: OpNode) -> bool:
+    """Whether ``op`` averages over H and W keeping them as 1 x 1 (NCHW)."""
+    if op.target == "aten.mean.dim":
+        dims = op.args[1] if len(op.args) > 1 else op.kwargs.get("dim")
+        keep = op.args[2] if len(op.args) > 2 else op.kwargs.get("keepdim", False)
+        return bool(keep) and isinstance(dims, list) and sorted(int(d) % 4 for d in dims) == [2, 3]
+    if op.target in _POOL:
+        size = op.args[1] if len(op.args) > 1 else None
+        return _pair(size, 0) == (1, 1)
+    return False
+
+
+def _recognise_se(g: RegionGraph) -> SERegion:
+    """Squeeze-excite: pool -> 1x1 conv -> act -> 1x1 conv -> gate -> times the region's input, one
+    chain of single uses (identities skipped), nothing else in the region."""
+    by = g.by_name()
+    pools = [o for o in g.ops if o.target in _POOL]
+    if len(pools) != 1 or not _global_pool(pools[0]):
+        raise UnsupportedRegion("not a squeeze-excite: needs one global average pool over H and W (keepdim)")
+    pool = pools[0]
+    x = pool.args[0]
+    if not g.inputs or x != g.inputs[0] or len(g.input_shapes[0]) != 4:
+        raise UnsupportedRegion("not a squeeze-excite: the pool does not read the region's first (4-D) input")
+
+    def next_op(cur: OpNode) -> OpNode:
+        while True:
+            if len(cur.users) != 1 or cur.users[0] not in by:
+                raise UnsupportedRegion(f"squeeze-excite: the result of {cur.target} is used {len(cur.users)} times "
+                                        "or leaves the region")
+            cur = by[cur.users[0]]
+            if cur.target not in _IDENTITY:
+                return cur
+
+    seen = [pool]
+    convs: list[OpNode] = []
+    acts: list[str] = []
+    cur = next_op(pool)
+    for i in range(2):
+        if cur.target not in _CONV:
+            raise UnsupportedRegion(f"squeeze-excite: expected a 1x1 convolution after the "
+                                    f"{'pool' if i == 0 else 'activation'}, found {cur.target}")
+        convs.append(cur)
+        seen.append(cur)
+        cur = next_op(cur)
+        act = _activation(cur)
+        if act is None:
+            if i == 0:
+                acts.append("none")
+                continue
+            raise UnsupportedRegion(f"squeeze-excite: expected the gate (sigmoid, hardsigmoid) after the second "
+                                    f"convolution, found {cur.target}")
+        acts.append(act)
+        seen.append(cur)
+        cur = next_op(cur)
+    if acts[1] not in ("sigmoid", "hardsigmoid"):
+        raise UnsupportedRegion(f"squeeze-excite gate {acts[1]}: templates gate with sigmoid or hardsigmoid")
+    mul = cur
+    if mul.target not in _MUL or sorted(a for a in mul.args[:2] if isinstance(a, str)) != sorted([x, seen[-1].name]):
+        raise UnsupportedRegion(f"squeeze-excite: expected the region's input times the gate, found {mul.target}")
+    if g.outputs != [mul.name]:
+        raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the gated input")
+    extra = [o.target for o in g.ops if o not in seen and o is not mul
+             and o.target not in _IDENTITY | _SHAPE_OPS | _FLOORDIV]
+    if extra:
+        raise UnsupportedRegion(f"unsupported ops in the squeeze-excite region: {sorted(set(extra))}")
+    shapes = dict(zip(g.inputs, g.input_shapes))
+    c = g.input_shapes[0][1]
+    expected = [x]
+    dims = []
+    for conv in convs:
+        a = _conv_args(conv)
+        if a["weight"] not in g.inputs or (a["bias"] is not None and a["bias"] not in g.inputs):
+            raise UnsupportedRegion("squeeze-excite: a convolution's weight or bias is baked into the region, "
+                                    "not a lifted input (carve with the default lift)")
+        w = shapes[a["weight"]]
+        if len(w) != 4 or tuple(w[2:]) != (1, 1) or bool(a.get("transposed")) \
+                or _pair(a["stride"], 1) != (1, 1) or _pair(a["padding"], 0) != (0, 0):
+            raise UnsupportedRegion(f"squeeze-excite: convolution weight {list(w)}, stride {a['stride']}, padding "
+                                    f"{a['padding']}: templates take 1x1 convs, stride 1, no padding")
+        groups = _groups(g, a, w[1], w[0])
+        if groups != 1:
+            raise UnsupportedRegion(f"squeeze-excite with grouped convolutions (groups={groups})")
+        expected += [a["weight"]] + ([a["bias"]] if a["bias"] is not None else [])
+        dims.append((w[0], w[1]))
+    (cr, c1), (c2, cr2) = dims
+    if c1 != c or c2 != c or cr2 != cr:
+        raise UnsupportedRegion(f"squeeze-excite: convolutions {c1}->{cr} and {cr2}->{c2} do not map {c} channels "
+                                "back to themselves")
+    if g.inputs != expected:
+        raise UnsupportedRegion(f"input order {g.inputs}: the squeeze-excite template takes (x, w1, b1, w2, b2)")
+    a1, a2 = _conv_args(convs[0]), _conv_args(convs[1])
+    return SERegion(act=acts[0], gate=acts[1], channels=c, reduced=cr, has_bias1=a1["bias"] is not None,
+                    has_bias2=a2["bias"] is not None)
+
+
+def _is_se(g: RegionGraph) -> bool:
+    return sum(o.target in _CONV for o in g.ops) == 2 and any(o.target in _POOL for o in g.ops)
+
+
 # -- LiteMLA ---------------------------------------------------------------------------------------
 def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
     inv = g.inventory()
@@ -403,8 +507,10 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
         # the carve lifts conv weights only; a Linear / LayerNorm region keeps its parameters inside
         raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())} (its parameters "
                                 f"{', '.join(g.baked[:3])} stay baked: only conv weights are lifted)")
-    if has_conv:
-        region: Region = (_recognise_conv1x1(g) if _is_pointwise(g) else _recognise_dwconv(g))
+    if has_conv and _is_se(g):
+        region: Region = _recognise_se(g)
+    elif has_conv:
+        region = (_recognise_conv1x1(g) if _is_pointwise(g) else _recognise_dwconv(g))
     elif any(o.target in _MATMUL for o in g.ops):
         region = _recognise_litemla(g)
     else:
@@ -444,6 +550,8 @@ def _with_dynamic_channels(r: Region) -> Region:
     if isinstance(r, Conv1x1Region):
         return Conv1x1Region(act=r.act, cin=None, cout=None, group_in=r.group_in, group_out=r.group_out,
                              has_bias=r.has_bias)
+    if isinstance(r, SERegion):
+        return replace(r, channels=None, reduced=None)
     return LiteMLARegion(dim=r.dim, eps=r.eps, joined=r.joined, channels=None)
 
 
@@ -458,6 +566,11 @@ def _check_candidate(region: Region, g: RegionGraph, cand: Candidate) -> None:
         want = ["activation", "weight"] + (["bias"] if region.has_bias else [])
         if roles and roles != want:
             raise UnsupportedRegion(f"input roles {roles}; the convolution templates take {want}")
+    elif isinstance(region, SERegion):
+        want = (["activation", "weight"] + (["bias"] if region.has_bias1 else []) + ["weight"]
+                + (["bias"] if region.has_bias2 else []))
+        if roles and roles != want:
+            raise UnsupportedRegion(f"input roles {roles}; the squeeze-excite template takes {want}")
     elif roles and any(r != "activation" for r in roles):
         raise UnsupportedRegion(f"input roles {roles}; the LiteMLA template takes activations only")
 

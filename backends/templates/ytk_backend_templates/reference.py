@@ -13,7 +13,7 @@ from typing import Any
 
 from ytk_hookspecs.errors import UnsupportedRegion
 
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion
 
 _ACT = {
     "none": lambda F, x: x,
@@ -44,6 +44,17 @@ def torch_region(region: Region) -> Any:
             y = F.conv2d(x, w, b, 1, 0, 1, x.shape[1] // w.shape[1])
             return _ACT[region.act](F, y)
         return pw
+    if isinstance(region, SERegion):
+        def se(x: Any, *params: Any) -> Any:
+            it = iter(params)
+            w1 = next(it)
+            b1 = next(it) if region.has_bias1 else None
+            w2 = next(it)
+            b2 = next(it) if region.has_bias2 else None
+            s = F.conv2d(x.mean((2, 3), keepdim=True), w1, b1)
+            s = _ACT[region.gate](F, F.conv2d(_ACT[region.act](F, s), w2, b2))
+            return x * s
+        return se
     assert isinstance(region, LiteMLARegion)
     d = region.dim
 

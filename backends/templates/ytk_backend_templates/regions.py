@@ -88,7 +88,30 @@ class Conv1x1Region:
         return f"conv 1x1 stride 1 {form} {ch} + {'bias + ' if self.has_bias else ''}{self.act}"
 
 
-Region = DwConvRegion | LiteMLARegion | Conv1x1Region
+@dataclass(frozen=True)
+class SERegion:
+    """Squeeze-excite: ``x * gate(conv2(act(conv1(mean_hw(x)))))`` with both convs 1x1 on the pooled
+    ``[N, C, 1, 1]`` vector (EfficientNet, MobileNetV3, RegNetY, MnasNet, torchvision's
+    ``SqueezeExcitation``). Inputs: x, then w1 ``[CR, C, 1, 1]`` (+ b1), w2 ``[C, CR, 1, 1]`` (+ b2)."""
+
+    act: str            # between the two convs (relu, silu, ...)
+    gate: str           # after the second (sigmoid, hardsigmoid)
+    channels: int | None  # C; None: a runtime extent
+    reduced: int | None   # CR
+    has_bias1: bool = True
+    has_bias2: bool = True
+    kind: str = field(default="squeeze_excite", init=False)
+
+    @property
+    def n_inputs(self) -> int:
+        return 3 + self.has_bias1 + self.has_bias2
+
+    def describe(self) -> str:
+        c = f"C{self.channels}->{self.reduced}->{self.channels}" if self.channels else "C dynamic"
+        return f"squeeze-excite {c}: mean, 1x1 + {self.act}, 1x1 + {self.gate} gate, times x"
+
+
+Region = DwConvRegion | LiteMLARegion | Conv1x1Region | SERegion
 
 
 def is_weight(region: "Region", index: int) -> bool:

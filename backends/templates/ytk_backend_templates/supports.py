@@ -3,7 +3,7 @@
 After the carve the answer is the recogniser run on the region's canonical ``.pt2`` (exactly what a
 job would do first). Before it, only propose's sketch is known: the geometry decides (square
 1/3/5/7 depthwise at stride 1 or 2 with 'same' padding, 1x1 convs dense or grouped, LiteMLA-style
-attention), and the pointwise ops around the conv are judged by what the carve's canonical pass
+attention, squeeze-excite modules), and the pointwise ops around the conv are judged by what the carve's canonical pass
 turns them into, so that answer is marked not certain.
 """
 
@@ -95,6 +95,13 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
             return no(f"a dense {'x'.join(map(str, s.kernel))} conv: templates cover depthwise kxk and 1x1 convs")
         if s.stride and any(d != 1 for d in s.stride):
             return no("a strided 1x1 conv: templates cover stride 1")
+    elif s.kind == "squeeze_excite":
+        if isinstance(s.channels_in, int) and s.channels_in % 8:
+            return no(f"{s.channels_in} channels: the templates' kernels take fp16 kHWC8 activations, whose "
+                      "channels must be a multiple of 8")
+        return SupportAnswer(supported=True, certain=False, backend=NAME,
+                             why="squeeze-excite: the carved program decides the activation, the gate (sigmoid, "
+                                 "hardsigmoid) and that it gates the module's input")
     elif s.kind == "attention":
         if "Softmax" in s.onnx_ops:
             return no("softmax attention: templates cover ReLU linear attention (LiteMLA) only")

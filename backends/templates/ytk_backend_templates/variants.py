@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ytk_hookspecs.models import PluginMeta
 
-from . import emit_conv1x1, emit_dwconv, emit_litemla
+from . import emit_conv1x1, emit_dwconv, emit_litemla, emit_se
 from .emit_common import Variant, rounds_weights_to_fp16, variant_namespace
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region
+from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion
 
 
 def region_variants(region: Region, limit: int | None = None, wide: bool = False, sm: int = 0,
@@ -23,6 +23,7 @@ def region_variants(region: Region, limit: int | None = None, wide: bool = False
     out: list[Variant] = []
     space: list = (emit_dwconv.variant_space(region, wide, sm) if isinstance(region, DwConvRegion)
                    else emit_conv1x1.variant_space(region, wide) if isinstance(region, Conv1x1Region)
+                   else emit_se.variant_space(region) if isinstance(region, SERegion)
                    else emit_litemla.variant_space(region))
     if not fp16_weights:
         space = [p for p in space if not rounds_weights_to_fp16(p.params)]
@@ -32,6 +33,8 @@ def region_variants(region: Region, limit: int | None = None, wide: bool = False
             out.append(emit_dwconv.emit(region, p, ns, f"{ns}_launch"))
         elif isinstance(region, Conv1x1Region):
             out.append(emit_conv1x1.emit(region, p, ns, f"{ns}_launch"))
+        elif isinstance(region, SERegion):
+            out.append(emit_se.emit(region, p, ns, f"{ns}_launch", f"{ns}_workspace"))
         else:
             assert isinstance(region, LiteMLARegion)
             out.append(emit_litemla.emit(region, p, ns, f"{ns}_launch", f"{ns}_workspace"))

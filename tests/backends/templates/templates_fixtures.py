@@ -78,6 +78,21 @@ class LiteMLARegion(torch.nn.Module):
         return torch.reshape(out.transpose(-1, -2), (b, -1, h, w))
 
 
+class SqueezeExcite(torch.nn.Module):
+    """Squeeze-excite with lifted weights, as timm writes it (``x.mean((2, 3), keepdim=True)``, ``x * gate``)
+    or as torchvision does (``adaptive_avg_pool2d(x, 1)``, ``scale * input``)."""
+
+    def __init__(self, act: str, gate: str, bias: bool = True, style: str = "timm") -> None:
+        super().__init__()
+        self.act, self.gate, self.bias, self.style = act, gate, bias, style
+
+    def forward(self, x, w1, *rest):  # type: ignore[no-untyped-def]
+        b1, w2, b2 = rest if self.bias else (None, rest[0], None)
+        s = x.mean((2, 3), keepdim=True) if self.style == "timm" else F.adaptive_avg_pool2d(x, 1)
+        s = ACTS[self.gate](F.conv2d(ACTS[self.act](F.conv2d(s, w1, b1)), w2, b2))
+        return x * s if self.style == "timm" else s * x
+
+
 def _tinfo(name: str, shape) -> TensorInfo:  # type: ignore[no-untyped-def]
     return TensorInfo(name=name, shape=list(shape), dtype="float32")
 
@@ -91,7 +106,7 @@ def export_region(module: torch.nn.Module, example: tuple, path: Path,  # type: 
 
 def candidate(name: str, pt2: Path, root: Path, site_inputs: list[list[tuple[int, ...]]],
               site_outputs: list[tuple[int, ...]], roles: list[str], inventory: dict[str, int]) -> Candidate:
-    names = ["x", "weight", "bias"] if roles[0] == "activation" and len(roles) > 1 and roles[1] == "weight" \
+    names = ["x", "weight", "bias"] if roles[0] == "activation" and len(roles) in (2, 3) and roles[1] == "weight" \
         else [f"in{i}" for i in range(len(roles))]
     sites = [SiteInfo(index=i, module_path=f"m.site{i}", onnx_node=f"{name}_{i}",
                       inputs=[_tinfo(f"{names[j]}_{i}", s) for j, s in enumerate(ins)],
@@ -169,6 +184,26 @@ def litemla_fixture(root: Path, name: str, shapes: list[tuple[int, int, int, int
     return pt2, candidate(name, pt2, root, ins, outs, ["activation"] * (2 if joined else 1), inv)
 
 
+def se_fixture(root: Path, name: str, act: str, gate: str, shapes: list[tuple[int, int, int, int, int]],
+               bias: bool = True, style: str = "timm") -> tuple[Path, Candidate]:
+    """A squeeze-excite region with one site per entry of ``shapes`` (N, C, H, W, CR)."""
+    (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
+    mod = SqueezeExcite(act, gate, bias, style)
+    c, cr = shapes[0][1], shapes[0][4]
+    ex = (torch.randn(1, c, 6, 5), torch.randn(cr, c, 1, 1)) + ((torch.randn(cr),) if bias else ()) \
+        + (torch.randn(c, cr, 1, 1),) + ((torch.randn(c),) if bias else ())
+    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2")
+    ins, outs = [], []
+    for (n, c, h, w, cr) in shapes:
+        ins.append([(n, c, h, w), (cr, c, 1, 1)] + ([(cr,)] if bias else []) + [(c, cr, 1, 1)]
+                   + ([(c,)] if bias else []))
+        outs.append((n, c, h, w))
+    ep = torch.export.load(str(pt2))
+    inv = dict(Counter(str(nd.target) for nd in ep.graph.nodes if nd.op == "call_function"))
+    roles = ["activation", "weight"] + (["bias"] if bias else []) + ["weight"] + (["bias"] if bias else [])
+    return pt2, candidate(name, pt2, root, ins, outs, roles, inv)
+
+
 # Regions the GPU tests generate kernels for: (plugin name, k, stride, activation, channels, bias,
 # small test shapes, max variants). Plugin and tensor names match the worked-example regions of
 # benchmarks/kernels_regions.py, so a build cache prepared for one serves the other.
@@ -194,6 +229,12 @@ GPU_DW_REGIONS = [
 GPU_DW_RESIDUAL_REGIONS = [
     ("DwRes3x3C128", 3, "none", 128, [(1, 128, 13, 37), (2, 128, 9, 8)]),
     ("DwRes7x7Dyn", 7, "gelu", None, [(1, 24, 10, 12), (1, 64, 7, 9)]),
+]
+# squeeze-excite: (plugin name, act, gate, bias, torch spelling, shapes (N, C, H, W, CR)); every variant scored
+GPU_SE_REGIONS = [
+    ("SEC96r24", "silu", "sigmoid", True, "timm", [(1, 96, 13, 37, 24), (2, 96, 150, 97, 24)]),
+    ("SEDyn", "relu", "hardsigmoid", False, "torchvision",
+     [(1, 32, 10, 12, 8), (1, 72, 7, 9, 18), (3, 1152, 5, 6, 48)]),
 ]
 # 1x1 regions: (plugin name, activation, per-group in/out (0: dense), bias, shapes (N, C, H, W, CO), max variants)
 GPU_PW_REGIONS = [

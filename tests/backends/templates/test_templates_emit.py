@@ -23,7 +23,7 @@ from ytk_backend_templates.build import winner_source
 from ytk_backend_templates.contract import plugin_meta
 from ytk_backend_templates.emit_common import PRELUDE
 from ytk_backend_templates.emit_dwconv import DwPoint, Ring, Strip, Tiled
-from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion
+from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion, SERegion
 from ytk_backend_templates.variants import region_variants
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource
@@ -43,6 +43,8 @@ FAMILIES = {
     "pw_c32to128_hardswish": Conv1x1Region("hardswish", 32, 128),
     "pw_dynamic": Conv1x1Region("none", None, None),
     "pw_grouped_dynamic": Conv1x1Region("none", None, None, 16, 16),
+    "se_c96_silu_sigmoid": SERegion("silu", "sigmoid", 96, 24),
+    "se_dynamic_relu_hardsigmoid_nobias": SERegion("relu", "hardsigmoid", None, None, False, False),
 }
 
 

@@ -11,7 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_LITEMLA_REGIONS,  # noqa: E402
-                                GPU_PW_REGIONS, dw_fixture, litemla_fixture, pw_fixture)
+                                GPU_PW_REGIONS, GPU_SE_REGIONS, dw_fixture, litemla_fixture, pw_fixture,
+                                se_fixture)
 from ytk_hookspecs import StageContext  # noqa: E402
 from ytk_hookspecs.kernel_source import KernelSource  # noqa: E402
 from ytk_hookspecs.models import BuildRequest, KernelGenRequest, KernelReport  # noqa: E402
@@ -131,6 +132,36 @@ def test_depthwise_with_a_residual_add_end_to_end(tmp_path: Path, spec) -> None:
     assert "+ residual" in report.region_kind
     wrong = [(c.variant, c.rejected) for c in report.candidates if c.correct is False]
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("spec", GPU_SE_REGIONS, ids=[r[0] for r in GPU_SE_REGIONS])
+def test_squeeze_excite_end_to_end(tmp_path: Path, spec) -> None:  # type: ignore[no-untyped-def]
+    """x * gate(w2 act(w1 mean(x))): every variant, on odd shapes (a partial pool row, many pixel chunks,
+    a runtime C across three sites); the first region's bundle is built and run through the launcher."""
+    import torch
+    import torch.nn.functional as F
+
+    name, act, gate, bias, style, shapes = spec
+    pt2, cand = se_fixture(tmp_path, name, act, gate, shapes, bias=bias, style=style)
+    res, out = _generate(tmp_path, pt2, cand, 0, check_build=name == GPU_SE_REGIONS[0][0])
+    report = _check_result(tmp_path, res, out, cand)
+    assert report.region_kind.startswith("squeeze-excite"), report.region_kind
+    wrong = [(c.variant, c.rejected) for c in report.candidates if c.correct is False]
+    assert not wrong, wrong
+    if name != GPU_SE_REGIONS[0][0]:
+        return
+    n, c, h, w, cr = shapes[0]
+
+    def inputs():  # type: ignore[no-untyped-def]
+        x = torch.randn(n, c, h, w, device="cuda").half()
+        w1, b1 = torch.randn(cr, c, 1, 1, device="cuda") / c ** 0.5, torch.randn(cr, device="cuda")
+        w2, b2 = torch.randn(c, cr, 1, 1, device="cuda") / cr ** 0.5, torch.randn(c, device="cuda")
+        s = torch.sigmoid(F.conv2d(F.silu(F.conv2d(x.float().mean((2, 3), keepdim=True), w1, b1)), w2, b2))
+        return [x.contiguous(memory_format=torch.channels_last), w1, b1, w2, b2], x.float() * s
+
+    _, _, y, ref = _run_plugin(tmp_path, out, cand, inputs)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y.float(), ref, rtol=2e-3, atol=2e-3 * float(ref.abs().max()))
 
 
 @pytest.mark.parametrize("spec", GPU_PW_REGIONS, ids=[r[0] for r in GPU_PW_REGIONS])

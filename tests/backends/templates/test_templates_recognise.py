@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from templates_fixtures import ACTS, dw_fixture, export_region, litemla_fixture, pw_fixture  # noqa: E402
+from templates_fixtures import ACTS, dw_fixture, export_region, litemla_fixture, pw_fixture, se_fixture  # noqa: E402
 from ytk_backend_templates.contract import bytes_moved, plugin_meta  # noqa: E402
 from ytk_backend_templates.recognise import load_graph, recognise, site_shape_indices, site_shapes  # noqa: E402
 from ytk_backend_templates.reference import torch_region, verify_against_pt2  # noqa: E402
-from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion  # noqa: E402
+from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion, SERegion  # noqa: E402
 from ytk_hookspecs.errors import StageError, UnsupportedRegion  # noqa: E402
 from ytk_hookspecs.contract import check_meta, check_meta_against_candidate  # noqa: E402
 
@@ -340,3 +340,62 @@ def test_a_norm_keeping_its_parameters_is_named_not_sent_to_lift():
     assert "@lift" not in str(e.value)
     with pytest.raises(UnsupportedRegion, match="carve it with weights lifted"):
         recognise(graph(weight_baked=True))
+
+
+@pytest.mark.parametrize("style,act,gate,bias", [("timm", "silu", "sigmoid", True),
+                                                 ("torchvision", "relu", "hardsigmoid", True),
+                                                 ("timm", "relu", "hardsigmoid", False)])
+def test_squeeze_excite_is_recognised_whole_in_either_spelling(tmp_path: Path, style: str, act: str, gate: str,
+                                                                bias: bool) -> None:
+    pt2, cand = se_fixture(tmp_path, "SE", act, gate, [(1, 96, 7, 9, 24), (2, 96, 5, 5, 24)], bias=bias, style=style)
+    g = load_graph(pt2)
+    r = recognise(g, cand)
+    assert r == SERegion(act=act, gate=gate, channels=96, reduced=24, has_bias1=bias, has_bias2=bias)
+    meta = plugin_meta(r, cand.name, candidate=cand)
+    rep = check_meta(meta)
+    rep.extend(check_meta_against_candidate(meta, cand, "fp16"))
+    assert rep.ok, rep.errors
+    assert meta.workspace and meta.extents["CR"] == "in1[0]"
+    verify_against_pt2(r, torch.export.load(str(pt2)).module(), g.input_shapes, torch.device("cpu"))
+    # the floor: x read once and y written once, fp16; the four parameters once, fp32
+    n, c, h, w = 1, 96, 7, 9
+    assert bytes_moved(r, site_shapes(g, cand)[0]) == 2 * 2 * n * c * h * w + 4 * (2 * 96 * 24 + (120 if bias else 0))
+
+
+def test_squeeze_excite_sites_of_several_widths_take_runtime_channels(tmp_path: Path) -> None:
+    pt2, cand = se_fixture(tmp_path, "SE", "relu", "sigmoid", [(1, 32, 7, 9, 8), (1, 72, 5, 5, 18)])
+    r = recognise(load_graph(pt2), cand)
+    assert isinstance(r, SERegion) and r.channels is None and r.reduced is None
+
+
+class _SEWrongGate(torch.nn.Module):
+    def forward(self, x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+        s = F.conv2d(F.relu(F.conv2d(x.mean((2, 3), keepdim=True), w1, b1)), w2, b2)
+        return x * F.relu(s)
+
+
+class _SEPlusInput(torch.nn.Module):
+    def forward(self, x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+        s = torch.sigmoid(F.conv2d(F.relu(F.conv2d(x.mean((2, 3), keepdim=True), w1, b1)), w2, b2))
+        return x * s + x
+
+
+class _SEPoolOverW(torch.nn.Module):
+    def forward(self, x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+        s = torch.sigmoid(F.conv2d(F.relu(F.conv2d(x.mean(3, keepdim=True), w1, b1)), w2, b2))
+        return x * s
+
+
+_SE_ARGS = (torch.randn(1, 16, 6, 5), torch.randn(4, 16, 1, 1), torch.randn(4), torch.randn(16, 4, 1, 1),
+            torch.randn(16))
+
+
+@pytest.mark.parametrize("module,reason", [
+    (_SEWrongGate(), "gate relu"),
+    (_SEPlusInput(), "unsupported ops in the squeeze-excite region|outputs|used"),
+    (_SEPoolOverW(), "global average pool"),
+])
+def test_near_squeeze_excites_are_refused_with_the_reason(tmp_path: Path, module, reason: str) -> None:  # type: ignore[no-untyped-def]
+    pt2 = export_region(module, _SE_ARGS, tmp_path / "r.pt2")
+    with pytest.raises(UnsupportedRegion, match=reason):
+        recognise(load_graph(pt2))
