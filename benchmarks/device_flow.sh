@@ -18,7 +18,8 @@
 #   bash benchmarks/device_flow.sh admission the admission gate against the planted kernels (benchmarks/admission_suite.py)
 #   bash benchmarks/device_flow.sh regions   per carved region of runs/zoo/<ZOO_MODELS>/round1/prepare: torch, torch.compile,
 #                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1),
-#                                            or of the carve directories REGIONS_DIRS names (relative to the repo root)
+#                                            or of the carve directories REGIONS_DIRS names (relative to the repo root);
+#                                            REGIONS_ONLY=<names> tables only those candidates
 #   bash benchmarks/device_flow.sh carve     a full-size carve of CARVE_MODEL with the selectors in CARVE_PLUGINS (';'
 #                                            between them) into runs/rt/<model>; a `regions` word after it tables it
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
@@ -165,7 +166,7 @@ do_regions() {
   else for m in ${ZOO_MODELS:?name the corpus models or REGIONS_DIRS}; do dirs+=("runs/zoo/$m/round1/prepare"); done; fi
   for d in "${dirs[@]}"; do
     m=$(echo "$d" | tr '/' '_')
-    timeout ${REGIONS_TIMEOUT:-500} python3 benchmarks/region_table.py "$PWD/$d" \
+    timeout ${REGIONS_TIMEOUT:-500} python3 benchmarks/region_table.py "$PWD/$d" ${REGIONS_ONLY:+--only "$REGIONS_ONLY"} \
       --json "$OUT/regions_$m.json" > "$OUT/regions_$m.txt" 2> "$OUT/regions_$m.log"
     echo "$d regions rc=$?"; cat "$OUT/regions_$m.txt"
   done

@@ -26,6 +26,8 @@ def family_key(r: Region) -> tuple[Any, ...]:
         return (*op_key(r), s.get("C"), _t(s.get("spatial")))
     if r.kind == "gemm":
         return (*op_key(r), s.get("K"), s.get("N"), _t(s.get("spatial")))
+    if r.kind == "squeeze_excite":
+        return (*op_key(r), s.get("C"), s.get("CR"), _t(s.get("spatial")))
     return (*op_key(r), s.get("groups"), s.get("C"), s.get("Cout"), _t(s.get("spatial")))
 
 
@@ -43,6 +45,8 @@ def op_key(r: Region) -> tuple[Any, ...]:
         return (r.kind, r.cls, s.get("ops"), *site)
     if r.kind == "attention":
         return (r.kind, r.cls, s.get("ops"), r.part, *site)
+    if r.kind == "squeeze_excite":
+        return (r.kind, r.cls, s.get("ops"), r.epilogue, *site)
     return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), _t(s.get("pads")),
             s.get("transpose"), s.get("ops"), r.epilogue, *site)
 

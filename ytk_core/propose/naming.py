@@ -39,6 +39,8 @@ def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
         return f"{pre}conv {k} s{s}{dil}"
     if kind == "attention":
         return f"{cls} region" if sig.get("part") is None else f"{cls} region part {sig['part']}"
+    if kind == "squeeze_excite":
+        return "squeeze-excite"
     return "GEMM"
 
 
@@ -48,6 +50,8 @@ def channel_text(kind: str, sig: dict[str, Any]) -> str:
         return f"C={sig.get('C')}->{sig.get('Cout')}{g}"
     if kind == "gemm":
         return f"K={sig.get('K')}, N={sig.get('N')}"
+    if kind == "squeeze_excite":
+        return f"C={sig.get('C')}->{sig.get('CR')}"
     return f"C={sig.get('C')}"
 
 
@@ -92,6 +96,8 @@ def op_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
         return _ident(f"{conv}{k}s{s}{d}")
     if kind == "attention":
         return _ident(cls if sig.get("part") is None else f"{cls}P{sig['part']}")
+    if kind == "squeeze_excite":
+        return _ident(f"SE{tag}")
     return "Gemm"
 
 
@@ -103,6 +109,8 @@ def family_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
         return _ident(f"{base}G{sig.get('groups')}C{sig.get('C')}to{sig.get('Cout')}")
     if kind == "gemm":
         return _ident(f"{base}K{sig.get('K')}N{sig.get('N')}")
+    if kind == "squeeze_excite":
+        return _ident(f"{base}C{sig.get('C')}R{sig.get('CR')}")
     return _ident(f"{base}C{sig.get('C')}")
 
 

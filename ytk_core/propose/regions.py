@@ -4,6 +4,9 @@
   attn.V, LiteMLA's k^T.v): it is proposed ``:around``, and its region is the one the carve cuts,
   decided by the carve's own code (its :around growth, whole ONNX nodes, the convexity check). When
   a conv of the block cuts through that region, its convex parts are proposed instead (``@part=K``).
+* A squeeze-excite module (a global average pool, then two 1x1 convs on the pooled vector, gating
+  the module's input) is one region, ``squeeze_excite``: its convs are tiny and their work is the pool
+  and the gate, which a kernel fuses only when it holds the whole module.
 * Every other weighted op (conv, GEMM) is the region of the largest module around it that holds
   no other heavy op: the whole ``ConvNormAct`` (conv + norm + activation), but just the ``Conv2d``
   when its parent also holds a second conv. Containers (Sequential, ModuleList) are not chosen.
@@ -38,7 +41,7 @@ class Region:
 
     path: str
     cls: str
-    kind: str                          # depthwise_conv | grouped_conv | conv | gemm | attention
+    kind: str                          # depthwise_conv | grouped_conv | conv | gemm | attention | squeeze_excite
     around: bool
     anchors: list[str]                 # the heavy ONNX node(s)
     nodes: list[str]
@@ -83,6 +86,7 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
                                 anchors=[n], nodes=[] if block else [n])
         taken.update(regions[block].nodes)
     blocks = set(r.path for r in regions.values() if r.kind == "attention")
+    excite = _squeeze_excites(g, mods, weighted, stacks, heavy_in) - blocks
     # An attention block's region is the carve's own :around region, or its convex parts
     around: list[Region] = []
     if blocks - {""}:
@@ -96,7 +100,7 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     for n in weighted:
         if n in taken:
             continue
-        path = _climb(stacks[n], heavy_in, blocks)
+        path = next((p for p, _ in stacks[n] if p in excite), None) or _climb(stacks[n], heavy_in, blocks)
         if path in regions:
             regions[path].anchors.append(n)
             if not path:
@@ -114,7 +118,8 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         # a transposed conv's weights cannot be lifted: the carve keeps them baked by default (region_module),
         # so its sites are judged by their baked weights, as the carve will carve them
         lift = not any(g.by_name[m].op_type == "ConvTranspose" for m in nodes if m in g.by_name)
-        regions[path] = r = Region(path=path, cls=mods.cls_of.get(path, "?"), kind="gemm", around=False,
+        regions[path] = r = Region(path=path, cls=mods.cls_of.get(path, "?"),
+                                   kind="squeeze_excite" if path in excite else "gemm", around=False,
                                    anchors=[n], nodes=nodes, epilogue=epilogue,
                                    baked=tuple(baked_weights(fx, facts, lift=lift)))
         _shared(r, taken)
@@ -127,6 +132,35 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         r.cannot = r.cannot or cannot_express(g, r)
     outside = [m for m in node_ms if m in mods.owner and m not in taken]
     return out, outside
+
+
+#: ONNX spellings of a global average pool over H and W
+_POOLS = {"GlobalAveragePool", "ReduceMean"}
+
+
+def _squeeze_excites(g: OnnxGraph, mods: ModuleIndex, weighted: list[str], stacks: dict[str, Any],
+                     heavy_in: dict[str, int]) -> set[str]:
+    """Modules that are a squeeze-excite: exactly two heavy ops, both 1x1 convs on a 1x1-spatial
+    tensor, and a global average pool of their own. What the module computes exactly (the gate, the
+    product with the input) is the kernel generator's to recognise on the carved program."""
+    out = set()
+    for path, count in heavy_in.items():
+        if count != 2 or not path or mods.cls_of.get(path) in CONTAINERS:
+            continue
+        convs = [n for n in weighted if any(p == path for p, _ in stacks[n])]
+        if len(convs) != 2 or not all(_pooled_1x1(g, g.by_name[n]) for n in convs):
+            continue
+        if any(g.by_name[m].op_type in _POOLS for m in mods.nodes_of.get(path, ()) if m in g.by_name):
+            out.add(path)
+    return out
+
+
+def _pooled_1x1(g: OnnxGraph, node: Any) -> bool:
+    if node.op_type != "Conv" or len(node.inputs) < 2:
+        return False
+    x, w = g.shape(node.inputs[0]), g.shape(node.inputs[1])
+    return bool(x and w and len(x) == 4 and list(x[2:]) == [1, 1] and list(w[2:]) == [1, 1]
+                and int(node.attrs.get("group", 1)) == 1)
 
 
 def _heavy_stack(mods: ModuleIndex, facts: FactGraph, onnx_node: str) -> tuple[tuple[str, str], ...]:
@@ -224,6 +258,11 @@ def _describe(g: OnnxGraph, r: Region) -> None:
         inv[op] = inv.get(op, 0) + 1
     r.sig["ops"] = tuple(sorted(inv.items()))
     r.sig["extra_ops"] = tuple(sorted(op for op in inv if op != a.op_type))
+    if r.kind == "squeeze_excite":
+        x = g.shape(ins[0]) if ins else None
+        w = g.shape(a.inputs[1])
+        r.sig.update(C=_channels(x), CR=w[0] if w else None, spatial=_spatial(x))
+        return
     if r.kind == "attention":
         x = g.shape(ins[0]) if ins else None
         r.sig["C"] = _channels(x)
