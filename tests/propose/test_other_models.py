@@ -61,3 +61,22 @@ def test_time_outside_every_region_says_what_it_is_spent_on(tmp_path):
     ms = [float(p.split()[-2]) for p in parts]
     assert len(parts) >= 2 and ms == sorted(ms, reverse=True), row.reason
     assert sum(ms) <= row.ms + 1e-6
+
+
+def test_a_squeeze_excite_module_is_one_region_not_two_tiny_convs(tmp_path):
+    """MobileNetV3's SqueezeExcite (pool, fc1 + ReLU, fc2 + hardsigmoid, times its input) is proposed whole,
+    as the kernel generators' squeeze-excite template takes it; its two 1x1 convs on the pooled vector are
+    never proposed on their own, and the selector carves exactly the SE modules."""
+    d = unpack("mnv3_1x128x128", tmp_path / "mnv3")
+    make_bundle(d, d / "base.tgz")
+    r = propose(d / "base.tgz", d / "model.onnx", d / "fx_nodes.json",
+                options=ProposeOptions(min_ms=0.0, family_min_ms=0.0, roofline_fraction=1.0))
+    se = [p for p in r.candidates if p.kind == "squeeze_excite"]
+    assert se and all(p.ops_name == "SqueezeExcite" and p.name.startswith("SEC") for p in se), \
+        [(p.name, p.kind) for p in r.candidates]
+    se_paths = {s.module_path for p in se for s in p.sites}
+    assert se_paths and all(path.endswith(".se") for path in se_paths)
+    for p in r.candidates:
+        if p.kind != "squeeze_excite":
+            assert not any(".se." in s.module_path for s in p.sites), p.selector
+        assert _carve_sites(d, p.selector) == sorted(s.module_path for s in p.sites), p.selector

@@ -2,7 +2,7 @@
 
 A point (:class:`Point`) chooses the pool's block shape (``cv`` 16-byte channel vectors per row, so
 ``256 / cv`` pixel lanes), its loads in flight per thread (``u``), and the apply pass's vectors per
-thread (``vpt``). The excite kernel between them is the same in every variant.
+thread (``vpt``). The squeeze and excite kernels between them are the same in every variant.
 """
 
 from __future__ import annotations
