@@ -94,6 +94,15 @@ def plain_launcher(ns: str, symbol: str) -> str:
             f"  (void)workspace;\n  return {ns}::launch(inputs, outputs, extents, stream);\n}}\n")
 
 
+def workspace_launcher(ns: str, symbol: str, workspace: str) -> str:
+    """The extern "C" launcher ``symbol`` of a kernel with a workspace, and its ``workspace`` size query:
+    both forward to ``ns::launch`` and ``ns::workspace_bytes``."""
+    return (f'\nextern "C" int {symbol}(const void* const* inputs, void* const* outputs, const int64_t* extents,\n'
+            f"                     void* workspace, cudaStream_t stream) {{\n"
+            f"  return {ns}::launch(inputs, outputs, extents, workspace, stream);\n}}\n"
+            f'extern "C" size_t {workspace}(const int64_t* extents) {{ return {ns}::workspace_bytes(extents); }}\n')
+
+
 @dataclass(frozen=True)
 class Variant:
     """One emitted kernel variant: its name, tuning parameters and CUDA text (in ``namespace``)."""

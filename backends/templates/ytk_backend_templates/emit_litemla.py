@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from itertools import product
 from typing import Any
 
-from .emit_common import Variant, instantiate
+from .emit_common import Variant, instantiate, workspace_launcher
 from .regions import LiteMLARegion
 
 
@@ -64,8 +64,5 @@ def emit(r: LiteMLARegion, p: Point | Mapping[str, Any], ns: str, launcher: str,
     params = dict(D=r.dim, P1_WARPS=p.p1_warps, NCHUNK=p.nchunk, U1=p.u1, P2_THREADS=p.p2_threads, PPT=p.ppt,
                   P2_PIX=p.p2_pix, JOINED=r.joined, EPS=float(r.eps))
     text = instantiate(ns, "litemla.cuh", params)
-    text += (f'\nextern "C" int {launcher}(const void* const* inputs, void* const* outputs, const int64_t* extents,\n'
-             f"                     void* workspace, cudaStream_t stream) {{\n"
-             f"  return {ns}::launch(inputs, outputs, extents, workspace, stream);\n}}\n"
-             f'extern "C" size_t {workspace}(const int64_t* extents) {{ return {ns}::workspace_bytes(extents); }}\n')
+    text += workspace_launcher(ns, launcher, workspace)
     return Variant(name=p.name, params=p.params, body=text, launcher=launcher, workspace=workspace, namespace=ns)

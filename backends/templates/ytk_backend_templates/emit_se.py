@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from itertools import product
 from typing import Any
 
-from .emit_common import ACTIVATION_CODE, Variant, instantiate
+from .emit_common import ACTIVATION_CODE, Variant, instantiate, workspace_launcher
 from .regions import SERegion
 
 
@@ -48,8 +48,5 @@ def emit(r: SERegion, p: Point | Mapping[str, Any], ns: str, launcher: str, work
     p = point(p)
     params = dict(CV=p.cv, U=p.u, VPT=p.vpt, HAS_B1=r.has_bias1, HAS_B2=r.has_bias2)
     text = instantiate(ns, "se.cuh", params, act=ACTIVATION_CODE[r.act], gate=ACTIVATION_CODE[r.gate])
-    text += (f'\nextern "C" int {launcher}(const void* const* inputs, void* const* outputs, const int64_t* extents,\n'
-             f"                     void* workspace, cudaStream_t stream) {{\n"
-             f"  return {ns}::launch(inputs, outputs, extents, workspace, stream);\n}}\n"
-             f'extern "C" size_t {workspace}(const int64_t* extents) {{ return {ns}::workspace_bytes(extents); }}\n')
+    text += workspace_launcher(ns, launcher, workspace)
     return Variant(name=p.name, params=p.params, body=text, launcher=launcher, workspace=workspace, namespace=ns)
