@@ -130,3 +130,61 @@ def test_a_dynamic_program_that_specialises_on_site_0_is_refused_at_the_carve(tm
     r = prepare(EVIT, tmp_path, [sel], size="1x64x96")
     assert r.code == 2 and "does not run at site" in r.stderr and sel in r.stderr, r.stderr[-400:]
     assert not (tmp_path / "candidates.json").exists()
+
+
+_INT_LITERALS = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class HS(nn.Module):
+    def forward(self, x):
+        return x * F.relu6(x + 3) / 6          # int literals: traced as add(x, scalar_tensor(3))
+
+
+class SE(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+    def forward(self, x):
+        s = self.expand(torch.relu(self.reduce(x.mean((2, 3), keepdim=True))))
+        return x * (F.relu6(s + 3) / 6)        # hardsigmoid by hand, int literals
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.dw, self.act, self.se = nn.Conv2d(32, 32, 3, 1, 1, groups=32), HS(), SE(32)
+
+    def forward(self, x):
+        return self.se(self.act(self.dw(x)))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 32, 16, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+@pytest.mark.slow
+def test_activations_written_with_int_literals_are_respelled_and_grown_over(tmp_path):
+    """``x * relu6(x + 3) / 6`` with int literals traces its 3 and 6 as ``scalar_tensor`` nodes: the epilogue
+    grows over them (the depthwise conv's region holds its hardswish) and the canonical pass evaluates them
+    (a hand-written hardsigmoid gate becomes aten.hardsigmoid), so the templates recognise both regions."""
+    from ytk_backend_templates.recognise import load_graph, recognise
+    from ytk_backend_templates.regions import DwConvRegion, SERegion
+
+    model = tmp_path / "model.py"
+    model.write_text(_INT_LITERALS)
+    out = tmp_path / "carve"
+    r = prepare(model, out, ["yasp::Dw=Conv2d@where=dw@epilogue", "yasp::SE=SE"], size="1x16x16")
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(out / "candidates.json").candidates}
+    assert cands["Dw"].input_roles == ["activation", "weight", "bias"]  # no literal taken as an input
+    dw = recognise(load_graph(out / cands["Dw"].files.pt2), cands["Dw"])
+    assert isinstance(dw, DwConvRegion) and dw.act == "hardswish"
+    se = recognise(load_graph(out / cands["SE"].files.pt2), cands["SE"])
+    assert isinstance(se, SERegion) and se.gate == "hardsigmoid" and se.act == "relu"
+    _assert_reproduces_reference(out)

@@ -137,7 +137,9 @@ def _cone(y: Any) -> tuple[list[Any], Any] | None:
         if n in seen:
             continue
         seen.add(n)
-        if _base(n) in _POINTWISE:
+        if _base(n) == "scalar_tensor" and all(isinstance(a, (int, float, bool)) for a in n.args):
+            nodes.append(n)  # a constant the exporter made a tensor of (``x + 3`` as scalar_tensor(3))
+        elif _base(n) in _POINTWISE:
             nodes.append(n)
             for a in list(n.args) + list(n.kwargs.values()):
                 if hasattr(a, "op"):

@@ -128,7 +128,13 @@ class FactGraph:
 
     def is_constant(self, name: str) -> bool:
         n = self.nodes.get(name)
-        return n is None or name in self.weights or n.op == "get_attr"
+        return n is None or name in self.weights or n.op == "get_attr" or self.is_literal(name)
+
+    def is_literal(self, name: str) -> bool:
+        """A number the exporter made a tensor of (``x + 3`` traces as ``add(x, scalar_tensor(3))``): it
+        reads nothing, so a region that uses it holds it rather than taking it as an input."""
+        n = self.nodes.get(name)
+        return n is not None and n.op == "call_function" and n.base == "scalar_tensor" and not n.inputs
 
     def folded(self, name: str) -> bool:
         """Computed from weights alone and left no ONNX node: the exporter folded it into an
@@ -191,7 +197,8 @@ def grow_epilogue(region: Iterable[str], g: FactGraph) -> set[str]:
         step = _next_epilogue_step(outs[0], out, g)
         if not step:
             return out
-        grown = whole_onnx_nodes(out | set(step), g)
+        literals = {i for m in step for i in g.nodes[m].inputs if g.is_literal(i)}
+        grown = whole_onnx_nodes(out | set(step) | literals, g)
         # a getitem that picks a tuple's first value is part of the op that made the tuple
         for name in list(grown):
             for u in g.users.get(name, []):
