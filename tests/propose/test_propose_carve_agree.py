@@ -317,3 +317,47 @@ def test_a_transposed_conv_is_proposed_as_the_carve_takes_it(tmp_path):
     r = prepare(deconv, tmp_path / "bad", [bad], size="1x64x64")
     assert r.code == 2 and repr(bad) in r.stderr and "transposed convolution" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+_TWO_SE = '''
+import torch
+from torch import nn
+
+
+class SE(nn.Module):
+    def __init__(self, c, gate):
+        super().__init__()
+        self.reduce, self.expand, self.gate = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1), gate
+
+    def forward(self, x):
+        return x * self.gate(self.expand(torch.relu(self.reduce(x.mean((2, 3), keepdim=True)))))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = SE(32, nn.Sigmoid()), SE(32, nn.Hardsigmoid())
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 32, 16, 16),)
+'''
+
+
+@pytest.mark.slow
+def test_squeeze_excites_told_apart_by_their_gate_are_named_by_it(tmp_path):
+    """Two squeeze-excite families alike but for the gate are named by what differs (the gate), not by
+    the ops every squeeze-excite holds (its pool and its product), and each selector carves its module."""
+    model = tmp_path / "model.py"
+    model.write_text(_TWO_SE)
+    report = _propose_all(model, tmp_path / "base", "1x16x16")
+    se = sorted(p.name for p in report.candidates if p.kind == "squeeze_excite")
+    assert len(se) == 2 and any("HardSigmoid" in n for n in se), se
+    assert not any("Mul" in n or "ReduceMean" in n for n in se), se
+    r = prepare(model, tmp_path / "carved", [p.selector for p in report.candidates if p.kind == "squeeze_excite"],
+                size="1x16x16")
+    assert r.code == 0, r.stderr

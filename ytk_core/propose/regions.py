@@ -259,6 +259,8 @@ def _describe(g: OnnxGraph, r: Region) -> None:
     r.sig["ops"] = tuple(sorted(inv.items()))
     r.sig["extra_ops"] = tuple(sorted(op for op in inv if op != a.op_type))
     if r.kind == "squeeze_excite":
+        # what every squeeze-excite holds (its pool, its convs, the gate's product) names none of them apart
+        r.sig["extra_ops"] = tuple(op for op in r.sig["extra_ops"] if op not in ("Mul", "ReduceMean", *_POOLS))
         x = g.shape(ins[0]) if ins else None
         w = g.shape(a.inputs[1])
         r.sig.update(C=_channels(x), CR=w[0] if w else None, spatial=_spatial(x))
