@@ -466,6 +466,12 @@ def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
     return LiteMLARegion(dim=d, eps=eps, joined=len(g.inputs) == 2, channels=ch)
 
 
+def _first_three(names: list[str]) -> str:
+    """``a, b, c`` (and ``, ... (N in all)`` when there are more)."""
+    more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more
+
+
 def _baked_users(g: RegionGraph) -> list[OpNode]:
     """The ops that read a baked parameter (directly, or through a view or cast of it)."""
     reads = set(g.baked)
@@ -499,14 +505,14 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
             # no carve option lifts: advising @lift would send the user after a fix that does not exist
             ops = sorted({o.target.removeprefix("aten.").removesuffix(".default") for o in users})
             raise UnsupportedRegion(f"its {', '.join(ops)} keeps parameters inside the region "
-                                    f"({', '.join(g.baked[:3])}); templates take a conv with its bias, a folded "
+                                    f"({_first_three(g.baked)}); templates take a conv with its bias, a folded "
                                     "BatchNorm and an activation, and the carve lifts conv weights only")
-        raise UnsupportedRegion(f"the region uses parameters baked into it ({', '.join(g.baked[:3])}) instead of "
+        raise UnsupportedRegion(f"the region uses parameters baked into it ({_first_three(g.baked)}) instead of "
                                 "taking them as lifted inputs; carve it with weights lifted (@lift=fold_conv_bn)")
     if g.baked:
         # the carve lifts conv weights only; a Linear / LayerNorm region keeps its parameters inside
         raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())} (its parameters "
-                                f"{', '.join(g.baked[:3])} stay baked: only conv weights are lifted)")
+                                f"{_first_three(g.baked)} stay baked: only conv weights are lifted)")
     if has_conv and _is_se(g):
         region: Region = _recognise_se(g)
     elif has_conv:
