@@ -799,3 +799,48 @@ def test_a_missing_model_says_what_a_model_file_is(tmp_path):
     r = ytk_inproc("autoloop", tmp_path / "nope.py", "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
     assert r.code == 2 and "nope.py does not exist. Pass the path of a model.py that defines a Model class" in r.stderr
     assert not (tmp_path / "w").exists()
+
+
+_RELU_GATED_SE = '''
+import torch
+from torch import nn
+
+
+class Gate(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+    def forward(self, x):
+        return x * torch.relu(self.expand(torch.relu(self.reduce(x.mean((2, 3), keepdim=True)))))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.dw, self.gate = nn.Conv2d(32, 32, 3, 1, 1, groups=32), Gate(32)
+
+    def forward(self, x):
+        return self.gate(torch.relu(self.dw(x)))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 32, 32, 32),)
+'''
+
+
+def test_what_a_gpu_would_plug_is_judged_on_the_carved_programs(tmp_path):
+    """A squeeze-excite gated by a ReLU looks like one to propose (its sketch: likely), but the templates
+    gate with sigmoid or hardsigmoid only: the simulated run's closing line counts it with the carved
+    program's answer, not the sketch's."""
+    model = tmp_path / "model.py"
+    model.write_text(_RELU_GATED_SE)
+    r = ytk_inproc("autoloop", model, "-a", ORIN, "--workdir", tmp_path / "w", "--min-gain-ms", "0", *MOCK,
+                   YTK_EXAMPLE_SIZE="1x32x32")
+    assert r.code == 0, r.stderr[-2000:]
+    real = [rd.real_support for rd in state(tmp_path / "w").rounds if rd.real_support is not None][0]
+    se = [n for n in [*real.takes, *real.refuses] if n.startswith("SE")]
+    assert se and all(n in real.refuses and "gate relu" in real.refuses[n] for n in se), real
+    assert re.search(r"would take 0 of the 1 plugged regions; not the rest: squeeze-excite gate relu", r.stdout), \
+        r.stdout[-1500:]

@@ -57,6 +57,7 @@ class KernelJobs:
         todo = [c for c in ws.active(rnd) if not (c.status in ("generated", "built") and self._source_ok(c))]
         jobs = RoundJobs(prep=prep, src_dir=ws.round_dir(rnd.index) / "sources",
                          gpu=gpu_label(ws.state.arch, ws.state.backends.kernelgen))
+        self._real_support_after_carve(rnd, [regions[c.name] for c in todo if c.name in regions], prep)
         with ThreadPoolExecutor(max_workers=self.max_jobs) as pool:
             futures = [pool.submit(self._generate, c, regions.get(c.name), jobs) for c in todo]
             ws.log.info(f"round {rnd.index}: kernel generation", jobs_in_flight=min(len(todo), self.max_jobs),
@@ -119,6 +120,33 @@ class KernelJobs:
         if ans.supported or not ans.certain:
             return None
         return f"{ans.backend or gen} refuses the carved region (no job was run): {' '.join(ans.why.split())}"
+
+    def _real_support_after_carve(self, rnd: RoundRecord, regions: list[Any], prep: Path) -> None:
+        """With a simulated generator, what the real ones would take was asked of propose's sketches; the
+        carved programs now answer it for certain (a region propose called likely may be refused)."""
+        from ..plugins.selection import real_auto_chain
+        from ..runtime import runtime
+        from ..stages.supports import check_support
+
+        real = rnd.real_support
+        chain = real_auto_chain(runtime().manager, "kernelgen") if real is not None and real.chain else []
+        if real is None or not chain:
+            return
+        state = self.ws.state
+        for region in regions:
+            try:
+                ans = check_support(region, prep, None, ArchSpec.parse(state.arch), state.precision, selection=chain)
+            except Exception as e:  # an answer that cannot be had leaves propose's
+                if must_stop(e):
+                    raise
+                continue
+            if ans.supported:
+                real.refuses.pop(region.name, None)
+                if region.name not in real.takes:
+                    real.takes.append(region.name)
+            else:
+                real.takes = [n for n in real.takes if n != region.name]
+                real.refuses[region.name] = " ".join(ans.why.split())
 
     def _record_outcome(self, cand: PluginRecord, out: Any, err: str | None, src_dir: Path) -> None:
         """Keep a finished job's kernel in the candidate's record, or drop the candidate with why it has none."""
