@@ -188,3 +188,55 @@ def test_activations_written_with_int_literals_are_respelled_and_grown_over(tmp_
     se = recognise(load_graph(out / cands["SE"].files.pt2), cands["SE"])
     assert isinstance(se, SERegion) and se.gate == "hardsigmoid" and se.act == "relu"
     _assert_reproduces_reference(out)
+
+
+_BRANCH_SUM = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    """MobileOne's branch sum: ``out = 0`` (no scale branch), then ``out += branch(x)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(16, 16, 1), nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        out = 0
+        out += self.a(x)
+        out += self.b(x)
+        return torch.relu(out)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blk = Block()
+
+    def forward(self, x):
+        return self.blk(x)
+
+
+def get_fwd_args():
+    return (torch.randn(1, 16, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_an_epilogue_stops_where_the_exporter_fused_a_literal_add_into_a_branch_sum(tmp_path):
+    """``0 + a(x)`` traces as ``add(a, scalar_tensor(0))``, which the ONNX exporter folds into the next add, the
+    one that sums in ``b(x)``: the whole ONNX node would bring b's value in as a second input, so a's epilogue
+    stops before it and the region stays a 1x1 conv the templates take."""
+    from ytk_backend_templates.recognise import load_graph, recognise
+    from ytk_backend_templates.regions import Conv1x1Region
+
+    model = tmp_path / "model.py"
+    model.write_text(_BRANCH_SUM)
+    out = tmp_path / "carve"
+    r = prepare(model, out, ["yasp::A=Conv2d@where=blk.a@epilogue"], size="1x8x8")
+    assert r.code == 0, r.stderr
+    cand = CandidatesFile.read(out / "candidates.json").candidates[0]
+    assert cand.input_roles == ["activation", "weight", "bias"], cand.input_roles
+    assert isinstance(recognise(load_graph(out / cand.files.pt2), cand), Conv1x1Region)

@@ -199,6 +199,10 @@ def grow_epilogue(region: Iterable[str], g: FactGraph) -> set[str]:
             return out
         literals = {i for m in step for i in g.nodes[m].inputs if g.is_literal(i)}
         grown = whole_onnx_nodes(out | set(step) | literals, g)
+        if not _fed_from_outside(grown, g) <= _fed_from_outside(out, g):
+            # the exporter fused the step into an ONNX node that also reads another value (``x + 0``
+            # folded into the next add of a branch sum): taking it whole would add an input, not an epilogue
+            return out
         # a getitem that picks a tuple's first value is part of the op that made the tuple
         for name in list(grown):
             for u in g.users.get(name, []):
@@ -207,6 +211,11 @@ def grow_epilogue(region: Iterable[str], g: FactGraph) -> set[str]:
         if grown <= out:
             return out
         out = grown
+
+
+def _fed_from_outside(nodes: set[str], g: FactGraph) -> set[str]:
+    """The non-constant values the nodes read from outside them."""
+    return {i for n in nodes for i in g.nodes[n].inputs if i not in nodes and not g.is_constant(i)}
 
 
 def _next_epilogue_step(value: str, region: set[str], g: FactGraph, reach: int = 24) -> list[str]:
