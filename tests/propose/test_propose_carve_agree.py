@@ -340,7 +340,7 @@ class Model(nn.Module):
         self.a, self.b = SE(32, nn.Sigmoid()), SE(32, nn.Hardsigmoid())
 
     def forward(self, x):
-        return self.b(self.a(x))
+        return torch.nn.functional.gelu(self.b(self.a(x)))   # an activation after an SE is not the SE's
 
 
 def get_fwd_args():
@@ -351,13 +351,15 @@ def get_fwd_args():
 @pytest.mark.slow
 def test_squeeze_excites_told_apart_by_their_gate_are_named_by_it(tmp_path):
     """Two squeeze-excite families alike but for the gate are named by what differs (the gate), not by
-    the ops every squeeze-excite holds (its pool and its product), and each selector carves its module."""
+    the ops every squeeze-excite holds (its pool and its product), and each selector carves its module,
+    without the GELU after it (the SE template fuses nothing after its product)."""
     model = tmp_path / "model.py"
     model.write_text(_TWO_SE)
     report = _propose_all(model, tmp_path / "base", "1x16x16")
     se = sorted(p.name for p in report.candidates if p.kind == "squeeze_excite")
     assert len(se) == 2 and any("HardSigmoid" in n for n in se), se
     assert not any("Mul" in n or "ReduceMean" in n for n in se), se
+    assert not any("@epilogue" in p.selector for p in report.candidates if p.kind == "squeeze_excite")
     r = prepare(model, tmp_path / "carved", [p.selector for p in report.candidates if p.kind == "squeeze_excite"],
                 size="1x16x16")
     assert r.code == 0, r.stderr

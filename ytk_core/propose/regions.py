@@ -114,7 +114,8 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
             continue
         if path in blocks:  # a GEMM the block calls itself: the :around region leaves it out
             continue
-        nodes, epilogue, fx = _module_region(g, facts, path, taken)
+        # a squeeze-excite's region ends at its product: no kernel fuses what follows it
+        nodes, epilogue, fx = _module_region(g, facts, path, taken, epilogue_ok=path not in excite)
         # a transposed conv's weights cannot be lifted: the carve keeps them baked by default (region_module),
         # so its sites are judged by their baked weights, as the carve will carve them
         lift = not any(g.by_name[m].op_type == "ConvTranspose" for m in nodes if m in g.by_name)
@@ -171,7 +172,8 @@ def _heavy_stack(mods: ModuleIndex, facts: FactGraph, onnx_node: str) -> tuple[t
     return tuple((p, mods.cls_of.get(p, "?")) for p in paths)
 
 
-def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str]) -> tuple[list[str], bool, set[str]]:
+def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str],
+                   epilogue_ok: bool = True) -> tuple[list[str], bool, set[str]]:
     """A module's ONNX nodes as the carve will cut them: whole ONNX nodes, plus its pointwise
     epilogue when that lies outside the module and no earlier region (``taken``) holds it (then the
     selector carries ``@epilogue``); and the FX nodes the carve's region holds."""
@@ -179,7 +181,7 @@ def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str]) -
     whole = whole_onnx_nodes(own, facts)
     grown = grow_epilogue(own, facts)
     base, more = _onnx_of(g, facts, whole), _onnx_of(g, facts, grown)
-    if more - base and not (more & taken):
+    if epilogue_ok and more - base and not (more & taken):
         return sorted(more), True, grown
     return sorted(base), False, whole
 
