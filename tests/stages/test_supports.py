@@ -44,25 +44,27 @@ def test_templates_answer_from_the_sketch(sketch, supported):
 
 @pytest.mark.slow
 def test_after_the_carve_the_answer_is_the_recogniser(tmp_path):
-    r = prepare(ZOO, tmp_path, ["yasp::Dw=Conv2d@where=*.conv_dw@epilogue", "yasp::SE=SqueezeExcite"],
-                size="1x16x16")
+    r = prepare(ZOO, tmp_path, ["yasp::Dw=Conv2d@where=*.conv_dw@epilogue", "yasp::SE=SqueezeExcite",
+                                "yasp::Stem=Conv2d@where=stem"], size="1x16x16")
     assert r.code == 0, r.stderr
     cands = {c.name: c for c in CandidatesFile.read(tmp_path / "candidates.json").candidates}
     dw = _templates(SupportRequest(candidate=cands["Dw"], reference=tmp_path / cands["Dw"].files.pt2))
     assert dw.supported and dw.certain and dw.kind == "dwconv" and "hardswish" in dw.why
     se = _templates(SupportRequest(candidate=cands["SE"], reference=tmp_path / cands["SE"].files.pt2))
-    assert not se.supported and se.certain and se.why
+    assert se.supported and se.certain and se.kind == "squeeze_excite" and "gate=sigmoid" in se.why
+    stem = _templates(SupportRequest(candidate=cands["Stem"], reference=tmp_path / cands["Stem"].files.pt2))
+    assert not stem.supported and stem.certain and stem.why  # a dense 3x3 conv
     # the CLI's dry run says the same, exits 3 on a refusal, and starts no job
     ok = ytk_inproc("kernelgen", "compile", "-r", tmp_path / cands["Dw"].files.pt2, "-g", "H200", "--config",
                     "deployment_target=tensorrt", "-o", tmp_path / "Dw.module_source.py", "--dry-run",
                     "--kernelgen", "templates")
     assert ok.code == 0 and "would generate (dwconv)" in ok.stdout, ok.stderr
-    no = ytk_inproc("kernelgen", "compile", "-r", tmp_path / cands["SE"].files.pt2, "-g", "H200", "--config",
-                    "deployment_target=tensorrt", "-o", tmp_path / "SE.module_source.py", "--dry-run",
+    no = ytk_inproc("kernelgen", "compile", "-r", tmp_path / cands["Stem"].files.pt2, "-g", "H200", "--config",
+                    "deployment_target=tensorrt", "-o", tmp_path / "Stem.module_source.py", "--dry-run",
                     "--kernelgen", "templates")
     assert no.code == 3 and "would refuse" in no.stdout and "Traceback" not in no.stderr
     assert "would refuse" not in no.stderr and "error:" not in no.stderr  # said once, not again as an error
-    assert not (tmp_path / "Dw.module_source.py").exists() and not (tmp_path / "SE.module_source.py").exists()
+    assert not (tmp_path / "Dw.module_source.py").exists() and not (tmp_path / "Stem.module_source.py").exists()
 
 
 @pytest.mark.parametrize("answer, why", [
