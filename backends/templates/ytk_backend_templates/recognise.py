@@ -269,7 +269,10 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
     c = xshape[1]
     groups = _groups(g, a, c, wshape[0])
     if not (groups == c and wshape[0] == c and wshape[1] == 1):
-        raise UnsupportedRegion(f"not depthwise: groups={groups}, input channels {c}, weight {list(wshape)}")
+        # the same words as the answer before the carve (supports._from_sketch), with the program's numbers
+        form = "dense" if groups == 1 else f"grouped (groups={groups})"
+        raise UnsupportedRegion(f"a {form} {wshape[2]}x{wshape[3]} conv (input channels {c}, weight {list(wshape)}): "
+                                "templates cover depthwise kxk and 1x1 convs")
     kh, kw = wshape[2], wshape[3]
     sh, sw = _pair(a["stride"], 1)
     ph, pw = _pair(a["padding"], 0)

@@ -243,7 +243,8 @@ class _Baked(torch.nn.Module):
 
 
 @pytest.mark.parametrize("module,args,reason", [
-    (_Dense(), (torch.randn(1, 16, 8, 8), torch.randn(16, 16, 3, 3), torch.randn(16)), "not depthwise"),
+    (_Dense(), (torch.randn(1, 16, 8, 8), torch.randn(16, 16, 3, 3), torch.randn(16)),
+     "^a dense 3x3 conv .*templates cover depthwise kxk and 1x1 convs"),
     (_Dilated(), (torch.randn(1, 16, 8, 8), torch.randn(16, 1, 3, 3), torch.randn(16)), "padding|dilation"),
     (_Mish(), (torch.randn(1, 16, 8, 8), torch.randn(16, 1, 3, 3), torch.randn(16)), "mish"),
     (_Baked(), (torch.randn(1, 16, 8, 8),), "lifted"),
