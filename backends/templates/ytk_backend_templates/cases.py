@@ -143,11 +143,7 @@ def reference_and_tolerance(region: Region, module: Any, inputs: list[Any],
                 lip = ACT_LIPSCHITZ[region.act]
             elif isinstance(region, SERegion):
                 x, params = dev_in[0], dev_in[1:]
-                it = iter(p.abs() for p in params)
-                w1 = next(it)
-                b1 = next(it) if region.has_bias1 else None
-                w2 = next(it)
-                b2 = next(it) if region.has_bias2 else None
+                w1, b1, w2, b2 = region.split_params([p.abs() for p in params])
                 pre = F.conv2d(x.abs().mean((2, 3), keepdim=True), w1, b1) * ACT_LIPSCHITZ[region.act]
                 s = x.abs() * F.conv2d(pre, w2, b2)  # |x| times the |terms| of the gate's pre-activation
                 lip = ACT_LIPSCHITZ[region.gate]

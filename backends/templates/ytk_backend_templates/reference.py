@@ -46,11 +46,7 @@ def torch_region(region: Region) -> Any:
         return pw
     if isinstance(region, SERegion):
         def se(x: Any, *params: Any) -> Any:
-            it = iter(params)
-            w1 = next(it)
-            b1 = next(it) if region.has_bias1 else None
-            w2 = next(it)
-            b2 = next(it) if region.has_bias2 else None
+            w1, b1, w2, b2 = region.split_params(params)
             s = F.conv2d(x.mean((2, 3), keepdim=True), w1, b1)
             s = _ACT[region.gate](F, F.conv2d(_ACT[region.act](F, s), w2, b2))
             return x * s

@@ -8,6 +8,7 @@ site, so kernels are scored on exactly the shapes the engine will run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Upper bound of |f'(x)| per activation: scales the error budget from pre-activation to output.
 ACT_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "hardswish": 1.5, "silu": 1.1, "gelu": 1.13,
@@ -102,9 +103,14 @@ class SERegion:
     has_bias2: bool = True
     kind: str = field(default="squeeze_excite", init=False)
 
-    @property
-    def n_inputs(self) -> int:
-        return 3 + self.has_bias1 + self.has_bias2
+    def split_params(self, params: "list[Any] | tuple[Any, ...]") -> tuple[Any, Any, Any, Any]:
+        """``(w1, b1, w2, b2)`` from the inputs after x, in the node's order (a bias the region lacks: None)."""
+        it = iter(params)
+        w1 = next(it)
+        b1 = next(it) if self.has_bias1 else None
+        w2 = next(it)
+        b2 = next(it) if self.has_bias2 else None
+        return w1, b1, w2, b2
 
     def describe(self) -> str:
         c = f"C{self.channels}->{self.reduced}->{self.channels}" if self.channels else "C dynamic"
