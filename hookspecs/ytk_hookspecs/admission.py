@@ -9,8 +9,11 @@ What one :func:`check_case` does, and which cheat each step catches:
 - every buffer (each input, each output, the workspace) is its own allocation with a canary zone
   on both sides (the buffer's own size, at least 16 MiB and at most 256 MiB), and sentinel blocks lie
   between the groups of buffers: writes outside a buffer, near or far, change a canary;
-- the references, tolerances and the original input bits stay on the host while the kernel runs,
-  where nothing it writes on the device can reach them;
+- the references, tolerances and inputs are fingerprinted before the first launch (three exact integer
+  sums over their bits, kept on the host) and checked against those fingerprints after the last: a
+  kernel that changes an input, or rewrites a reference or a tolerance to match what it wrote, fails.
+  They stay where the caller made them; full-size references are hundreds of MB, and copying them
+  to the host and back for every case cost seconds per variant;
 - outputs are poisoned (every byte 0xFF: NaN for floats) and the workspace filled with 0xFF before
   every run: unwritten outputs and reads of an unset workspace show;
 - the first launch goes on a fresh non-blocking stream while a long sleep occupies the legacy
@@ -57,8 +60,8 @@ SLEEP_CYCLES = 10_000_000
 class AdmissionCase:
     """One set of kernel inputs with the expected outputs.
 
-    ``inputs`` are in the kernel's dtype and layout (any device; a host copy of their bits is kept);
-    ``refs`` and ``tols`` are fp32 in the outputs' logical shapes (moved to the host)."""
+    ``inputs`` are in the kernel's dtype and layout (any device: copied into guarded buffers); ``refs``
+    and ``tols`` are fp32 in the outputs' logical shapes (moved to the device when elsewhere)."""
 
     label: str
     inputs: list[Any]
@@ -125,6 +128,30 @@ def _pattern(nbytes: int, device: Any) -> "torch.Tensor":
     return torch.tensor(CANARY, dtype=torch.uint8, device=device).repeat((nbytes + 1) // 2)[:nbytes]
 
 
+#: elements per slice of a fingerprint (bounds its int64 temporaries to a few hundred MB)
+_FP_SLICE = 1 << 24
+
+
+def _fingerprint(t: "torch.Tensor") -> tuple[int, int, int]:
+    """Three sums over ``t``'s bits as integers, in its logical element order: of the bits, of their squares
+    and of the products of neighbours (order matters to the last). Integer sums wrap modulo 2^64 the same
+    way in any order, so the fingerprint is exact and equal on every device; a change to any element changes
+    it unless the change is forged to keep all three."""
+    import torch
+
+    b = _bits(t.detach()).reshape(-1)
+    n = b.numel()
+    acc = torch.zeros(3, dtype=torch.int64, device=b.device)
+    for s in range(0, n, _FP_SLICE):
+        c = b[s:s + _FP_SLICE + 1].to(torch.int64)  # one element past the slice, for the neighbour product
+        own = c[:min(_FP_SLICE, n - s)]
+        acc[0] += own.sum()
+        acc[1] += (own * own).sum()
+        if c.numel() > 1:
+            acc[2] += (c[:-1] * c[1:]).sum()
+    return tuple(int(x) for x in acc.tolist())  # type: ignore[return-value]
+
+
 def _bits(t: "torch.Tensor") -> "torch.Tensor":
     import torch
 
@@ -156,9 +183,10 @@ def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
                  f"{len(meta.inputs)} and gives {len(meta.outputs)}")
         return res
     device = torch.device(device)
-    host_in = [_bits(t.detach().cpu()).clone() for t in case.inputs]
-    refs = [r.detach().float().cpu() for r in case.refs]
-    tols = [t.detach().float().cpu() for t in case.tols]
+    refs = [r.detach().to(device=device, dtype=torch.float32) for r in case.refs]
+    tols = [t.detach().to(device=device, dtype=torch.float32) for t in case.tols]
+    kept = {"input": [_fingerprint(t) for t in case.inputs], "reference": [_fingerprint(r) for r in refs],
+            "tolerance": [_fingerprint(t) for t in tols]}
     extents = lib.extents([list(t.shape) for t in case.inputs])
     ws_bytes = lib.workspace_bytes(extents)
 
@@ -222,7 +250,7 @@ def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
                      "stream than the one it was given")
     else:
         at_device = snapshot()
-    _check_memory(res, ins, outs, ws, sentinels, host_in, "the first launch")
+    _check_memory(res, ins, outs, ws, sentinels, kept["input"], "the first launch")
 
     # 2. the same launch captured into a CUDA graph and replayed (on the CPU: launched again), each run
     #    equal to the first launch bit for bit
@@ -243,11 +271,16 @@ def check_case(lib: "LauncherLibrary", case: AdmissionCase, device: Any,
                          "uninitialised read, state kept between calls, or work put on another stream than the "
                          "one given, which a graph capture does not record)")
                 break
-        _check_memory(res, ins, outs, ws, sentinels, host_in, "the repeated runs")
+        _check_memory(res, ins, outs, ws, sentinels, kept["input"], "the repeated runs")
 
     # 3. numerics of the first launch (on the device, now that the kernel runs no more)
     res.outputs = [b.view(_dtype(meta.outputs[j].dtype)) for j, b in enumerate(at_device)]
-    _compare(res, [o.float() for o in res.outputs], [r.to(device) for r in refs], [t.to(device) for t in tols])
+    _compare(res, [o.float() for o in res.outputs], refs, tols)
+    for what, tensors in (("reference", refs), ("tolerance", tols)):
+        for j, t in enumerate(tensors):
+            if _fingerprint(t) != kept[what][j]:
+                res.fail(f"the {what} of output {j} changed while the kernel ran (its fingerprint differs): the "
+                         "comparison cannot be trusted")
     if graph is not None:
         res.replay = _Replay(graph, stream, prime, snapshot, at_device)
     return res
@@ -346,13 +379,11 @@ def _capture(lib: "LauncherLibrary", in_ptrs: list[int], out_ptrs: list[int], ex
 
 
 def _check_memory(res: CaseOutcome, ins: list[_Guarded], outs: list[_Guarded], ws: _Guarded | None,
-                  sentinels: list[_Sentinel], host_in: list["torch.Tensor"], when: str) -> None:
-    import torch
-
+                  sentinels: list[_Sentinel], kept_inputs: list[tuple[int, int, int]], when: str) -> None:
     for i, g in enumerate(ins):
         if not g.guards_intact():
             res.fail(f"{when} wrote next to input {i} (its canary changed)")
-        if not torch.equal(_bits(g.tensor.detach()).cpu(), host_in[i]):
+        if _fingerprint(g.tensor) != kept_inputs[i]:
             res.fail(f"{when} changed input {i}")
     for j, g in enumerate(outs):
         if not g.guards_intact():
@@ -438,7 +469,7 @@ def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precisio
                             device: Any, dtypes: list[str]) -> tuple[list[Any], list[Any], str]:
     """For one case: the fp32 references (TF32 off) on the inputs as the engine feeds them, per-element
     tolerances by :data:`BUDGET`, and why the case is unfair ('' when it is not): the region's own ops overflow
-    at the engine precision on these inputs. All on the host.
+    at the engine precision on these inputs. All on ``device``, where :func:`check_case` compares them.
 
     ``dtypes`` are the dtypes the plugin's contract declares for its inputs (``meta.inputs[i].dtype``): at fp16
     an input declared ``float16`` is rounded to fp16 before the reference sees it, as the engine feeds it, and
@@ -473,7 +504,7 @@ def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precisio
     for j, r in enumerate(ref):
         scale = float(r.abs().max()) if r.numel() else 0.0
         tols.append(r.abs() * rel + (4.0 * e[j] + ab * scale + 2.0 ** -24))
-    return [r.cpu() for r in ref], [t.cpu() for t in tols], overflow
+    return ref, tols, overflow
 
 
 def kernel_inputs(meta: Any, logical: list[Any], device: Any) -> list[Any]:

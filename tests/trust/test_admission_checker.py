@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from standin_kernels import StandIn  # noqa: E402
+from standin_kernels import StandIn, tensor_at  # noqa: E402
 from ytk_hookspecs.admission import AdmissionCase, check_case  # noqa: E402
 from ytk_hookspecs.models import PluginMeta, TensorContract  # noqa: E402
 
@@ -64,6 +64,34 @@ def test_each_faulty_kernel_is_caught(fault: str, reason: str) -> None:
     r = check_case(StandIn(_meta(), _fn, fault), _case(), CPU)
     assert not r.ok
     assert any(reason in p for p in r.problems), r.problems
+
+
+class _Forger(StandIn):
+    """A wrong kernel that also rewrites the reference (or the tolerance) in memory to match its output, as a
+    kernel that found the buffer would: the checker compares in place, so only the fingerprint taken before
+    the first launch can tell."""
+
+    def __init__(self, case: AdmissionCase, what: str) -> None:
+        super().__init__(_meta(), _fn, "wrong")
+        self.case, self.what = case, what
+
+    def launch(self, in_ptrs: list[int], out_ptrs: list[int], extents: list[int], ws: Any, stream: Any) -> None:
+        super().launch(in_ptrs, out_ptrs, extents, ws, stream)
+        if self.what == "reference":
+            out = tensor_at(out_ptrs[0], list(self.case.refs[0].shape), torch.float16, True)
+            self.case.refs[0].copy_(out.float())
+        else:
+            self.case.tols[0].fill_(1e9)
+
+
+@pytest.mark.parametrize("what", ["reference", "tolerance"])
+def test_a_kernel_that_rewrites_the_reference_is_caught(what: str) -> None:
+    case = _case()
+    r = check_case(_Forger(case, what), case, CPU)
+    assert not r.ok
+    assert any(f"the {what} of output 0 changed while the kernel ran" in p for p in r.problems), r.problems
+    # the forgery did make its comparison pass: the fingerprint is what caught it
+    assert not any("exceeds its budget" in p for p in r.problems), r.problems
 
 
 def test_a_kernel_that_memorised_one_case_fails_the_next() -> None:
@@ -151,3 +179,19 @@ def test_a_kernel_fed_fp32_weights_is_judged_against_a_reference_fed_the_same(se
 
     wrong = _gate(StandIn(meta, one_weight_wrong), logical, dtypes)
     assert not wrong.ok and any("exceeds its budget" in p for p in wrong.problems), wrong.problems
+
+
+def test_the_fingerprint_is_exact_whatever_its_slices_and_sees_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ytk_hookspecs import admission
+
+    t = torch.randn(3, 5, 7, 11).half().contiguous(memory_format=torch.channels_last)
+    whole = admission._fingerprint(t)
+    monkeypatch.setattr(admission, "_FP_SLICE", 7)
+    assert admission._fingerprint(t) == whole
+    assert admission._fingerprint(t.contiguous()) == whole           # the logical order, not the memory's
+    swapped = t.clone()
+    swapped[0, 0, 0, 0], swapped[0, 0, 0, 1] = t[0, 0, 0, 1], t[0, 0, 0, 0]
+    assert admission._fingerprint(swapped) != whole                   # same values, another order
+    bumped = t.contiguous().clone()
+    bumped.view(torch.int16).view(-1)[100] += 1
+    assert admission._fingerprint(bumped) != whole
