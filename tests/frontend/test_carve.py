@@ -462,3 +462,35 @@ def test_a_region_with_a_non_float_boundary_is_refused_naming_the_tensor(tmp_pat
     if carves:  # the same model carves where its boundary is floating point
         r = prepare(model, tmp_path / "q", [carves], size="")
         assert r.code == 0, r.stderr[-1500:]
+
+
+CONVNEXT = Path(__file__).parents[1] / "data" / "convnext_style_model.py"
+
+
+def test_a_channel_layernorm_joins_a_depthwise_epilogue_with_its_weights_lifted(tmp_path):
+    """ConvNeXt's dw 7x7 + LayerNorm (issue 23): ``@epilogue`` takes the norm with its permutes -- back to NCHW
+    (LayerNorm2d) or not (the NHWC view a Linear reads) -- and lifts its (weight, bias) after the conv's, so
+    blocks whose norms differ share one plugin."""
+    out = tmp_path / "carved"
+    r = prepare(CONVNEXT, out, ["yasp::Ln=Conv2d@where=*.0.conv_dw,*.1.conv_dw@epilogue",
+                                "yasp::LnNhwc=Conv2d@where=*.2.conv_dw,*.3.conv_dw@epilogue"])
+    assert r.code == 0, r.stderr
+    cands = {c.name: c for c in CandidatesFile.read(out / "candidates.json").candidates}
+    for name, permutes in (("Ln", 2), ("LnNhwc", 1)):
+        c = cands[name]
+        assert c.input_roles == ["activation", "weight", "bias", "weight", "bias"], name
+        assert c.op_inventory["aten.layer_norm.default"] == 1 and c.op_inventory["aten.permute.default"] == permutes
+        assert [len(s.inputs) for s in c.sites] == [5, 5]
+        assert c.sites[0].inputs[3].shape == [32]  # the norm's weight
+    out_shapes = {c.name: c.sites[0].outputs[0].shape for c in cands.values()}
+    assert out_shapes == {"Ln": [1, 32, 16, 24], "LnNhwc": [1, 16, 24, 32]}
+    _assert_reproduces_reference(out)
+
+
+def test_a_channel_layernorm_stays_outside_without_epilogue(tmp_path):
+    out = tmp_path / "carved"
+    r = prepare(CONVNEXT, out, ["yasp::Dw=Conv2d@where=*.0.conv_dw,*.1.conv_dw"])
+    assert r.code == 0, r.stderr
+    c = CandidatesFile.read(out / "candidates.json").candidates[0]
+    assert c.input_roles == ["activation", "weight", "bias"]
+    assert "aten.layer_norm.default" not in c.op_inventory

@@ -75,3 +75,51 @@ def test_part_selector():
         parse_selector("A=Attention2d:around@part=x")
     with pytest.raises(SelectorError, match="@part only once"):
         parse_selector("A=Attention2d:around@part=1@part=2")
+
+
+# -- a channel LayerNorm in a conv's epilogue (ConvNeXt) -----------------------------------------------------
+def _ln_graph(back: bool = True, to_nhwc=(1, 16, 24, 32), weight=(32,), native: bool = False,
+              extra_user: bool = False) -> FactGraph:
+    """x -> conv (NCHW [1, 32, 16, 24]) -> permute -> layer_norm(w, b) [-> getitem] [-> permute back] -> out."""
+    shp = {"x": (1, 32, 16, 24), "p_w": (32, 1, 7, 7), "p_b": (32,), "p_g": weight, "p_beta": (32,)}
+    nodes = [NodeFacts(name=n, op="placeholder", target=n, inputs=(), modules=(), onnx=(), shapes=(s,))
+             for n, s in shp.items()]
+
+    def call(name, op, ins, out):
+        nodes.append(NodeFacts(name=name, op="call_function", target=f"aten.{op}.default", inputs=tuple(ins),
+                               modules=("",), onnx=(name.upper(),), shapes=(out,)))
+
+    call("conv", "conv2d", ["x", "p_w", "p_b"], (1, 32, 16, 24))
+    call("nhwc", "permute", ["conv"], to_nhwc)
+    last = "ln"
+    call("ln", "native_layer_norm" if native else "layer_norm", ["nhwc", "p_g", "p_beta"], to_nhwc)
+    if native:
+        call("ln0", "getitem", ["ln"], to_nhwc)
+        last = "ln0"
+    if back:
+        call("nchw", "permute", [last], (1, 32, 16, 24))
+        last = "nchw"
+    call("after", "relu", [last], (1, 32, 16, 24) if back else to_nhwc)
+    if extra_user:
+        call("peek", "relu", ["nhwc"], to_nhwc)
+    return FactGraph(nodes, ("p_w", "p_b", "p_g", "p_beta"))
+
+
+@pytest.mark.parametrize("kw, taken", [
+    ({}, {"nhwc", "ln", "nchw", "after"}),                       # LayerNorm2d, and the ReLU after it too
+    ({"back": False}, {"nhwc", "ln", "after"}),                   # the NHWC view goes on (to a Linear in timm)
+    ({"native": True}, {"nhwc", "ln", "ln0", "nchw", "after"}),
+    ({"to_nhwc": (1, 24, 16, 32)}, set()),                        # not the channels-last permute
+    ({"weight": (24,)}, set()),                                   # a norm over another dim
+    ({"extra_user": True}, set()),                                # the NHWC view is read elsewhere too
+])
+def test_a_channel_layernorm_joins_an_epilogue(kw, taken):
+    from ytk_core.frontend.region_rules import grow_epilogue
+
+    g = _ln_graph(**kw)
+    region = grow_epilogue({"conv"}, g)
+    assert region - {"conv"} == taken
+    read = {i for n in region for i in g.nodes[n].inputs if i in g.weights}
+    assert read == ({"p_w", "p_b", "p_g", "p_beta"} if taken else {"p_w", "p_b"})
+    assert baked_weights(region, g) == []                       # the conv's pair and the norm's pair are lifted
+    assert set(baked_weights(region, g, lift=False)) == read    # @lift=none bakes them all

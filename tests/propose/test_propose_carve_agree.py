@@ -363,3 +363,18 @@ def test_squeeze_excites_told_apart_by_their_gate_are_named_by_it(tmp_path):
     r = prepare(model, tmp_path / "carved", [p.selector for p in report.candidates if p.kind == "squeeze_excite"],
                 size="1x16x16")
     assert r.code == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_a_depthwise_conv_with_its_channel_layernorm_is_one_named_region(tmp_path):
+    """ConvNeXt's dw 7x7 + LayerNorm (issue 23): proposed as one region per spelling, named by the norm (``Ln``:
+    back to NCHW; ``LnNhwc``: the NHWC view a Linear reads), the norms' own weights no reason to split the
+    family (the carve lifts them), and every selector carves with its sites."""
+    model = REPO / "tests" / "data" / "convnext_style_model.py"
+    report = _propose_all(model, tmp_path / "base", "1x64x96")
+    dw = {p.name: p for p in report.candidates if p.kind == "depthwise_conv"}
+    assert set(dw) == {"DwConv7x7s1LnC32", "DwConv7x7s1LnNhwcC32"}, sorted(dw)
+    assert all(len(p.sites) == 2 and "@epilogue" in p.selector for p in dw.values())
+    assert "LayerNorm" in dw["DwConv7x7s1LnC32"].label
+    r = prepare(model, tmp_path / "carved", [p.selector for p in dw.values()], size="1x64x96")
+    assert r.code == 0, r.stderr

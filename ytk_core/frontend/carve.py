@@ -444,9 +444,9 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
     constant_axes = [[all(s[i].shape[a] == site_inputs[0][i].shape[a] for s in site_inputs)
                       for a in range(site_inputs[0][i].dim())] for i in range(n_in)]
     n_act = len(plan.sites[0].spec.activations)
-    n_conv = len(plan.sites[0].spec.convs)
-    arg_names = [f"in{i}" for i in range(n_act)] + [x for j in range(n_conv) for x in (f"w{j}", f"b{j}")]
-    roles = ["activation"] * n_act + ["weight", "bias"] * n_conv
+    n_pairs = len(plan.sites[0].spec.convs) + len(plan.sites[0].spec.norms)  # lifted (weight, bias) pairs
+    arg_names = [f"in{i}" for i in range(n_act)] + [x for j in range(n_pairs) for x in (f"w{j}", f"b{j}")]
+    roles = ["activation"] * n_act + ["weight", "bias"] * n_pairs
     dynamic = {arg_names[i]: [a for a, c in enumerate(axes) if not c] for i, axes in enumerate(constant_axes)
                if not all(axes)}
     from .op_attrs import merged_region_ops

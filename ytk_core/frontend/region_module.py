@@ -1,8 +1,9 @@
 """Turn one site's FX nodes into a standalone torch module: the plugin's reference semantics.
 
 The module takes the node's inputs in the custom-op node's order (activations, then one folded
-(weight, bias) pair per lifted conv) and returns its outputs. BatchNorm following a lifted conv is
-folded into that pair, exactly as the engine will see the weights.
+(weight, bias) pair per lifted conv, then one (weight, bias) pair per LayerNorm a lifting region holds)
+and returns its outputs. BatchNorm following a lifted conv is folded into that pair, exactly as the
+engine will see the weights.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .region_rules import FactGraph, baked_weights
+from .region_rules import LN_BASES, FactGraph, baked_weights
 from .regions import is_conv, is_transposed_conv, op_name
 
 
@@ -25,6 +26,7 @@ class RegionSpec:
     outputs: list[Any]                 # region nodes consumed outside (or graph outputs)
     convs: list[Any] = field(default_factory=list)       # lifted convs in call order
     folded_bn: dict[Any, Any] = field(default_factory=dict)  # conv -> bn node folded into it
+    norms: list[Any] = field(default_factory=list)       # LayerNorms whose (weight, bias) are lifted, in call order
     baked: list[Any] = field(default_factory=list)       # weight placeholders kept inside the region
 
 
@@ -85,6 +87,16 @@ def _bn_parts(bn: Any) -> tuple[Any, Any, Any, Any, float]:
     return a[1], a[2], a[3], a[4], float(a[6])
 
 
+def _norm_parts(n: Any) -> tuple[Any, Any]:
+    """(weight, bias) of aten.layer_norm / native_layer_norm (either may be None)."""
+    a = list(n.args) + [None] * 5
+    return (a[2] if len(n.args) > 2 else n.kwargs.get("weight"), a[3] if len(n.args) > 3 else n.kwargs.get("bias"))
+
+
+def is_layer_norm(n: Any) -> bool:
+    return n.op == "call_function" and op_name(n).split(".")[0] in LN_BASES
+
+
 def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], lift: str | None,
             where: str, facts: FactGraph) -> tuple[RegionSpec, str]:
     """Find the region's boundary and decide which convs are lifted; returns (spec, lift mode used).
@@ -140,17 +152,28 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
             users = list(c.users)
             if len(users) == 1 and users[0] in inside and _is_bn(users[0]):
                 spec.folded_bn[c] = users[0]
+        # region_rules.lifted_norm on the traced graph: a LayerNorm whose weight is a parameter
+        for n in nodes:
+            w = _norm_parts(n)[0] if is_layer_norm(n) else None
+            if w is not None and getattr(w, "op", "") == "placeholder" and w.name in weight_names:
+                spec.norms.append(n)
     return spec, mode
 
 
 def folded_weights(spec: RegionSpec, values: dict[str, Any]) -> list[tuple[Any, Any]]:
-    """Per lifted conv: (weight, bias) with any following BatchNorm folded in (float32)."""
+    """Per lifted conv: (weight, bias) with any following BatchNorm folded in; then per lifted LayerNorm its
+    (weight, bias), a zero bias where it has none (float32)."""
     import torch
 
     pairs = []
     with torch.no_grad():
         for c in spec.convs:
             pairs.append(_fold_one(spec, c, values))
+        for n in spec.norms:
+            w, b = _norm_parts(n)
+            wt = values[w.name].detach().float().contiguous()
+            bt = values[b.name].detach().float().contiguous() if b is not None else torch.zeros_like(wt)
+            pairs.append((wt, bt))
     return pairs
 
 
@@ -174,7 +197,7 @@ def _fold_one(spec: RegionSpec, c: Any, values: dict[str, Any]) -> tuple[Any, An
 
 
 def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
-    """A GraphModule: forward(activations..., w0, b0, w1, b1, ...) -> outputs."""
+    """A GraphModule: forward(activations..., w0, b0, w1, b1, ...) -> outputs (conv pairs, then norm pairs)."""
     import torch
     from torch import fx, nn
 
@@ -183,7 +206,7 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
     for i, a in enumerate(spec.activations):
         env[a] = g.placeholder(f"in{i}")
     lifted: dict[Any, tuple[Any, Any]] = {}
-    for k, c in enumerate(spec.convs):
+    for k, c in enumerate(spec.convs + spec.norms):
         lifted[c] = (g.placeholder(f"w{k}"), g.placeholder(f"b{k}"))
     root = nn.Module()
     for j, p in enumerate(spec.baked):
@@ -191,7 +214,13 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
         env[p] = g.get_attr(f"const{j}")
     folded_bn = {bn: c for c, bn in spec.folded_bn.items()}
     for n in spec.nodes:
-        if n in lifted:
+        if n in lifted and is_layer_norm(n):
+            args = list(n.args) + [None] * max(0, 4 - len(n.args))
+            args[0] = env[args[0]]
+            args[2], args[3] = lifted[n]
+            kwargs = {k: v for k, v in n.kwargs.items() if k not in ("weight", "bias")}
+            env[n] = g.call_function(n.target, tuple(args), kwargs)
+        elif n in lifted:
             x, _, _, stride, padding, dilation, groups = _conv_parts(n)
             w, b = lifted[n]
             groups_arg: Any = int(groups)

@@ -58,6 +58,7 @@ class NodeFacts:
     inputs: tuple[str, ...]     # producer node names, in argument order
     modules: tuple[str, ...]    # module paths from the root to the innermost owner ("" first)
     onnx: tuple[str, ...]       # the ONNX nodes it became
+    shapes: tuple[tuple[Any, ...], ...] = ()   # its output's shape, then each input tensor's (when traced)
 
     @property
     def base(self) -> str:
@@ -102,8 +103,10 @@ class FactGraph:
         facts = []
         for n in fx.nodes:
             ins = tuple(a for a in _flat(n.args) if isinstance(a, str) and a in names)
+            shapes = tuple(tuple(t.shape) for t in (n.outputs[:1] + list(n.inputs)))
             facts.append(NodeFacts(name=n.name, op=n.op, target=str(n.target), inputs=ins,
-                                   modules=tuple(f.path for f in n.module_stack), onnx=tuple(n.onnx_nodes)))
+                                   modules=tuple(f.path for f in n.module_stack), onnx=tuple(n.onnx_nodes),
+                                   shapes=shapes))
         if weights is None:
             weights = [n.name for n in fx.nodes if n.op == "placeholder" and _is_weight_name(n.name)]
         return cls(facts, weights)
@@ -194,7 +197,7 @@ def grow_epilogue(region: Iterable[str], g: FactGraph) -> set[str]:
         outs = _value_outputs(out, g)
         if len(outs) != 1:
             return out
-        step = _next_epilogue_step(outs[0], out, g)
+        step = _next_epilogue_step(outs[0], out, g) or _channel_norm_step(outs[0], out, g)
         if not step:
             return out
         literals = {i for m in step for i in g.nodes[m].inputs if g.is_literal(i)}
@@ -238,6 +241,51 @@ def _next_epilogue_step(value: str, region: set[str], g: FactGraph, reach: int =
         if ok:
             return sorted(step, key=g.order.get)
     return []
+
+
+#: LayerNorm spellings an epilogue takes when they normalise the channels of an NCHW value
+LN_BASES = ("layer_norm", "native_layer_norm")
+
+
+def _channel_norm_step(value: str, region: set[str], g: FactGraph) -> list[str]:
+    """A LayerNorm over the channels of the NCHW ``value``, spelled as timm writes it: ``permute(0, 2, 3, 1)``,
+    ``layer_norm`` over the last dim (its weight and bias constants), and -- LayerNorm2d -- ``permute(0, 3, 1,
+    2)`` back, taken when it is the norm's only consumer (ConvNeXt with conv_mlp=False and EdgeNeXt go on in
+    NHWC into a Linear: the step then ends at the norm). Each value in it has that one consumer. The norm is
+    per pixel, so a kernel computing the pixel's channels fuses it like an activation."""
+    def only_user(name: str) -> NodeFacts | None:
+        users = g.users.get(name, [])
+        return g.nodes[users[0]] if len(users) == 1 and users[0] not in region else None
+
+    src = g.nodes.get(value)
+    to_nhwc = only_user(value)
+    if src is None or to_nhwc is None or to_nhwc.base != "permute" or not src.shapes:
+        return []
+    nchw = src.shapes[0]
+    if len(nchw) != 4 or not to_nhwc.shapes or tuple(to_nhwc.shapes[0]) != (nchw[0], nchw[2], nchw[3], nchw[1]):
+        return []
+    norm = only_user(to_nhwc.name)
+    if norm is None or norm.base not in LN_BASES or not norm.inputs or norm.inputs[0] != to_nhwc.name:
+        return []
+    params = norm.inputs[1:]
+    if not all(g.is_constant(i) and i in g.weights for i in params):
+        return []
+    # over the channels alone: its weight (when it has one) is [C]; the output keeps the input's shape
+    wshape = g.nodes[params[0]].shapes[0] if params and g.nodes[params[0]].shapes else None
+    if wshape is not None and tuple(wshape) != (nchw[1],):
+        return []
+    step = [to_nhwc.name, norm.name]
+    last = norm
+    if norm.base == "native_layer_norm":  # (out, mean, rstd): only the first may be read
+        users = [g.nodes[u] for u in g.users.get(norm.name, [])]
+        if len(users) != 1 or users[0].base != "getitem":
+            return []
+        last = users[0]
+        step.append(last.name)
+    back = only_user(last.name)
+    if back is not None and back.base == "permute" and back.shapes and tuple(back.shapes[0]) == tuple(nchw):
+        step.append(back.name)
+    return step
 
 
 def _ancestors_within(y: str, pool: set[str], g: FactGraph) -> set[str]:
@@ -290,7 +338,9 @@ BN_BASES = ("_native_batch_norm_legit_no_training", "batch_norm", "_native_batch
 def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> list[str]:
     """The weights (parameters, buffers, lifted constants) a region's program keeps inside it, in
     first-use order: every weight its nodes read, less, when convs are lifted (``lift``, the carve's
-    default), each conv's own weight and bias and the parameters of a BatchNorm folded into it.
+    default), each conv's own weight and bias and the parameters of a BatchNorm folded into it, and each
+    LayerNorm's weight and bias when the region lifts a conv (a channel norm in a conv's epilogue, see
+    :func:`grow_epilogue`); a region without a conv lifts nothing.
 
     One plugin runs one program at every site, so sites that bake different values cannot share a
     plugin: the carve refuses them, and propose gives such a region a family of its own per site."""
@@ -304,8 +354,13 @@ def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> lis
     if not lift:
         return read
     lifted: set[str] = set()
+    if not any(g.nodes[name].op == "call_function" and g.nodes[name].base in CONV_BASES for name in names):
+        return read
     for name in names:
         n = g.nodes[name]
+        if lifted_norm(n, g):
+            lifted.update(i for i in n.inputs[1:] if i in g.weights)  # a norm's affine: one more lifted pair
+            continue
         if n.op != "call_function" or n.base not in CONV_BASES:
             continue
         lifted.update(i for i in n.inputs[1:] if i in g.weights)
@@ -313,6 +368,11 @@ def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> lis
         if len(users) == 1 and users[0] in inside and g.nodes[users[0]].base in BN_BASES:
             lifted.update(i for i in g.nodes[users[0]].inputs[1:] if i in g.weights)
     return [w for w in read if w not in lifted]
+
+
+def lifted_norm(n: NodeFacts, g: FactGraph) -> bool:
+    """A LayerNorm whose weight is a parameter: a lifting carve passes its (weight, bias) as one pair."""
+    return n.op == "call_function" and n.base in LN_BASES and len(n.inputs) > 1 and n.inputs[1] in g.weights
 
 
 # -- convexity --------------------------------------------------------------------------------------

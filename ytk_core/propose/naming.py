@@ -31,6 +31,7 @@ def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     dil = f" {_dil(sig)}" if _dil(sig) else ""
     dil += f" +{'+'.join(sig.get('extra_ops') or ())}" if tag else ""
     pre = "transposed " if sig.get("transpose") else ""
+    dil += {"Ln": " + LayerNorm", "LnNhwc": " + LayerNorm (NHWC out)"}.get(sig.get("norm") or "", "")
     if kind == "depthwise_conv":
         return f"{pre}depthwise {k} s{s}{dil}"
     if kind == "grouped_conv":
@@ -86,7 +87,7 @@ def _ident(text: str) -> str:
 
 def op_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     """The op part of a plugin name: ``DwConv3x3s1``, ``Conv1x1s1``, ``LiteMLA``."""
-    k, s, d = _dims(sig.get("k")), _stride(sig.get("stride")), _dil(sig) + tag
+    k, s, d = _dims(sig.get("k")), _stride(sig.get("stride")), _dil(sig) + (sig.get("norm") or "") + tag
     conv = "Deconv" if sig.get("transpose") else "Conv"
     if kind == "depthwise_conv":
         return _ident(f"Dw{conv}{k}s{s}{d}")

@@ -260,6 +260,11 @@ def _describe(g: OnnxGraph, r: Region) -> None:
         inv[op] = inv.get(op, 0) + 1
     r.sig["ops"] = tuple(sorted(inv.items()))
     r.sig["extra_ops"] = tuple(sorted(op for op in inv if op != a.op_type))
+    if a.op_type == "Conv" and r.kind not in ("squeeze_excite", "attention") and inv.get("LayerNormalization"):
+        # a LayerNorm over the conv's channels (its epilogue): part of what the kernel computes, so part of every
+        # name; its permutes only say whether the result leaves in NCHW (LayerNorm2d) or NHWC (a Linear follows)
+        r.sig["norm"] = "Ln" if inv.get("Transpose", 0) >= 2 else "LnNhwc"
+        r.sig["extra_ops"] = tuple(op for op in r.sig["extra_ops"] if op not in ("LayerNormalization", "Transpose"))
     if r.kind == "squeeze_excite":
         # what every squeeze-excite holds (its pool, its convs, the gate's product) names none of them apart
         r.sig["extra_ops"] = tuple(op for op in r.sig["extra_ops"] if op not in ("Mul", "ReduceMean", *_POOLS))
