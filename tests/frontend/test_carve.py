@@ -117,6 +117,7 @@ def test_foreign_files_survive_and_recarve_refreshes(evit_carved, plain_copy):
 
 @pytest.mark.parametrize("selectors, expect", [
     (["yasp::X=Conv2dd"], "Closest classes: Conv2d"),
+    (["yasp::X=Qqqqqqqqqq"], r"Closest classes: none like 'Qqqqqqqqqq'; there are \S.*\(\d+ in all\)"),
     (["yasp::X=ConvNormAct@where=*nowhere*"], "none matches @where"),
     (["yasp::X=LiteMLA@lift=fold_conv_bn"], "fold_conv_bn_seq"),
     (["yasp::A=Conv2d@where=*aggreg.0.0", "yasp::B=mod:aggreg.0.0"], "both claim"),

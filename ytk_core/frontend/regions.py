@@ -201,7 +201,12 @@ def _glob_ok(path: str, sel: Selector) -> bool:
 def _closest(word: str, pool: list[str], n: int = 5) -> str:
     pool = [p for p in pool if p]  # the root module's path is empty: no selector can name it by path
     close = difflib.get_close_matches(word, pool, n=n, cutoff=0.4)
-    return ", ".join(close) if close else ", ".join(sorted(pool)[:n])
+    if close:
+        return ", ".join(close)
+    # nothing alike: say so, rather than offer the alphabet's first names as if they were near
+    names = sorted(set(pool))
+    more = f", ... ({len(names)} in all)" if len(names) > n else ""
+    return f"none like {word!r}; there are {', '.join(names[:n])}{more}" if names else "none"
 
 
 def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
