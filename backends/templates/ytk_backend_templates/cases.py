@@ -13,6 +13,20 @@ is two fp16 roundings of the output, the second covers fp32 accumulation in a di
 the reference (kernel and reference both), the third fp16 subnormals. A wrong tap, weight, channel
 or group shows up as an error of the order of S itself, thousands of times over budget.
 
+A depthwise conv + LayerNorm (``dwconv_ln``) carries the conv's bound through the norm of each pixel.
+With y the conv's output, m and v its mean and variance over the pixel's C channels, r = 1/sqrt(v +
+eps), u = (y - m) r and an error e_c <= E_c = 2^-15 Sc in y_c (Sc = sum |w||x| + |b|, the depthwise
+S), to first order the normalised value moves by r (e_c - mean e) + u_c dr/r, and |dr/r| = |dv| r^2 / 2
+<= r mean(|u_i| |e_i - mean e|); so
+
+    |du_c| <= r (E_c + mean E + |u_c| mean(|u_i| (E_i + mean E)))
+
+and the output gamma_c u_c + beta_c by |gamma_c| times that. The fp32 sums of the mean and the
+variance (a lane's C/32 values and a warp's shuffle tree, exact two passes) stay far inside the
+2^-15 of E (relative errors near 2^-18); 2^-16 |gamma u| covers the variance's, the reciprocal
+square root's and the affine's own roundings, 2^-20 |beta| the last addition; the fp16 output is the
+2^-10 |ref| term as everywhere.
+
 A variant that declares ``weights="fp16"`` (the depthwise tensor-core taps: the mma's B operand is
 fp16, as in TensorRT's own fp16 kernels) adds the bound of its weights' rounding, 2^-11 * L * Sw
 with Sw = sum |w||x|: still hundreds of times below the error of a wrong tap or channel.
@@ -26,13 +40,16 @@ from typing import Any
 
 import numpy as np
 
-from .regions import (ACT_LIPSCHITZ, Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape,
-                      is_weight)
+from .regions import (ACT_LIPSCHITZ, Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion, Region, SERegion,
+                      SiteShape, is_weight)
 
 ERROR_BUDGET = ("per element |out - ref| <= 2^-10*|ref| + 2^-15*L*S + 2^-24, ref = the region's .pt2 in fp32 "
                 "(TF32 off) on the same fp16-quantised inputs, S = sum of |terms| accumulated into that element "
                 "(depthwise: sum|w||x| + |b|; LiteMLA: attention-weighted mean of |v|; squeeze-excite: |x| times the "
-                "gate's slope bound times the |terms| of its pre-activation), L = activation slope bound; "
+                "gate's slope bound times the |terms| of its pre-activation; depthwise + LayerNorm: the conv's "
+                "bound Sc = sum|w||x| + |b| carried through the norm of its pixel, |gamma| r (Sc + mean Sc + |u| "
+                "mean(|u| (Sc + mean Sc))) + 2^-1 |gamma u| + 2^-5 |beta|, u the normalised value, r = 1/sqrt(var + "
+                "eps)), L = activation slope bound; "
                 "outputs must also be finite and fully written; variants with fp16 weights (params weights=fp16) "
                 "add 2^-11*L*Sw, Sw = sum|w||x|, the bound of the weights' rounding")
 
@@ -84,6 +101,15 @@ def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int, device
         if region.has_bias:
             ins.append(randn(shapes[2]))
         return ins
+    if isinstance(region, DwConvLNRegion):
+        x = randn(shapes[0])
+        if dist == "large":
+            x = x * 300.0
+        elif dist == "offset":
+            x = x * 0.5 + 3.0
+        w0, *rest = shapes[1:]
+        # the conv's taps scaled by 1/k (outputs O(|x|)); bias, the norm's gamma and beta as drawn
+        return [x.half().float(), randn(w0) / region.k] + [randn(shp) for shp in rest]
     if isinstance(region, SERegion):
         x = randn(shapes[0])
         if dist == "large":
@@ -147,6 +173,9 @@ def reference_and_tolerance(region: Region, module: Any, inputs: list[Any],
                 pre = F.conv2d(x.abs().mean((2, 3), keepdim=True), w1, b1) * ACT_LIPSCHITZ[region.act]
                 s = x.abs() * F.conv2d(pre, w2, b2)  # |x| times the |terms| of the gate's pre-activation
                 lip = ACT_LIPSCHITZ[region.gate]
+            elif isinstance(region, DwConvLNRegion):
+                s = _dwln_terms(region, dev_in)
+                lip = 1.0
             else:
                 abs_in = [_abs_v(t, region.dim) for t in dev_in]
                 s = _first(module(*abs_in)).float()
@@ -155,6 +184,25 @@ def reference_and_tolerance(region: Region, module: Any, inputs: list[Any],
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
     tol = ref.abs() * 2.0 ** -10 + s * (lip * 2.0 ** -15) + 2.0 ** -24
     return ref, tol, tol_w16
+
+
+def _dwln_terms(region: DwConvLNRegion, dev_in: list[Any]) -> Any:
+    """S of a depthwise conv + LayerNorm (see the module doc), in the output's layout: times 2^-15 it bounds
+    the conv's accumulation error carried through the pixel's norm, plus the norm's own roundings."""
+    import torch.nn.functional as F
+
+    x, params = dev_in[0], dev_in[1:]
+    w0, b0, w1, b1 = region.split_params(params)
+    c = x.shape[1]
+    y = F.conv2d(x, w0, b0, region.stride, region.pad, 1, c)
+    sc = F.conv2d(x.abs(), w0.abs(), b0.abs() if b0 is not None else None, region.stride, region.pad, 1, c)
+    m = y.mean(1, keepdim=True)
+    r = (y.var(1, unbiased=False, keepdim=True) + region.eps).rsqrt()
+    u = ((y - m) * r).abs()
+    s_mean = sc.mean(1, keepdim=True)
+    gamma, beta = w1.abs().view(1, -1, 1, 1), b1.abs().view(1, -1, 1, 1)
+    s = gamma * r * (sc + s_mean + u * (u * (sc + s_mean)).mean(1, keepdim=True)) + 0.5 * gamma * u + beta / 32.0
+    return s if region.closed else s.permute(0, 2, 3, 1)
 
 
 def _abs_v(t: Any, d: int) -> Any:

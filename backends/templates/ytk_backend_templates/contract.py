@@ -11,7 +11,8 @@ import re
 
 from ytk_hookspecs.models import Candidate, PluginMeta, TensorContract
 
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape, is_weight
+from .regions import (Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape,
+                      is_weight)
 
 
 def launcher_symbols(plugin_name: str) -> tuple[str, str]:
@@ -57,6 +58,8 @@ def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", versi
         return _conv1x1_meta(region, plugin_name, namespace, version, candidate, deployment_target)
     if isinstance(region, SERegion):
         return _se_meta(region, plugin_name, namespace, version, candidate, deployment_target)
+    if isinstance(region, DwConvLNRegion):
+        return _dwln_meta(region, plugin_name, namespace, version, candidate, deployment_target)
     assert isinstance(region, LiteMLARegion)
     d = region.dim
     if region.joined:
@@ -123,6 +126,28 @@ def _se_meta(region: SERegion, plugin_name: str, namespace: str, version: str, c
                       launcher=launcher, workspace=workspace, constraints=constraints)
 
 
+def _dwln_meta(region: DwConvLNRegion, plugin_name: str, namespace: str, version: str, candidate: Candidate | None,
+               deployment_target: str) -> PluginMeta:
+    """Inputs x (fp16 kHWC8), the conv's w0 (+ b0) and the norm's w1, b1 (fp32). The output is the same NHWC
+    bytes in either form: logical NCHW in kHWC8 (closed, LayerNorm2d) or the NHWC tensor itself in kLINEAR."""
+    launcher, _ = launcher_symbols(plugin_name)
+    k, s, p = region.k, region.stride, region.pad
+    roles = ["x", "w0"] + (["b0"] if region.has_bias else []) + ["w1", "b1"]
+    names, y = _names(candidate, len(roles), roles, "y")
+    shapes = {"x": ["N", "C", "H", "W"], "w0": ["C", "1", str(k), str(k)], "b0": ["C"], "w1": ["C"], "b1": ["C"]}
+    inputs = [TensorContract(name=names[0], dtype="float16", format="kHWC8", role="activation", shape=shapes["x"])]
+    inputs += [TensorContract(name=n, dtype="float32", format="kLINEAR", role="weight" if r[0] == "w" else "bias",
+                              shape=shapes[r]) for n, r in zip(names[1:], roles[1:])]
+    extents = {"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]",
+               "HO": f"(H + {2 * p} - {k})//{s} + 1", "WO": f"(W + {2 * p} - {k})//{s} + 1"}
+    constraints = ["C % 8 == 0"] + ([f"C == {region.channels}"] if region.channels else [])
+    out = (TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "C", "HO", "WO"]) if region.closed
+           else TensorContract(name=y, dtype="float16", format="kLINEAR", shape=["N", "HO", "WO", "C"]))
+    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
+                      deployment_target=deployment_target, inputs=inputs, outputs=[out], accumulation="float32",
+                      extents=extents, launcher=launcher, workspace=None, constraints=constraints)
+
+
 def output_shape(region: Region, site: SiteShape) -> tuple[int, ...]:
     x = site.inputs[0]
     if isinstance(region, Conv1x1Region):
@@ -132,6 +157,9 @@ def output_shape(region: Region, site: SiteShape) -> tuple[int, ...]:
         return (x[0], x[1], ho, wo)
     if isinstance(region, SERegion):
         return tuple(x)
+    if isinstance(region, DwConvLNRegion):
+        ho, wo = region.out_hw(x[2], x[3])
+        return (x[0], x[1], ho, wo) if region.closed else (x[0], ho, wo, x[1])
     c_total = x[1] * (2 if region.joined else 1)
     return (x[0], c_total // 3, x[2], x[3])
 

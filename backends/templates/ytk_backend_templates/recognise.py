@@ -20,7 +20,7 @@ from ytk_hookspecs.errors import UnsupportedRegion
 from ytk_hookspecs.models import Candidate
 
 from . import emit_dwconv
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape
+from .regions import Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion, Region, SERegion, SiteShape
 from .supports import ONLY_2D
 
 _CONV = {"aten.conv2d.default", "aten.convolution.default", "aten._convolution.default"}
@@ -46,6 +46,11 @@ _MATMUL = {"aten.matmul.default", "aten.bmm.default", "aten.mm.default", "aten.e
 #: ``F.adaptive_avg_pool2d(x, 1)``.
 _POOL = {"aten.mean.dim", "aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default"}
 _MUL = {"aten.mul.Tensor", "aten.mul_.Tensor"}
+#: A LayerNorm, as torch.export writes ``F.layer_norm`` and its decomposition (``native_layer_norm`` and the
+#: ``getitem`` of its first result).
+_LN = {"aten.layer_norm.default", "aten.native_layer_norm.default"}
+_PERMUTE = {"aten.permute.default"}
+_GETITEM = {"<built-in function getitem>", "_operator.getitem"}
 #: Shape queries of a graph exported with dynamic shapes: they compute no tensor data.
 _SHAPE_OPS = {"aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int"}
 #: How an exported graph spells Python's ``//`` on symbolic sizes (e.g. groups = C // 16).
@@ -265,6 +270,19 @@ def _is_pointwise(g: RegionGraph) -> bool:
 
 def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
     conv = _the_conv(g)
+    a, c, kh, sh, has_bias = _depthwise_geometry(g, conv)
+    act, residual = _conv_chain(g, conv, residual_of=a["input"])
+    if residual and sh != 1:
+        raise UnsupportedRegion(f"a residual add after a stride-{sh} convolution: the input and output shapes differ")
+    expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
+    if g.inputs != expected_inputs:
+        raise UnsupportedRegion(f"input order {g.inputs}: the depthwise template takes (x, weight, bias)")
+    return DwConvRegion(k=kh, stride=sh, act=act, channels=c, has_bias=has_bias, residual=residual)
+
+
+def _depthwise_geometry(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], int, int, int, bool]:
+    """The conv's arguments, channels, kernel size, stride and whether it has a bias, when it is a square
+    1/3/5/7 depthwise conv at stride 1 or 2 with 'same' padding; else the reason it is not."""
     a, wshape, xshape, has_bias = _conv_operands(g, conv)
     c = xshape[1]
     groups = _groups(g, a, c, wshape[0])
@@ -286,13 +304,7 @@ def _recognise_dwconv(g: RegionGraph) -> DwConvRegion:
         raise UnsupportedRegion(f"padding {ph}x{pw}: templates cover 'same' padding k//2 = {kh // 2}")
     if (dh, dw) != (1, 1):
         raise UnsupportedRegion(f"dilation {dh}x{dw}: templates cover dilation 1")
-    act, residual = _conv_chain(g, conv, residual_of=a["input"])
-    if residual and sh != 1:
-        raise UnsupportedRegion(f"a residual add after a stride-{sh} convolution: the input and output shapes differ")
-    expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
-    if g.inputs != expected_inputs:
-        raise UnsupportedRegion(f"input order {g.inputs}: the depthwise template takes (x, weight, bias)")
-    return DwConvRegion(k=kh, stride=sh, act=act, channels=c, has_bias=has_bias, residual=residual)
+    return a, c, kh, sh, has_bias
 
 
 # -- pointwise convolution -------------------------------------------------------------------------
@@ -424,6 +436,133 @@ def _is_se(g: RegionGraph) -> bool:
     return sum(o.target in _CONV for o in g.ops) == 2 and any(o.target in _POOL for o in g.ops)
 
 
+# -- depthwise conv + LayerNorm over the channels ---------------------------------------------------
+#: what a dwconv_ln region is, in its refusals' words
+_DWLN = ("templates fuse a depthwise conv with a LayerNorm over its channels: permute(0, 2, 3, 1), layer_norm "
+         "over [C] with its weight and bias, then optionally permute(0, 3, 1, 2) back")
+
+
+def _is_dwln(g: RegionGraph) -> bool:
+    return any(o.target in _LN for o in g.ops)
+
+
+def _ln_args(op: OpNode) -> dict[str, Any]:
+    names = ["input", "normalized_shape", "weight", "bias", "eps"]
+    d = dict(zip(names, op.args + [None] * 5))
+    d.update({k: v for k, v in op.kwargs.items() if k in names})
+    if d["eps"] is None:
+        d["eps"] = 1e-5  # aten.layer_norm's default
+    return d
+
+
+def _recognise_dwln(g: RegionGraph) -> DwConvLNRegion:
+    """A depthwise conv whose only consumer is a LayerNorm over its channels, spelled as timm writes it:
+    ``permute(0, 2, 3, 1)``, ``layer_norm`` (or ``native_layer_norm`` and its first result) over ``[C]``,
+    and either the region's output (NHWC) or ``permute(0, 3, 1, 2)`` back (LayerNorm2d, NCHW)."""
+    conv = _the_conv(g)
+    a, c, k, s, has_bias = _depthwise_geometry(g, conv)
+    by = g.by_name()
+
+    def users(cur: OpNode) -> list[OpNode]:
+        return [by[u] for u in cur.users if u in by]
+
+    def next_op(cur: OpNode, what: str) -> OpNode | None:
+        """The op after ``cur`` (identities skipped); None when ``cur`` is used by nothing in the region."""
+        while True:
+            if len(cur.users) > 1:
+                raise UnsupportedRegion(f"the result of {cur.target} ({what}) is used {len(cur.users)} times inside "
+                                        f"the region: {_DWLN}")
+            nxt = users(cur)
+            if not nxt:
+                return None
+            cur = nxt[0]
+            if cur.target not in _IDENTITY:
+                return cur
+
+    seen = [conv]
+    op = next_op(conv, "the convolution")
+    if op is None:
+        raise UnsupportedRegion(f"no LayerNorm after the depthwise conv: {_DWLN}")
+    act = _activation(op)
+    if act is not None:
+        raise UnsupportedRegion(f"an activation ({act}) between the depthwise conv and its LayerNorm: {_DWLN}, "
+                                "nothing between them")
+    if op.target in _LN:
+        shape = _ln_args(op)["normalized_shape"]
+        raise UnsupportedRegion(f"a LayerNorm of the convolution's NCHW output over its trailing dims {shape} (not "
+                                f"the channels): {_DWLN}")
+    perm = op.args[1] if op.target in _PERMUTE and len(op.args) > 1 else None
+    if perm is None or [int(d) % 4 for d in perm] != [0, 2, 3, 1]:
+        raise UnsupportedRegion(f"{op.target}{f' {perm}' if perm is not None else ''} after the depthwise conv: "
+                                f"{_DWLN}")
+    seen.append(op)
+    ln = next_op(op, "the permute to NHWC")
+    if ln is None or ln.target not in _LN:
+        raise UnsupportedRegion(f"{ln.target if ln else 'nothing'} after the permute to NHWC: {_DWLN}")
+    seen.append(ln)
+    la = _ln_args(ln)
+    shape = la["normalized_shape"]
+    if not _over_channels(g, shape, c, [a["input"], a["weight"], a["bias"], la["weight"], la["bias"]]):
+        raise UnsupportedRegion(f"a LayerNorm over {shape} of the NHWC view [N, H, W, C] (C = {c}): templates "
+                                "normalise over the channels alone ([C])")
+    if la["weight"] is None or la["bias"] is None:
+        raise UnsupportedRegion("a LayerNorm without its weight and bias (elementwise_affine=False): the dwconv_ln "
+                                "template takes both as lifted inputs")
+    if la["weight"] not in g.inputs or la["bias"] not in g.inputs:
+        raise UnsupportedRegion("the LayerNorm's weight or bias is computed inside the region, not a lifted input")
+    shapes = dict(zip(g.inputs, g.input_shapes))
+    if tuple(shapes[la["weight"]]) != (c,) or tuple(shapes[la["bias"]]) != (c,):
+        raise UnsupportedRegion(f"LayerNorm weight {list(shapes[la['weight']])} and bias {list(shapes[la['bias']])}: "
+                                f"expected [{c}] each")
+    out = ln
+    if ln.target == "aten.native_layer_norm.default":  # (y, mean, rstd): only y may be read
+        firsts = [u for u in users(ln) if u.target in _GETITEM and len(u.args) > 1 and u.args[1] == 0]
+        rest = [u for u in users(ln) if u not in firsts]
+        if len(firsts) != 1 or any(u.target not in _GETITEM or u.users for u in rest):
+            raise UnsupportedRegion(f"the LayerNorm's mean or inverse deviation is read inside the region: {_DWLN}")
+        out = firsts[0]
+        seen += users(ln)
+    closed = False
+    after = next_op(out, "the LayerNorm")
+    if after is not None:
+        perm = after.args[1] if after.target in _PERMUTE and len(after.args) > 1 else None
+        if perm is None or [int(d) % 4 for d in perm] != [0, 3, 1, 2]:
+            raise UnsupportedRegion(f"{after.target}{f' {perm}' if perm is not None else ''} after the LayerNorm: "
+                                    f"{_DWLN}")
+        seen.append(after)
+        closed, out = True, after
+        nxt = next_op(after, "the permute back to NCHW")
+        if nxt is not None:
+            raise UnsupportedRegion(f"{nxt.target} after the permute back to NCHW: {_DWLN}")
+    last = out
+    while last.users and last.users[0] in by:  # identities after the region's result
+        last = by[last.users[0]]
+    if g.outputs != [last.name]:
+        raise UnsupportedRegion(f"the region has outputs {g.outputs}; expected exactly the normalised result")
+    extra = [o.target for o in g.ops if o not in seen and o.target not in _IDENTITY | _SHAPE_OPS | _FLOORDIV]
+    if extra:
+        raise UnsupportedRegion(f"unsupported ops in the depthwise conv + LayerNorm region: {sorted(set(extra))}")
+    expected = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else []) + [la["weight"], la["bias"]]
+    if g.inputs != expected:
+        raise UnsupportedRegion(f"input order {g.inputs}: the dwconv_ln template takes (x, w0, b0, w1, b1)")
+    return DwConvLNRegion(k=k, stride=s, eps=float(la["eps"]), channels=c, has_bias=has_bias, closed=closed)
+
+
+def _over_channels(g: RegionGraph, shape: Any, c: int, names: list[Any]) -> bool:
+    """Whether a LayerNorm's ``normalized_shape`` is ``[C]``: the number, or (a dynamic export) a size query
+    of a channel count (dim 1 of the input, dim 0 of the conv's weight or bias or the norm's)."""
+    if not isinstance(shape, (list, tuple)) or len(shape) != 1:
+        return False
+    d = shape[0]
+    if isinstance(d, int):
+        return d == c
+    q = g.by_name().get(d) if isinstance(d, str) else None
+    if q is None or q.target != "aten.sym_size.int" or len(q.args) < 2:
+        return False
+    src, dim = q.args[0], int(q.args[1])
+    return (src == names[0] and dim == 1) or (src in names[1:] and src is not None and dim == 0)
+
+
 # -- LiteMLA ---------------------------------------------------------------------------------------
 def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
     inv = g.inventory()
@@ -518,6 +657,8 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
                                 f"{_first_three(g.baked)} stay baked: only conv weights are lifted)")
     if has_conv and _is_se(g):
         region: Region = _recognise_se(g)
+    elif has_conv and _is_dwln(g):
+        region = _recognise_dwln(g)
     elif has_conv:
         region = (_recognise_conv1x1(g) if _is_pointwise(g) else _recognise_dwconv(g))
     elif any(o.target in _MATMUL for o in g.ops):
@@ -561,6 +702,8 @@ def _with_dynamic_channels(r: Region) -> Region:
                              has_bias=r.has_bias)
     if isinstance(r, SERegion):
         return replace(r, channels=None, reduced=None)
+    if isinstance(r, DwConvLNRegion):
+        return replace(r, channels=None)
     return LiteMLARegion(dim=r.dim, eps=r.eps, joined=r.joined, channels=None)
 
 
@@ -580,6 +723,10 @@ def _check_candidate(region: Region, g: RegionGraph, cand: Candidate) -> None:
                 + (["bias"] if region.has_bias2 else []))
         if roles and roles != want:
             raise UnsupportedRegion(f"input roles {roles}; the squeeze-excite template takes {want}")
+    elif isinstance(region, DwConvLNRegion):
+        want = ["activation", "weight"] + (["bias"] if region.has_bias else []) + ["weight", "bias"]
+        if roles and roles != want:
+            raise UnsupportedRegion(f"input roles {roles}; the depthwise conv + LayerNorm template takes {want}")
     elif roles and any(r != "activation" for r in roles):
         raise UnsupportedRegion(f"input roles {roles}; the LiteMLA template takes activations only")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ytk_hookspecs.errors import UnsupportedRegion
 
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion
+from .regions import Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion, Region, SERegion
 
 _ACT = {
     "none": lambda F, x: x,
@@ -51,6 +51,13 @@ def torch_region(region: Region) -> Any:
             s = _ACT[region.gate](F, F.conv2d(_ACT[region.act](F, s), w2, b2))
             return x * s
         return se
+    if isinstance(region, DwConvLNRegion):
+        def dwln(x: Any, *params: Any) -> Any:
+            w0, b0, w1, b1 = region.split_params(params)
+            y = F.conv2d(x, w0, b0, region.stride, region.pad, 1, x.shape[1]).permute(0, 2, 3, 1)
+            z = F.layer_norm(y, [y.shape[-1]], w1, b1, region.eps)
+            return z.permute(0, 3, 1, 2) if region.closed else z
+        return dwln
     assert isinstance(region, LiteMLARegion)
     d = region.dim
 

@@ -117,7 +117,46 @@ class SERegion:
         return f"squeeze-excite {c}: mean, 1x1 + {self.act}, 1x1 + {self.gate} gate, times x"
 
 
-Region = DwConvRegion | LiteMLARegion | Conv1x1Region | SERegion
+@dataclass(frozen=True)
+class DwConvLNRegion:
+    """Depthwise k x k convolution (+ bias), then a LayerNorm over its channels: ConvNeXt's block up to
+    its MLP (timm's ``conv_dw`` + ``LayerNorm2d``; with ``conv_mlp=False`` and in EdgeNeXt the norm is
+    taken in NHWC and a Linear follows). The program permutes the conv's NCHW result to NHWC,
+    normalises the last dim and, ``closed``, permutes back: the output is logical NCHW ``[N, C, H', W']``
+    fp16 kHWC8; otherwise (open) it is the NHWC view ``[N, H', W', C]`` fp16 kLINEAR. Both are the same
+    bytes (NHWC contiguous), so one kernel writes either. Inputs: x, w0 ``[C, 1, k, k]`` (+ b0 ``[C]``),
+    then the norm's weight w1 ``[C]`` and bias b1 ``[C]``."""
+
+    k: int
+    stride: int
+    eps: float
+    channels: int | None  # None: channels are a runtime extent
+    has_bias: bool = True  # the conv's bias (the norm always has its weight and bias)
+    closed: bool = True
+    kind: str = field(default="dwconv_ln", init=False)
+
+    @property
+    def pad(self) -> int:
+        return self.k // 2
+
+    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        return ((h + 2 * self.pad - self.k) // self.stride + 1, (w + 2 * self.pad - self.k) // self.stride + 1)
+
+    def split_params(self, params: "list[Any] | tuple[Any, ...]") -> tuple[Any, Any, Any, Any]:
+        """``(w0, b0, w1, b1)`` from the inputs after x, in the node's order (no conv bias: b0 None)."""
+        it = iter(params)
+        w0 = next(it)
+        b0 = next(it) if self.has_bias else None
+        return w0, b0, next(it), next(it)
+
+    def describe(self) -> str:
+        c = f"C{self.channels}" if self.channels else "C dynamic"
+        form = "NCHW out (LayerNorm2d)" if self.closed else "NHWC out"
+        return (f"depthwise {self.k}x{self.k} stride {self.stride} {c} + {'bias + ' if self.has_bias else ''}"
+                f"LayerNorm over the channels (eps {self.eps:g}), {form}")
+
+
+Region = DwConvRegion | LiteMLARegion | Conv1x1Region | SERegion | DwConvLNRegion
 
 
 def is_weight(region: "Region", index: int) -> bool:

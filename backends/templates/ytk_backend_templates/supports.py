@@ -3,8 +3,9 @@
 After the carve the answer is the recogniser run on the region's canonical ``.pt2`` (exactly what a
 job would do first). Before it, only propose's sketch is known: the geometry decides (square
 1/3/5/7 depthwise at stride 1 or 2 with 'same' padding, 1x1 convs dense or grouped, LiteMLA-style
-attention, squeeze-excite modules), and the pointwise ops around the conv are judged by what the carve's canonical pass
-turns them into, so that answer is marked not certain.
+attention, squeeze-excite modules, a depthwise conv with the LayerNorm over its channels that follows it),
+and the pointwise ops around the conv are judged by what the carve's canonical pass turns them into, so that
+answer is marked not certain.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ NAME = "templates"
 #: ONNX ops that, around a conv, spell one activation the templates fuse (the carve respells them).
 _ACTIVATION_ONNX = {"Relu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Mul", "Add", "Div", "Sub", "Gelu",
                     "Erf", "Tanh", "Pow", "BatchNormalization", "Identity", "Cast"}
+#: ONNX ops of a LayerNorm over a depthwise conv's channels (ConvNeXt, timm's LayerNorm2d: Transpose to
+#: NHWC, LayerNormalization over the last axis, Transpose back unless a Linear follows in NHWC)
+_CHANNEL_NORM_ONNX = {"Transpose", "LayerNormalization"}
 
 
 def supports(request: SupportRequest) -> SupportAnswer:
@@ -90,6 +94,8 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         if isinstance(s.channels_in, int) and s.channels_in % 8:
             return no(f"{s.channels_in} channels: the templates' kernels take fp16 kHWC8 activations, whose "
                       "channels must be a multiple of 8")
+        if s.onnx_ops.get("LayerNormalization"):
+            return _channel_norm_sketch(s)
     elif s.kind in ("conv", "grouped_conv"):
         if s.kernel and any(d != 1 for d in s.kernel):
             return no(f"a dense {'x'.join(map(str, s.kernel))} conv: templates cover depthwise kxk and 1x1 convs")
@@ -116,3 +122,26 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         why += (", and whether its Add adds the conv's own input (a residual, fused at stride 1) or something "
                 "else (refused)")
     return SupportAnswer(supported=True, certain=False, backend=NAME, why=why)
+
+
+def _channel_norm_sketch(s: RegionSketch) -> SupportAnswer:
+    """A depthwise conv sketch holding a LayerNormalization: the dwconv_ln template's, when the norm can be
+    over the channels (a Transpose to NHWC before it) and nothing else is in the region."""
+    def no(why: str) -> SupportAnswer:
+        return SupportAnswer(supported=False, backend=NAME, why=why)
+
+    ops = s.onnx_ops
+    if not ops.get("Transpose"):
+        return no("a LayerNormalization of the conv's NCHW output with no Transpose normalises its last axis (W), "
+                  "not its channels: templates fuse a LayerNorm over the channels (ConvNeXt, timm's LayerNorm2d)")
+    if ops.get("LayerNormalization", 0) > 1 or ops.get("Transpose", 0) > 2:
+        return no(f"{ops.get('LayerNormalization')} LayerNormalization and {ops.get('Transpose')} Transpose ops: "
+                  "templates fuse one LayerNorm over the conv's channels (a Transpose to NHWC, and one back)")
+    other = sorted(op for op in ops if op not in _CHANNEL_NORM_ONNX | {"Conv", "Identity", "Cast"})
+    if other:
+        return no(f"ops {', '.join(other)} with the conv's LayerNorm: templates fuse a depthwise conv and the "
+                  "LayerNorm over its channels, nothing between or after them")
+    return SupportAnswer(supported=True, certain=False, backend=NAME,
+                         why="depthwise_conv + LayerNorm geometry is covered; the carved program decides that the "
+                             "norm is over the conv's channels (permute to NHWC, layer_norm over [C]) with nothing "
+                             "between them")

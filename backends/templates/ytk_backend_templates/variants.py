@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ytk_hookspecs.models import PluginMeta
 
-from . import emit_conv1x1, emit_dwconv, emit_litemla, emit_se
+from . import emit_conv1x1, emit_dwconv, emit_dwln, emit_litemla, emit_se
 from .emit_common import Variant, rounds_weights_to_fp16, variant_namespace
-from .regions import Conv1x1Region, DwConvRegion, LiteMLARegion, Region, SERegion
+from .regions import Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion, Region, SERegion
 
 
 def region_variants(region: Region, limit: int | None = None, wide: bool = False, sm: int = 0,
@@ -24,6 +24,7 @@ def region_variants(region: Region, limit: int | None = None, wide: bool = False
     space: list = (emit_dwconv.variant_space(region, wide, sm) if isinstance(region, DwConvRegion)
                    else emit_conv1x1.variant_space(region, wide) if isinstance(region, Conv1x1Region)
                    else emit_se.variant_space(region) if isinstance(region, SERegion)
+                   else emit_dwln.variant_space(region) if isinstance(region, DwConvLNRegion)
                    else emit_litemla.variant_space(region))
     if not fp16_weights:
         space = [p for p in space if not rounds_weights_to_fp16(p.params)]
@@ -35,6 +36,8 @@ def region_variants(region: Region, limit: int | None = None, wide: bool = False
             out.append(emit_conv1x1.emit(region, p, ns, f"{ns}_launch"))
         elif isinstance(region, SERegion):
             out.append(emit_se.emit(region, p, ns, f"{ns}_launch", f"{ns}_workspace"))
+        elif isinstance(region, DwConvLNRegion):
+            out.append(emit_dwln.emit(region, p, ns, f"{ns}_launch"))
         else:
             assert isinstance(region, LiteMLARegion)
             out.append(emit_litemla.emit(region, p, ns, f"{ns}_launch", f"{ns}_workspace"))

@@ -93,6 +93,31 @@ class SqueezeExcite(torch.nn.Module):
         return x * s if self.style == "timm" else s * x
 
 
+class DwConvLN(torch.nn.Module):
+    """ConvNeXt's ``conv_dw`` + ``norm`` with the conv's and the norm's weights lifted: the depthwise conv, then
+    ``permute(0, 2, 3, 1)``, ``layer_norm`` over the channels and, ``closed``, ``permute(0, 3, 1, 2)`` back (timm's
+    LayerNorm2d; open: the NHWC result a Linear takes). ``native`` spells the norm ``aten.native_layer_norm``
+    (the decomposed program's); ``act`` puts an activation between conv and norm (not a template)."""
+
+    def __init__(self, k: int, stride: int = 1, eps: float = 1e-6, bias: bool = True, closed: bool = True,
+                 native: bool = False, act: str = "") -> None:
+        super().__init__()
+        self.k, self.stride, self.eps, self.bias, self.closed, self.native, self.act = (k, stride, eps, bias, closed,
+                                                                                        native, act)
+
+    def forward(self, x, w0, p0, p1, p2=None):  # type: ignore[no-untyped-def]
+        b0, w1, b1 = (p0, p1, p2) if self.bias else (None, p0, p1)
+        y = F.conv2d(x, w0, b0, self.stride, self.k // 2, 1, x.shape[1])
+        if self.act:
+            y = ACTS[self.act](y)
+        z = y.permute(0, 2, 3, 1)
+        if self.native:
+            z = torch.ops.aten.native_layer_norm(z, [z.shape[-1]], w1, b1, self.eps)[0]
+        else:
+            z = F.layer_norm(z, [z.shape[-1]], w1, b1, self.eps)
+        return z.permute(0, 3, 1, 2) if self.closed else z
+
+
 def _tinfo(name: str, shape) -> TensorInfo:  # type: ignore[no-untyped-def]
     return TensorInfo(name=name, shape=list(shape), dtype="float32")
 
@@ -204,6 +229,30 @@ def se_fixture(root: Path, name: str, act: str, gate: str, shapes: list[tuple[in
     return pt2, candidate(name, pt2, root, ins, outs, roles, inv)
 
 
+def dwln_fixture(root: Path, name: str, k: int, stride: int, shapes: list[tuple[int, int, int, int]],
+                 bias: bool = True, closed: bool = True, native: bool = False, dynamic: bool = False,
+                 eps: float = 1e-6, act: str = "") -> tuple[Path, Candidate]:
+    """A depthwise conv + LayerNorm-over-channels region with one site per entry of ``shapes`` (N, C, H, W),
+    inputs (x, w0, b0, w1, b1) as the carve lifts them; ``dynamic`` exports with symbolic channels."""
+    (root / "plugin_candidates").mkdir(parents=True, exist_ok=True)
+    mod = DwConvLN(k, stride, eps, bias, closed, native, act)
+    c = shapes[0][1]
+    ex = (torch.randn(1, c, 6, 5), torch.randn(c, 1, k, k)) + ((torch.randn(c),) if bias else ()) \
+        + (torch.randn(c), torch.randn(c))
+    ch = torch.export.Dim("c", min=8, max=4096)
+    dyn = tuple({1: ch} if i == 0 else {0: ch} for i in range(len(ex))) if dynamic else None
+    pt2 = export_region(mod, ex, root / "plugin_candidates" / f"{name}.pt2", dyn)
+    ins, outs = [], []
+    for (n, c, h, w) in shapes:
+        ins.append([(n, c, h, w), (c, 1, k, k)] + ([(c,)] if bias else []) + [(c,), (c,)])
+        ho, wo = (h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1
+        outs.append((n, c, ho, wo) if closed else (n, ho, wo, c))
+    ep = torch.export.load(str(pt2))
+    inv = dict(Counter(str(nd.target) for nd in ep.graph.nodes if nd.op == "call_function"))
+    roles = ["activation", "weight"] + (["bias"] if bias else []) + ["weight", "bias"]
+    return pt2, candidate(name, pt2, root, ins, outs, roles, inv)
+
+
 # Regions the GPU tests generate kernels for: (plugin name, k, stride, activation, channels, bias,
 # small test shapes, max variants). Plugin and tensor names match the worked-example regions of
 # benchmarks/kernels_regions.py, so a build cache prepared for one serves the other.
@@ -249,4 +298,14 @@ GPU_PW_REGIONS = [
 GPU_LITEMLA_REGIONS = [
     ("LiteMLAC384", True, [(1, 384, 7, 9), (2, 384, 3, 5)], 0),
     ("LiteMLANoJoin", False, [(1, 96, 5, 7)], 2),
+]
+# depthwise conv + LayerNorm over the channels (ConvNeXt-atto C40/C320, EdgeNeXt C88): (plugin name, k, stride,
+# closed (NCHW out; else NHWC), bias, torch spelling native_layer_norm, dynamic channels, shapes (N, C, H, W));
+# every variant scored on odd shapes (rows of several partial pixel segments, widths no block tiles)
+GPU_DWLN_REGIONS = [
+    ("DwLn7x7C40", 7, 1, True, True, False, False, [(1, 40, 13, 37), (2, 40, 9, 70)]),
+    ("DwLnNhwc7x7C88", 7, 1, False, True, True, False, [(2, 88, 11, 19)]),
+    ("DwLn7x7C320", 7, 1, True, True, False, False, [(1, 320, 7, 9), (1, 320, 3, 65)]),
+    ("DwLnNhwcDyn", 7, 1, False, True, False, True, [(1, 40, 10, 70), (1, 88, 9, 13), (1, 320, 5, 6)]),
+    ("DwLn3x3s2C96NoBias", 3, 2, True, False, False, False, [(1, 96, 15, 13)]),
 ]

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from ytk_backend_nvcc.toolchain import find_nvcc
-from ytk_backend_templates import emit_conv1x1, emit_dwconv, emit_litemla
+from ytk_backend_templates import emit_conv1x1, emit_dwconv, emit_dwln, emit_litemla
 from ytk_backend_templates.build import library_groups, translation_unit
 from ytk_backend_templates.contract import plugin_meta
 from ytk_backend_templates.emit_common import PRELUDE, variant_namespace
 from ytk_backend_templates.emit_dwconv import Ring, Strip, Tiled
-from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion
+from ytk_backend_templates.regions import Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion
 from ytk_backend_templates.variants import region_variants
 from ytk_hookspecs.models import ArchSpec
 
@@ -37,14 +37,17 @@ CUH = sorted(p.name for p in (PACKAGE / "cuda").glob("*.cuh"))
 def _regions() -> list[object]:
     """A region of every kind the recogniser emits: depthwise k, stride, activation, channels
     (runtime, thin, odd multiples of 8, wide), with and without bias; 1x1 dense, grouped, dynamic;
-    LiteMLA joined and pre-joined."""
+    LiteMLA joined and pre-joined; depthwise + LayerNorm in either form."""
     dw = [DwConvRegion(k, s, act, c, has_bias=bias)
           for k, s, act, c, bias in itertools.product((3, 5, 7), (1, 2), ("hardswish", "gelu_tanh"),
                                                       (None, 16, 24, 64, 96, 256, 768), (True, False))]
     channels = ((None, None, 0, 0), (32, 128, 0, 0), (1024, 256, 0, 0), (None, None, 16, 16), (384, 384, 8, 8))
     pw = [Conv1x1Region(act, cin, cout, gi, go)
           for act, (cin, cout, gi, go) in itertools.product(("none", "relu6"), channels)]
-    return [*dw, *pw, LiteMLARegion(16, 1e-15, True, 384), LiteMLARegion(32, 1e-6, False, None)]
+    dwln = [DwConvLNRegion(k, s, 1e-6, c, has_bias=bias, closed=closed)
+            for k, s, c, bias, closed in itertools.product((3, 7), (1, 2), (None, 24, 40, 88, 768), (True, False),
+                                                            (True, False))]
+    return [*dw, *pw, LiteMLARegion(16, 1e-15, True, 384), LiteMLARegion(32, 1e-6, False, None), *dwln]
 
 
 def test_cuda_templates_ship_as_package_data(tmp_path: Path) -> None:
@@ -75,7 +78,8 @@ def test_every_point_of_every_space_instantiates(sm: int) -> None:
                 assert f"namespace {v.namespace} {{" in v.body and not re.search(r"@\w+@", v.body)
                 assert "trace_items" not in v.body and "YTK_RING_TRACE_ITEM(k, j) \\" not in v.body
                 emitter = (emit_dwconv if isinstance(region, DwConvRegion)
-                           else emit_conv1x1 if isinstance(region, Conv1x1Region) else emit_litemla)
+                           else emit_conv1x1 if isinstance(region, Conv1x1Region)
+                           else emit_dwln if isinstance(region, DwConvLNRegion) else emit_litemla)
                 assert emitter.point(v.params).params == v.params and emitter.variant_name(v.params) == v.name
             total += len(variants)
     assert total > 2000
@@ -157,6 +161,7 @@ def test_a_sample_of_every_kind_compiles_warning_free_in_one_translation_unit(tm
         "pw_dense": (Conv1x1Region("relu6", 32, 128), 90),
         "pw_grouped": (Conv1x1Region("none", None, None, 16, 16), 90),
         "litemla": (LiteMLARegion(16, 1e-15, True, 384), 90),
+        "dwln_c40": (DwConvLNRegion(7, 1, 1e-6, 40), 90),
     }
     for fam, (region, sm) in families.items():
         sample = _kinds(region_variants(region, sm=sm))  # type: ignore[arg-type]

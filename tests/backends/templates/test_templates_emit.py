@@ -23,7 +23,7 @@ from ytk_backend_templates.build import winner_source
 from ytk_backend_templates.contract import plugin_meta
 from ytk_backend_templates.emit_common import PRELUDE
 from ytk_backend_templates.emit_dwconv import DwPoint, Ring, Strip, Tiled
-from ytk_backend_templates.regions import Conv1x1Region, DwConvRegion, LiteMLARegion, SERegion
+from ytk_backend_templates.regions import Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion, SERegion
 from ytk_backend_templates.variants import region_variants
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource
@@ -45,6 +45,8 @@ FAMILIES = {
     "pw_grouped_dynamic": Conv1x1Region("none", None, None, 16, 16),
     "se_c96_silu_sigmoid": SERegion("silu", "sigmoid", 96, 24),
     "se_dynamic_relu_hardsigmoid_nobias": SERegion("relu", "hardsigmoid", None, None, False, False),
+    "dwln_7x7_c96": DwConvLNRegion(7, 1, 1e-6, 96),
+    "dwln_dynamic_3x3s2_nobias_nhwc": DwConvLNRegion(3, 2, 1e-5, None, has_bias=False, closed=False),
 }
 
 
@@ -135,7 +137,8 @@ def test_a_tma_winner_builds_into_an_sm90_plugin(tmp_path: Path) -> None:
     assert read_plugin_description(so).sm == 90
 
 
-@pytest.mark.parametrize("family", ["dw3x3s1_dynamic", "litemla_joined", "pw_grouped_dynamic"])
+@pytest.mark.parametrize("family", ["dw3x3s1_dynamic", "litemla_joined", "pw_grouped_dynamic",
+                                    "dwln_dynamic_3x3s2_nobias_nhwc"])
 def test_a_winner_bundle_builds_into_a_plugin(tmp_path: Path, family: str) -> None:
     from ytk_backend_nvcc.plugin import NvccBuilder
 

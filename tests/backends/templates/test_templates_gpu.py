@@ -10,9 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_LITEMLA_REGIONS,  # noqa: E402
-                                GPU_PW_REGIONS, GPU_SE_REGIONS, dw_fixture, litemla_fixture, pw_fixture,
-                                se_fixture)
+from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_DWLN_REGIONS,  # noqa: E402
+                                GPU_LITEMLA_REGIONS, GPU_PW_REGIONS, GPU_SE_REGIONS, dw_fixture, dwln_fixture,
+                                litemla_fixture, pw_fixture, se_fixture)
 from ytk_hookspecs import StageContext  # noqa: E402
 from ytk_hookspecs.kernel_source import KernelSource  # noqa: E402
 from ytk_hookspecs.models import BuildRequest, KernelGenRequest, KernelReport  # noqa: E402
@@ -80,7 +80,9 @@ def _run_plugin(tmp_path: Path, out: Path, cand, inputs_fn):  # type: ignore[no-
     NvccBuilder().build_plugin(BuildRequest(source=out, plugin_name=cand.name, arch=arch, output=so), StageContext())
     lib = LauncherLibrary(so)
     ins, ref = inputs_fn()
-    y = torch.empty(ref.shape, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    y = torch.empty(ref.shape, device="cuda", dtype=torch.float16)
+    if lib.meta.outputs[0].format == "kHWC8":  # else kLINEAR: contiguous as allocated
+        y = y.contiguous(memory_format=torch.channels_last)
     y.fill_(float("nan"))
     torch_launch(lib, ins, [y])
     torch.cuda.synchronize()
@@ -158,6 +160,40 @@ def test_squeeze_excite_end_to_end(tmp_path: Path, spec) -> None:  # type: ignor
         w2, b2 = torch.randn(c, cr, 1, 1, device="cuda") / cr ** 0.5, torch.randn(c, device="cuda")
         s = torch.sigmoid(F.conv2d(F.silu(F.conv2d(x.float().mean((2, 3), keepdim=True), w1, b1)), w2, b2))
         return [x.contiguous(memory_format=torch.channels_last), w1, b1, w2, b2], x.float() * s
+
+    _, _, y, ref = _run_plugin(tmp_path, out, cand, inputs)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y.float(), ref, rtol=2e-3, atol=2e-3 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("spec", GPU_DWLN_REGIONS, ids=[r[0] for r in GPU_DWLN_REGIONS])
+def test_depthwise_conv_with_its_layer_norm_end_to_end(tmp_path: Path, spec) -> None:  # type: ignore[no-untyped-def]
+    """dw(x), then a LayerNorm over its channels: every variant on odd shapes (rows of several partial pixel
+    segments; C 40, 88, 320, constant and at run time; NCHW and NHWC outputs); the first region of each form
+    is built into its bundle and run through the launcher (the NHWC form's output is a contiguous tensor)."""
+    import torch
+    import torch.nn.functional as F
+
+    name, k, s, closed, bias, native, dynamic, shapes = spec
+    pt2, cand = dwln_fixture(tmp_path, name, k, s, shapes, bias=bias, closed=closed, native=native, dynamic=dynamic)
+    first = name == next(r[0] for r in GPU_DWLN_REGIONS if r[3] == closed)
+    res, out = _generate(tmp_path, pt2, cand, 0, check_build=first)
+    report = _check_result(tmp_path, res, out, cand)
+    assert report.region_kind.startswith(f"depthwise {k}x{k} stride {s}") and "LayerNorm" in report.region_kind
+    wrong = [(c.variant, c.rejected) for c in report.candidates if c.correct is False]
+    assert not wrong, wrong
+    if not first:
+        return
+    n, c, h, w = shapes[0]
+
+    def inputs():  # type: ignore[no-untyped-def]
+        x = torch.randn(n, c, h, w, device="cuda").half()
+        w0, b0 = torch.randn(c, 1, k, k, device="cuda") / k, torch.randn(c, device="cuda")
+        w1, b1 = torch.randn(c, device="cuda"), torch.randn(c, device="cuda")
+        z = F.layer_norm(F.conv2d(x.float(), w0, b0 if bias else None, s, k // 2, 1, c).permute(0, 2, 3, 1), [c],
+                         w1, b1, 1e-6)
+        ref = z.permute(0, 3, 1, 2) if closed else z
+        return [x.contiguous(memory_format=torch.channels_last), w0] + ([b0] if bias else []) + [w1, b1], ref
 
     _, _, y, ref = _run_plugin(tmp_path, out, cand, inputs)
     assert torch.isfinite(y).all()

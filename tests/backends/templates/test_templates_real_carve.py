@@ -57,3 +57,35 @@ def test_the_six_spec_regions_are_recognised_with_valid_contracts(carved: Path) 
                            torch.device("cpu"))
         # the captured site inputs become a scoring case for every distinct shape
         assert sorted(captured_inputs(carved / c.files.io_npz, plan.shapes)) == list(range(len(plan.shapes)))
+
+
+CONVNEXT = Path(__file__).parents[2] / "data" / "convnext_style_model.py"
+
+
+def test_convnext_blocks_carved_with_their_layernorm_are_recognised(tmp_path: Path) -> None:
+    """ConvNeXt's dw 7x7 + LayerNorm as the carve's @epilogue takes it (the norm's weight and bias lifted after the
+    conv's): LayerNorm2d's region in NCHW, nn.LayerNorm's on the NHWC view a Linear reads; both recognised, their
+    contracts match the carve's nodes, their references reproduce the carved programs."""
+    from ytk_backend_templates.regions import DwConvLNRegion
+    from ytk_backend_templates.supports import supports
+    from ytk_hookspecs.models import SupportRequest
+
+    r = prepare(CONVNEXT, tmp_path, ["yasp::Ln=Conv2d@where=*.0.conv_dw,*.1.conv_dw@epilogue",
+                                     "yasp::LnNhwc=Conv2d@where=*.2.conv_dw,*.3.conv_dw@epilogue"])
+    assert r.code == 0, r.stderr
+    for c in CandidatesFile.read(tmp_path / "candidates.json").candidates:
+        req = KernelGenRequest(reference=tmp_path / c.files.pt2, gpu="H200", config={"deployment_target": "tensorrt"},
+                               output=tmp_path / f"{c.name}.module_source.py", candidate=c, prepare_dir=tmp_path,
+                               plugin_name=c.name)
+        plan = plan_job(req)
+        assert isinstance(plan, JobPlan), plan.message
+        assert plan.region == DwConvLNRegion(k=7, stride=1, eps=1e-6, channels=32, closed=c.name == "Ln"), plan.region
+        rep = check_meta(plan.meta)
+        rep.extend(check_meta_against_candidate(plan.meta, c, "fp16"))
+        assert rep.ok, (c.name, rep.errors)
+        assert plan.meta.outputs[0].format == ("kHWC8" if c.name == "Ln" else "kLINEAR") and plan.variants
+        g = load_graph(tmp_path / c.files.pt2)
+        verify_against_pt2(plan.region, torch.export.load(str(tmp_path / c.files.pt2)).module(), g.input_shapes,
+                           torch.device("cpu"))
+        ans = supports(SupportRequest(candidate=c, reference=tmp_path / c.files.pt2))
+        assert ans.supported and ans.certain and ans.kind == "dwconv_ln", ans
