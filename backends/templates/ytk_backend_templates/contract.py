@@ -32,120 +32,73 @@ def _names(candidate: Candidate | None, n_in: int, defaults: list[str], out_defa
     return ins, out
 
 
+#: the extents every kind reads off its first input (logical NCHW)
+_NCHW = {"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]"}
+
+
 def plugin_meta(region: Region, plugin_name: str, namespace: str = "yasp", version: str = "1",
                 candidate: Candidate | None = None, deployment_target: str = "tensorrt") -> PluginMeta:
     """The contract of the kernel generated for ``region`` (perf is filled in after scoring)."""
-    launcher, workspace = launcher_symbols(plugin_name)
-    if isinstance(region, DwConvRegion):
-        k, s, p = region.k, region.stride, region.pad
-        n_in = 3 if region.has_bias else 2
-        (x, w, *rest), y = _names(candidate, n_in, ["x", "weight", "bias"][:n_in], "y")
-        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation",
-                                 shape=["N", "C", "H", "W"]),
-                  TensorContract(name=w, dtype="float32", format="kLINEAR", role="weight",
-                                 shape=["C", "1", str(k), str(k)])]
-        if region.has_bias:
-            inputs.append(TensorContract(name=rest[0], dtype="float32", format="kLINEAR", role="bias", shape=["C"]))
-        extents = {"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]",
-                   "HO": f"(H + {2 * p} - {k})//{s} + 1", "WO": f"(W + {2 * p} - {k})//{s} + 1"}
-        constraints = ["C % 8 == 0"] + ([f"C == {region.channels}"] if region.channels else [])
-        outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "C", "HO", "WO"])]
+    def meta(roles: list[str], shapes: dict[str, list[str]], out: list[str], constraints: list[str], *,
+             acts: int = 1, extents: dict[str, str] | None = None, workspace: bool = False,
+             out_format: str = "kHWC8") -> PluginMeta:
+        """``roles``: the inputs in the node's order, the first ``acts`` fp16 kHWC8 activations, the rest fp32
+        kLINEAR lifted parameters (a role starting with ``w`` a weight, any other a bias); the names are the
+        candidate's where it has as many inputs."""
+        launcher, ws = launcher_symbols(plugin_name)
+        names, y = _names(candidate, len(roles), roles, "y")
+        inputs = [TensorContract(name=n, dtype="float16", format="kHWC8", role="activation", shape=shapes[r])
+                  for n, r in zip(names[:acts], roles[:acts])]
+        inputs += [TensorContract(name=n, dtype="float32", format="kLINEAR", role="weight" if r[0] == "w" else "bias",
+                                  shape=shapes[r]) for n, r in zip(names[acts:], roles[acts:])]
         return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
-                          deployment_target=deployment_target, inputs=inputs, outputs=outputs,
-                          accumulation="float32", extents=extents, launcher=launcher, workspace=None,
+                          deployment_target=deployment_target, inputs=inputs, accumulation="float32",
+                          outputs=[TensorContract(name=y, dtype="float16", format=out_format, shape=out)],
+                          extents={**_NCHW, **(extents or {})}, launcher=launcher, workspace=ws if workspace else None,
                           constraints=constraints)
+
+    nchw = ["N", "C", "H", "W"]
+    if isinstance(region, (DwConvRegion, DwConvLNRegion)):
+        k, s, p = region.k, region.stride, region.pad
+        conv = {"HO": f"(H + {2 * p} - {k})//{s} + 1", "WO": f"(W + {2 * p} - {k})//{s} + 1"}
+        w = ["C", "1", str(k), str(k)]
+        shapes = {"x": nchw, "weight": w, "bias": ["C"], "w0": w, "b0": ["C"], "w1": ["C"], "b1": ["C"]}
+        constraints = ["C % 8 == 0"] + ([f"C == {region.channels}"] if region.channels else [])
+        if isinstance(region, DwConvRegion):
+            roles = ["x", "weight"] + (["bias"] if region.has_bias else [])
+            return meta(roles, shapes, ["N", "C", "HO", "WO"], constraints, extents=conv)
+        # + LayerNorm: its (weight, bias) after the conv's; the output is the same NHWC bytes in either form,
+        # logical NCHW in kHWC8 (closed, LayerNorm2d) or the NHWC tensor itself in kLINEAR
+        roles = ["x", "w0"] + (["b0"] if region.has_bias else []) + ["w1", "b1"]
+        if region.closed:
+            return meta(roles, shapes, ["N", "C", "HO", "WO"], constraints, extents=conv)
+        return meta(roles, shapes, ["N", "HO", "WO", "C"], constraints, extents=conv, out_format="kLINEAR")
     if isinstance(region, Conv1x1Region):
-        return _conv1x1_meta(region, plugin_name, namespace, version, candidate, deployment_target)
+        per_group = str(region.group_in) if region.grouped else "C"
+        shapes = {"x": nchw, "weight": ["CO", per_group, "1", "1"], "bias": ["CO"]}
+        constraints = ["C % 8 == 0", "CO % 8 == 0"]
+        if region.grouped:
+            constraints += [f"C % {region.group_in} == 0", f"CO * {region.group_in} == C * {region.group_out}"]
+        if region.cin:
+            constraints += [f"C == {region.cin}", f"CO == {region.cout}"]
+        return meta(["x", "weight"] + (["bias"] if region.has_bias else []), shapes, ["N", "CO", "H", "W"],
+                    constraints, extents={"CO": "in1[0]"})
     if isinstance(region, SERegion):
-        return _se_meta(region, plugin_name, namespace, version, candidate, deployment_target)
-    if isinstance(region, DwConvLNRegion):
-        return _dwln_meta(region, plugin_name, namespace, version, candidate, deployment_target)
+        roles = ["x", "w1"] + (["b1"] if region.has_bias1 else []) + ["w2"] + (["b2"] if region.has_bias2 else [])
+        shapes = {"x": nchw, "w1": ["CR", "C", "1", "1"], "b1": ["CR"], "w2": ["C", "CR", "1", "1"], "b2": ["C"]}
+        constraints = ["C % 8 == 0"]
+        if region.channels:
+            constraints += [f"C == {region.channels}", f"CR == {region.reduced}"]
+        return meta(roles, shapes, nchw, constraints, extents={"CR": "in1[0]"}, workspace=True)
     assert isinstance(region, LiteMLARegion)
     d = region.dim
-    if region.joined:
-        (qkv, agg), y = _names(candidate, 2, ["qkv", "agg"], "y")
-        inputs = [TensorContract(name=n, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"])
-                  for n in (qkv, agg)]
-        out_c = "(2*C)//3"
-        constraints = [f"C % {3 * d} == 0"]
-    else:
-        (x,), y = _names(candidate, 1, ["qkv_agg"], "y")
-        inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation",
-                                 shape=["N", "C", "H", "W"])]
-        out_c = "C//3"
-        constraints = [f"C % {3 * d} == 0", "C % 8 == 0"]
+    constraints = [f"C % {3 * d} == 0"] + ([] if region.joined else ["C % 8 == 0"])
     if region.channels:
         constraints.append(f"C == {region.channels}")
-    outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", out_c, "H", "W"])]
-    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
-                      deployment_target=deployment_target, inputs=inputs, outputs=outputs, accumulation="float32",
-                      extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]"},
-                      launcher=launcher, workspace=workspace, constraints=constraints)
-
-
-def _conv1x1_meta(region: Conv1x1Region, plugin_name: str, namespace: str, version: str,
-                  candidate: Candidate | None, deployment_target: str) -> PluginMeta:
-    launcher, _ = launcher_symbols(plugin_name)
-    n_in = 3 if region.has_bias else 2
-    (x, w, *rest), y = _names(candidate, n_in, ["x", "weight", "bias"][:n_in], "y")
-    per_group = str(region.group_in) if region.grouped else "C"
-    inputs = [TensorContract(name=x, dtype="float16", format="kHWC8", role="activation", shape=["N", "C", "H", "W"]),
-              TensorContract(name=w, dtype="float32", format="kLINEAR", role="weight",
-                             shape=["CO", per_group, "1", "1"])]
-    if region.has_bias:
-        inputs.append(TensorContract(name=rest[0], dtype="float32", format="kLINEAR", role="bias", shape=["CO"]))
-    constraints = ["C % 8 == 0", "CO % 8 == 0"]
-    if region.grouped:
-        constraints += [f"C % {region.group_in} == 0", f"CO * {region.group_in} == C * {region.group_out}"]
-    if region.cin:
-        constraints += [f"C == {region.cin}", f"CO == {region.cout}"]
-    outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "CO", "H", "W"])]
-    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
-                      deployment_target=deployment_target, inputs=inputs, outputs=outputs, accumulation="float32",
-                      extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]", "CO": "in1[0]"},
-                      launcher=launcher, workspace=None, constraints=constraints)
-
-
-def _se_meta(region: SERegion, plugin_name: str, namespace: str, version: str, candidate: Candidate | None,
-             deployment_target: str) -> PluginMeta:
-    launcher, workspace = launcher_symbols(plugin_name)
-    roles = (["x", "w1"] + (["b1"] if region.has_bias1 else []) + ["w2"] + (["b2"] if region.has_bias2 else []))
-    names, y = _names(candidate, len(roles), roles, "y")
-    shapes = {"x": ["N", "C", "H", "W"], "w1": ["CR", "C", "1", "1"], "b1": ["CR"], "w2": ["C", "CR", "1", "1"],
-              "b2": ["C"]}
-    inputs = [TensorContract(name=names[0], dtype="float16", format="kHWC8", role="activation", shape=shapes["x"])]
-    inputs += [TensorContract(name=n, dtype="float32", format="kLINEAR", role="weight" if r[0] == "w" else "bias",
-                              shape=shapes[r]) for n, r in zip(names[1:], roles[1:])]
-    constraints = ["C % 8 == 0"]
-    if region.channels:
-        constraints += [f"C == {region.channels}", f"CR == {region.reduced}"]
-    outputs = [TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "C", "H", "W"])]
-    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
-                      deployment_target=deployment_target, inputs=inputs, outputs=outputs, accumulation="float32",
-                      extents={"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]", "CR": "in1[0]"},
-                      launcher=launcher, workspace=workspace, constraints=constraints)
-
-
-def _dwln_meta(region: DwConvLNRegion, plugin_name: str, namespace: str, version: str, candidate: Candidate | None,
-               deployment_target: str) -> PluginMeta:
-    """Inputs x (fp16 kHWC8), the conv's w0 (+ b0) and the norm's w1, b1 (fp32). The output is the same NHWC
-    bytes in either form: logical NCHW in kHWC8 (closed, LayerNorm2d) or the NHWC tensor itself in kLINEAR."""
-    launcher, _ = launcher_symbols(plugin_name)
-    k, s, p = region.k, region.stride, region.pad
-    roles = ["x", "w0"] + (["b0"] if region.has_bias else []) + ["w1", "b1"]
-    names, y = _names(candidate, len(roles), roles, "y")
-    shapes = {"x": ["N", "C", "H", "W"], "w0": ["C", "1", str(k), str(k)], "b0": ["C"], "w1": ["C"], "b1": ["C"]}
-    inputs = [TensorContract(name=names[0], dtype="float16", format="kHWC8", role="activation", shape=shapes["x"])]
-    inputs += [TensorContract(name=n, dtype="float32", format="kLINEAR", role="weight" if r[0] == "w" else "bias",
-                              shape=shapes[r]) for n, r in zip(names[1:], roles[1:])]
-    extents = {"N": "in0[0]", "C": "in0[1]", "H": "in0[2]", "W": "in0[3]",
-               "HO": f"(H + {2 * p} - {k})//{s} + 1", "WO": f"(W + {2 * p} - {k})//{s} + 1"}
-    constraints = ["C % 8 == 0"] + ([f"C == {region.channels}"] if region.channels else [])
-    out = (TensorContract(name=y, dtype="float16", format="kHWC8", shape=["N", "C", "HO", "WO"]) if region.closed
-           else TensorContract(name=y, dtype="float16", format="kLINEAR", shape=["N", "HO", "WO", "C"]))
-    return PluginMeta(plugin_name=plugin_name, plugin_namespace=namespace, plugin_version=version,
-                      deployment_target=deployment_target, inputs=inputs, outputs=[out], accumulation="float32",
-                      extents=extents, launcher=launcher, workspace=None, constraints=constraints)
+    if region.joined:
+        return meta(["qkv", "agg"], {"qkv": nchw, "agg": nchw}, ["N", "(2*C)//3", "H", "W"], constraints, acts=2,
+                    workspace=True)
+    return meta(["qkv_agg"], {"qkv_agg": nchw}, ["N", "C//3", "H", "W"], constraints, workspace=True)
 
 
 def output_shape(region: Region, site: SiteShape) -> tuple[int, ...]:
