@@ -88,35 +88,30 @@ def logical_inputs(region: Region, site: SiteShape, dist: str, seed: int, device
     def randn(shape: tuple[int, ...]) -> Any:
         return torch.randn(shape, generator=g, device=device)
 
-    shapes = site.inputs
-    if isinstance(region, (DwConvRegion, Conv1x1Region)):
-        x = randn(shapes[0])
+    def activation(shape: tuple[int, ...]) -> Any:
+        """x of the draw, rounded to fp16: normal, ``large`` (300x) or ``offset`` (half-scale around 3)."""
+        x = randn(shape)
         if dist == "large":
             x = x * 300.0
         elif dist == "offset":
             x = x * 0.5 + 3.0
+        return x.half().float()
+
+    shapes = site.inputs
+    if isinstance(region, (DwConvRegion, Conv1x1Region)):
         # weights scaled by 1/sqrt(fan-in) (k for a k x k depthwise tap set), so outputs stay O(|x|)
         fan = region.k if isinstance(region, DwConvRegion) else float(shapes[1][1]) ** 0.5
-        ins = [x.half().float(), randn(shapes[1]) / fan]
+        ins = [activation(shapes[0]), randn(shapes[1]) / fan]
         if region.has_bias:
             ins.append(randn(shapes[2]))
         return ins
     if isinstance(region, DwConvLNRegion):
-        x = randn(shapes[0])
-        if dist == "large":
-            x = x * 300.0
-        elif dist == "offset":
-            x = x * 0.5 + 3.0
         w0, *rest = shapes[1:]
         # the conv's taps scaled by 1/k (outputs O(|x|)); bias, the norm's gamma and beta as drawn
-        return [x.half().float(), randn(w0) / region.k] + [randn(shp) for shp in rest]
+        x = activation(shapes[0])
+        return [x, randn(w0) / region.k] + [randn(shp) for shp in rest]
     if isinstance(region, SERegion):
-        x = randn(shapes[0])
-        if dist == "large":
-            x = x * 300.0
-        elif dist == "offset":
-            x = x * 0.5 + 3.0
-        ins = [x.half().float()]
+        ins = [activation(shapes[0])]
         for shp in shapes[1:]:  # weights scaled by 1/sqrt(fan-in), biases as drawn
             ins.append(randn(shp) / float(shp[1]) ** 0.5 if len(shp) == 4 else randn(shp))
         return ins
