@@ -20,6 +20,8 @@
 #                                            templates, triton, floor (benchmarks/region_table.py; after `zoo` with ZOO_KEEP=1),
 #                                            or of the carve directories REGIONS_DIRS names (relative to the repo root);
 #                                            REGIONS_ONLY=<names> tables only those candidates
+#   bash benchmarks/device_flow.sh gaia      `autoloop`'s run through a Gaia service on loopback (runs/autoloop-gaia), both
+#                                            reports' results side by side (run `autoloop` first on the same machine)
 #   bash benchmarks/device_flow.sh carve     a full-size carve of CARVE_MODEL with the selectors in CARVE_PLUGINS (';'
 #                                            between them) into runs/rt/<model>; a `regions` word after it tables it
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
@@ -171,9 +173,40 @@ do_regions() {
     echo "$d regions rc=$?"; cat "$OUT/regions_$m.txt"
   done
 }
+do_gaia() {
+  # issue 25: `autoloop`'s run again through a Gaia service on loopback (its templates generator and nvcc builder on
+  # this GPU), into runs/autoloop-gaia; compare with runs/autoloop (the `autoloop` word, earlier on this machine)
+  export YTK_GAIA_API_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') YTK_GAIA_URL=http://127.0.0.1:8471
+  rm -rf runs/gaia-state runs/autoloop-gaia
+  ytk worker gaia --port 8471 --state-dir runs/gaia-state > "$OUT/gaia_service.log" 2>&1 &
+  local pid=$! t0
+  python3 - <<'PY' || { echo "gaia service did not come up"; tail "$OUT/gaia_service.log"; kill $pid; return; }
+import os, time, urllib.request
+req = urllib.request.Request(os.environ["YTK_GAIA_URL"] + "/v1/info",
+                             headers={"Authorization": "Bearer " + os.environ["YTK_GAIA_API_KEY"]})
+for _ in range(60):
+    try:
+        urllib.request.urlopen(req, timeout=2).read()
+        break
+    except OSError:
+        time.sleep(1)
+else:
+    raise SystemExit(1)
+PY
+  t0=$(date +%s)
+  YTK_KERNELGEN=gaia YTK_BUILDER=gaia timeout ${GAIA_TIMEOUT:-420} ytk autoloop contrib/models/efficientvit_b1/model.py \
+    -a "$ARCH" -p fp16 --workdir runs/autoloop-gaia --max-rounds "${ROUNDS:-2}" --min-gain-ms "${MIN_GAIN:-0.1}" --json \
+    > "$OUT/autoloop_gaia.json" 2> "$OUT/autoloop_gaia.stderr"
+  echo "gaia autoloop rc=$? in $(( $(date +%s) - t0 )) s"
+  kill $pid; wait $pid 2>/dev/null
+  cp runs/autoloop-gaia/report/autoloop_report.md "$OUT/autoloop_gaia_report.md" 2>/dev/null
+  for r in runs/autoloop/report/autoloop_report.md runs/autoloop-gaia/report/autoloop_report.md; do
+    echo "== $r"; grep -m1 -A0 '^\*\*' "$r" 2>/dev/null; grep -m1 '^- wall time' "$r" 2>/dev/null
+  done
+}
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, carve, regions)"; exit 2 ;;
+    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions|gaia) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, carve, regions, gaia)"; exit 2 ;;
   esac
 done
