@@ -22,6 +22,8 @@
 #                                            REGIONS_ONLY=<names> tables only those candidates
 #   bash benchmarks/device_flow.sh gaia      `autoloop`'s run through a Gaia service on loopback (runs/autoloop-gaia), both
 #                                            reports' results side by side (run `autoloop` first on the same machine)
+#   bash benchmarks/device_flow.sh kronos    `autoloop`'s run with every compile on a Kronos worker (torch engine) on
+#                                            loopback (runs/autoloop-kronos), compared the same way
 #   bash benchmarks/device_flow.sh carve     a full-size carve of CARVE_MODEL with the selectors in CARVE_PLUGINS (';'
 #                                            between them) into runs/rt/<model>; a `regions` word after it tables it
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
@@ -173,18 +175,15 @@ do_regions() {
     echo "$d regions rc=$?"; cat "$OUT/regions_$m.txt"
   done
 }
-do_gaia() {
-  # issue 25: `autoloop`'s run again through a Gaia service on loopback (its templates generator and nvcc builder on
-  # this GPU), into runs/autoloop-gaia; compare with runs/autoloop (the `autoloop` word, earlier on this machine)
-  export YTK_GAIA_API_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') YTK_GAIA_URL=http://127.0.0.1:8471
-  rm -rf runs/gaia-state runs/autoloop-gaia
-  ytk worker gaia --port 8471 --state-dir runs/gaia-state > "$OUT/gaia_service.log" 2>&1 &
-  local pid=$! t0
-  python3 - <<'PY' || { echo "gaia service did not come up"; tail "$OUT/gaia_service.log"; kill $pid; return; }
+serve() {  # serve NAME URL_PATH TOKEN_VAR CMD...: start a service in the background on loopback, wait until URL_PATH
+  # answers with the token, and leave its pid in SERVED (its log: $OUT/NAME_service.log)
+  local name=$1 path=$2 tokvar=$3; shift 3
+  "$@" > "$OUT/${name}_service.log" 2>&1 &
+  SERVED=$!
+  URL_PATH=$path TOKEN=${!tokvar} python3 - <<'PY' && return 0
 import os, time, urllib.request
-req = urllib.request.Request(os.environ["YTK_GAIA_URL"] + "/v1/info",
-                             headers={"Authorization": "Bearer " + os.environ["YTK_GAIA_API_KEY"]})
-for _ in range(60):
+req = urllib.request.Request("http://127.0.0.1:" + os.environ["URL_PATH"], headers={"Authorization": "Bearer " + os.environ["TOKEN"]})
+for _ in range(90):
     try:
         urllib.request.urlopen(req, timeout=2).read()
         break
@@ -193,20 +192,42 @@ for _ in range(60):
 else:
     raise SystemExit(1)
 PY
+  echo "$name service did not come up"; tail "$OUT/${name}_service.log"; kill $SERVED; return 1
+}
+remote_autoloop() {  # remote_autoloop NAME [extra autoloop args]: `autoloop`'s run into runs/autoloop-NAME, then both results
+  local name=$1 t0; shift
   t0=$(date +%s)
-  YTK_KERNELGEN=gaia YTK_BUILDER=gaia timeout ${GAIA_TIMEOUT:-420} ytk autoloop contrib/models/efficientvit_b1/model.py \
-    -a "$ARCH" -p fp16 --workdir runs/autoloop-gaia --max-rounds "${ROUNDS:-2}" --min-gain-ms "${MIN_GAIN:-0.1}" --json \
-    > "$OUT/autoloop_gaia.json" 2> "$OUT/autoloop_gaia.stderr"
-  echo "gaia autoloop rc=$? in $(( $(date +%s) - t0 )) s"
-  kill $pid; wait $pid 2>/dev/null
-  cp runs/autoloop-gaia/report/autoloop_report.md "$OUT/autoloop_gaia_report.md" 2>/dev/null
-  for r in runs/autoloop/report/autoloop_report.md runs/autoloop-gaia/report/autoloop_report.md; do
-    echo "== $r"; grep -m1 -A0 '^\*\*' "$r" 2>/dev/null; grep -m1 '^- wall time' "$r" 2>/dev/null
+  timeout ${REMOTE_TIMEOUT:-420} ytk autoloop "${REMOTE_MODEL:-contrib/models/efficientvit_b1/model.py}" -a "$ARCH" -p fp16 \
+    --workdir "runs/autoloop-$name" --max-rounds "${ROUNDS:-2}" --min-gain-ms "${MIN_GAIN:-0.1}" --json "$@" \
+    > "$OUT/autoloop_$name.json" 2> "$OUT/autoloop_$name.stderr"
+  echo "$name autoloop rc=$? in $(( $(date +%s) - t0 )) s"
+  cp "runs/autoloop-$name/report/autoloop_report.md" "$OUT/autoloop_${name}_report.md" 2>/dev/null
+  for r in runs/autoloop/report/autoloop_report.md "runs/autoloop-$name/report/autoloop_report.md"; do
+    echo "== $r"; grep -m1 '^\*\*' "$r" 2>/dev/null; grep -m1 '^- wall time' "$r" 2>/dev/null
   done
+}
+do_gaia() {
+  # issue 25: `autoloop`'s run through a Gaia service on loopback (its templates generator and nvcc builder on this GPU);
+  # compare with runs/autoloop (the `autoloop` word, earlier on this machine)
+  export YTK_GAIA_API_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') YTK_GAIA_URL=http://127.0.0.1:8471
+  rm -rf runs/gaia-state runs/autoloop-gaia
+  serve gaia 8471/v1/info YTK_GAIA_API_KEY ytk worker gaia --port 8471 --state-dir runs/gaia-state || return
+  YTK_KERNELGEN=gaia YTK_BUILDER=gaia remote_autoloop gaia
+  kill $SERVED; wait $SERVED 2>/dev/null
+}
+do_kronos() {
+  # issue 24: `autoloop`'s run with every compile on a Kronos worker (torch engine) on loopback; compare as gaia does
+  export YTK_KRONOS_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+  rm -rf runs/kronos-state runs/autoloop-kronos
+  serve kronos 8470/v1/jobs YTK_KRONOS_TOKEN ytk worker kronos --engine torch --host 127.0.0.1 --port 8470 \
+    --state-dir runs/kronos-state || return
+  remote_autoloop kronos --worker http://127.0.0.1:8470
+  kill $SERVED; wait $SERVED 2>/dev/null
 }
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions|gaia) "do_$w" ;;
-    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, carve, regions, gaia)"; exit 2 ;;
+    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions|gaia|kronos) "do_$w" ;;
+    *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, carve, regions, gaia,"\
+         "kronos)"; exit 2 ;;
   esac
 done
