@@ -495,3 +495,58 @@ def test_a_channel_layernorm_stays_outside_without_epilogue(tmp_path):
     c = CandidatesFile.read(out / "candidates.json").candidates[0]
     assert c.input_roles == ["activation", "weight", "bias"]
     assert "aten.layer_norm.default" not in c.op_inventory
+
+
+_LAYER_SCALE = '''
+import torch
+from torch import nn
+
+
+class Mlp(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.fc1, self.act, self.fc2, self.drop = nn.Conv2d(c, 4 * c, 1), nn.GELU(), nn.Conv2d(4 * c, c, 1), nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(self.fc2(self.act(self.fc1(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.mlp = Mlp(c)
+        self.gamma = nn.Parameter(torch.rand(c, 1, 1) + 0.5)   # FastViT's layer scale
+
+    def forward(self, x):
+        return x + self.mlp(x) * self.gamma
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.Sequential(Block(16), Block(16))
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def get_fwd_args():
+    torch.manual_seed(1)
+    return (torch.randn(1, 16, 12, 20),)
+'''
+
+
+def test_a_layer_scale_after_a_conv_is_folded_into_its_lifted_pair(tmp_path):
+    """FastViT's MLP ends in fc2, eval dropout and ``x * gamma`` (a [C, 1, 1] parameter per block): the epilogue
+    takes the product and the carve folds gamma into fc2's (weight, bias) as it folds a BatchNorm, so the
+    program is a plain conv and blocks with different gammas share one plugin."""
+    model = tmp_path / "model.py"
+    model.write_text(_LAYER_SCALE)
+    out = tmp_path / "carved"
+    r = prepare(model, out, ["yasp::Fc2=Conv2d@where=*.mlp.fc2@epilogue"], size="1x16x12x20")
+    assert r.code == 0, r.stderr
+    c = CandidatesFile.read(out / "candidates.json").candidates[0]
+    assert len(c.sites) == 2 and c.input_roles == ["activation", "weight", "bias"]
+    assert "aten.mul.Tensor" not in c.op_inventory and "aten.conv2d.default" in c.op_inventory
+    _assert_reproduces_reference(out)

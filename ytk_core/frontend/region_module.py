@@ -3,7 +3,8 @@
 The module takes the node's inputs in the custom-op node's order (activations, then one folded
 (weight, bias) pair per lifted conv, then one (weight, bias) pair per LayerNorm a lifting region holds)
 and returns its outputs. BatchNorm following a lifted conv is folded into that pair, exactly as the
-engine will see the weights.
+engine will see the weights, and so is a layer scale (a per-channel ``[C, 1, 1]`` parameter multiplied in
+right after the conv or its BatchNorm).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .region_rules import LN_BASES, FactGraph, baked_weights
+from .region_rules import LN_BASES, FactGraph, baked_weights, folded_scale
 from .regions import is_conv, is_transposed_conv, op_name
 
 
@@ -27,6 +28,7 @@ class RegionSpec:
     convs: list[Any] = field(default_factory=list)       # lifted convs in call order
     folded_bn: dict[Any, Any] = field(default_factory=dict)  # conv -> bn node folded into it
     norms: list[Any] = field(default_factory=list)       # LayerNorms whose (weight, bias) are lifted, in call order
+    folded_scale: dict[Any, tuple[Any, Any]] = field(default_factory=dict)  # conv -> (mul node, [C,1,1] weight)
     baked: list[Any] = field(default_factory=list)       # weight placeholders kept inside the region
 
 
@@ -152,6 +154,10 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
             users = list(c.users)
             if len(users) == 1 and users[0] in inside and _is_bn(users[0]):
                 spec.folded_bn[c] = users[0]
+            scale = folded_scale(c.name, {n.name for n in nodes}, facts)
+            if scale is not None:
+                by_name = {n.name: n for n in nodes}
+                spec.folded_scale[c] = (by_name[scale[0]], weights[scale[1]])
         # region_rules.lifted_norm on the traced graph: a LayerNorm whose weight is a parameter
         for n in nodes:
             w = _norm_parts(n)[0] if is_layer_norm(n) else None
@@ -191,6 +197,10 @@ def _fold_one(spec: RegionSpec, c: Any, values: dict[str, Any]) -> tuple[Any, An
         scale = gv / torch.sqrt(values[var.name].double() + eps)
         wt = wt * scale.reshape(-1, *([1] * (wt.dim() - 1)))
         bt = (bt - values[mean.name].double()) * scale + betav
+    if c in spec.folded_scale:  # a layer scale after it: y * s = conv(x, w * s) + b * s
+        s = values[spec.folded_scale[c][1].name].double().reshape(-1)
+        wt = wt * s.reshape(-1, *([1] * (wt.dim() - 1)))
+        bt = bt * s
     return wt.float().contiguous(), bt.float().contiguous()
 
 
@@ -213,6 +223,7 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
         root.register_buffer(f"const{j}", values[p.name].detach().clone())
         env[p] = g.get_attr(f"const{j}")
     folded_bn = {bn: c for c, bn in spec.folded_bn.items()}
+    scales = {mul: w for mul, w in spec.folded_scale.values()}  # each computes what its other operand holds
     for n in spec.nodes:
         if n in lifted and is_layer_norm(n):
             args = list(n.args) + [None] * max(0, 4 - len(n.args))
@@ -243,6 +254,8 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
                                                       groups_arg))
         elif n in folded_bn:
             env[n] = ("folded", folded_bn[n])
+        elif n in scales:
+            env[n] = env[next(a for a in n.args if a is not scales[n])]
         elif n.target is operator.getitem and isinstance(env.get(n.args[0]), tuple) and env[n.args[0]][0] == "folded":
             if n.args[1] != 0:
                 raise UsageError(f"region uses BatchNorm statistics output {n.name}; "

@@ -338,7 +338,8 @@ BN_BASES = ("_native_batch_norm_legit_no_training", "batch_norm", "_native_batch
 def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> list[str]:
     """The weights (parameters, buffers, lifted constants) a region's program keeps inside it, in
     first-use order: every weight its nodes read, less, when convs are lifted (``lift``, the carve's
-    default), each conv's own weight and bias and the parameters of a BatchNorm folded into it, and each
+    default), each conv's own weight and bias, the parameters of a BatchNorm and a layer scale folded into it
+    (:func:`folded_scale`), and each
     LayerNorm's weight and bias when the region lifts a conv (a channel norm in a conv's epilogue, see
     :func:`grow_epilogue`); a region without a conv lifts nothing.
 
@@ -367,7 +368,36 @@ def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> lis
         users = g.users.get(name, [])
         if len(users) == 1 and users[0] in inside and g.nodes[users[0]].base in BN_BASES:
             lifted.update(i for i in g.nodes[users[0]].inputs[1:] if i in g.weights)
+        scale = folded_scale(name, inside, g)
+        if scale is not None:
+            lifted.add(scale[1])
     return [w for w in read if w not in lifted]
+
+
+def folded_scale(conv: str, inside: set[str], g: FactGraph) -> tuple[str, str] | None:
+    """``(mul node, its weight)`` when the conv's output, through a BatchNorm folded into it and identities
+    (eval dropout), is multiplied by a per-channel parameter of shape ``[C, 1, 1]`` or ``[1, C, 1, 1]`` and by
+    nothing else first: a layer scale (FastViT's, PoolFormer's), which a lifting carve folds into the conv's
+    (weight, bias) pair as it folds the BatchNorm."""
+    cur = conv
+    out_shape = g.nodes[conv].shapes[0] if g.nodes[conv].shapes else None
+    while True:
+        users = g.users.get(cur, [])
+        if len(users) != 1 or users[0] not in inside:
+            return None
+        n = g.nodes[users[0]]
+        if n.base in BN_BASES or n.base in IDENTITY or (
+                n.base == "getitem" and g.nodes[cur].base in (*BN_BASES, "native_dropout")):
+            cur = n.name
+            continue
+        if n.base != "mul" or len(n.inputs) != 2 or cur not in n.inputs:
+            return None
+        w = n.inputs[1] if n.inputs[0] == cur else n.inputs[0]
+        if w == cur or w not in g.weights or out_shape is None or len(out_shape) != 4:
+            return None
+        wshape = tuple(g.nodes[w].shapes[0]) if g.nodes[w].shapes else None
+        c = out_shape[1]
+        return (n.name, w) if wshape in ((c, 1, 1), (1, c, 1, 1)) else None
 
 
 def lifted_norm(n: NodeFacts, g: FactGraph) -> bool:
