@@ -123,3 +123,45 @@ def test_a_channel_layernorm_joins_an_epilogue(kw, taken):
     assert read == ({"p_w", "p_b", "p_g", "p_beta"} if taken else {"p_w", "p_b"})
     assert baked_weights(region, g) == []                       # the conv's pair and the norm's pair are lifted
     assert set(baked_weights(region, g, lift=False)) == read    # @lift=none bakes them all
+
+
+# -- a layer scale folded into a conv (FastViT) --------------------------------------------------------------
+def _scale_graph(between: str = "", gamma=(32, 1, 1), other_user: bool = False) -> FactGraph:
+    """x -> conv [1, 32, 8, 8] -> [BN -> getitem | dropout | relu] -> mul(p_gamma) -> out."""
+    shp = {"x": (1, 16, 8, 8), "p_w": (32, 16, 1, 1), "p_b": (32,), "p_gamma": gamma, "b_m": (32,), "b_v": (32,)}
+    nodes = [NodeFacts(name=n, op="placeholder", target=n, inputs=(), modules=(), onnx=(), shapes=(s,))
+             for n, s in shp.items()]
+    y = (1, 32, 8, 8)
+
+    def call(name, op, ins):
+        nodes.append(NodeFacts(name=name, op="call_function", target=f"aten.{op}.default", inputs=tuple(ins),
+                               modules=("",), onnx=(name.upper(),), shapes=(y,)))
+
+    call("conv", "conv2d", ["x", "p_w", "p_b"])
+    last = "conv"
+    if between == "bn":
+        call("bn", "_native_batch_norm_legit_no_training", ["conv", "b_m", "b_v"])
+        call("bn0", "getitem", ["bn"])
+        last = "bn0"
+    elif between:
+        call("mid", between, ["conv"])
+        last = "mid"
+    call("scaled", "mul", [last, "p_gamma"])
+    if other_user:
+        call("peek", "relu", [last])
+    return FactGraph(nodes, ("p_w", "p_b", "p_gamma", "b_m", "b_v"))
+
+
+@pytest.mark.parametrize("kw, folded", [
+    ({}, True), ({"between": "bn"}, True), ({"between": "dropout"}, True), ({"gamma": (1, 32, 1, 1)}, True),
+    ({"between": "relu"}, False),          # not linear in between: the scale cannot move into the weights
+    ({"gamma": (32,)}, False),              # broadcasts over W, not the channels
+    ({"other_user": True}, False),          # the unscaled value is read too
+])
+def test_a_layer_scale_folds_into_the_conv_before_it(kw, folded):
+    from ytk_core.frontend.region_rules import folded_scale
+
+    g = _scale_graph(**kw)
+    region = {n.name for n in g.calls()}
+    assert (folded_scale("conv", region, g) == ("scaled", "p_gamma")) is folded
+    assert ("p_gamma" in baked_weights(region, g)) is not folded
