@@ -505,7 +505,8 @@ from torch import nn
 class Mlp(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.fc1, self.act, self.fc2, self.drop = nn.Conv2d(c, 4 * c, 1), nn.GELU(), nn.Conv2d(4 * c, c, 1), nn.Dropout(0.1)
+        self.fc1, self.act = nn.Conv2d(c, 4 * c, 1), nn.GELU()
+        self.fc2, self.drop = nn.Conv2d(4 * c, c, 1), nn.Dropout(0.1)
 
     def forward(self, x):
         return self.drop(self.fc2(self.act(self.fc1(x))))
