@@ -309,3 +309,20 @@ GPU_DWLN_REGIONS = [
     ("DwLnNhwcDyn", 7, 1, False, True, False, True, [(1, 40, 10, 70), (1, 88, 9, 13), (1, 320, 5, 6)]),
     ("DwLn3x3s2C96NoBias", 3, 2, True, False, False, False, [(1, 96, 15, 13)]),
 ]
+
+
+def cpu_case_setup(pt2: Path, cand: Candidate):  # type: ignore[no-untyped-def]
+    """What the CPU harness tests start from: the fixture's region recognised and checked against its ``.pt2``,
+    its torch module, the generator's cases for its sites and its plugin contract (all on the CPU)."""
+    from ytk_backend_templates.cases import build_cases
+    from ytk_backend_templates.contract import plugin_meta
+    from ytk_backend_templates.recognise import load_graph, recognise, site_shapes
+    from ytk_backend_templates.reference import torch_region, verify_against_pt2
+
+    cpu = torch.device("cpu")
+    g = load_graph(pt2)
+    region = recognise(g, cand)
+    verify_against_pt2(region, torch.export.load(str(pt2)).module(), g.input_shapes, cpu)
+    module = torch_region(region)
+    cases = build_cases(region, module, site_shapes(g, cand), cpu)
+    return region, module, cases, plugin_meta(region, cand.name, candidate=cand)

@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2] / "trust"))
 
 from standin_kernels import StandIn  # noqa: E402
-from templates_fixtures import dwln_fixture, export_region  # noqa: E402
+from templates_fixtures import cpu_case_setup, dwln_fixture, export_region  # noqa: E402
 from ytk_backend_templates import harness  # noqa: E402
-from ytk_backend_templates.cases import build_cases, logical_inputs, reference_and_tolerance, to_kernel_layout  # noqa: E402
+from ytk_backend_templates.cases import logical_inputs, reference_and_tolerance, to_kernel_layout  # noqa: E402
 from ytk_backend_templates.contract import bytes_moved, output_shape, plugin_meta  # noqa: E402
 from ytk_backend_templates.emit_common import cuda_text, float_literal  # noqa: E402
 from ytk_backend_templates.emit_dwln import variant_space  # noqa: E402
@@ -202,12 +202,7 @@ def test_the_reference_is_torch_own_modules(closed: bool) -> None:
 
 def _setup(tmp_path: Path, closed: bool):  # type: ignore[no-untyped-def]
     pt2, cand = dwln_fixture(tmp_path, "DwLnT", 7, 1, [(1, 40, 9, 7)], closed=closed)
-    g = load_graph(pt2)
-    region = recognise(g, cand)
-    verify_against_pt2(region, torch.export.load(str(pt2)).module(), g.input_shapes, CPU)
-    module = torch_region(region)
-    cases = build_cases(region, module, site_shapes(g, cand), CPU)
-    return region, module, cases, plugin_meta(region, cand.name, candidate=cand)
+    return cpu_case_setup(pt2, cand)
 
 
 def _by_hand(region: DwConvLNRegion):  # type: ignore[no-untyped-def]

@@ -19,12 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2] / "trust"))
 
 from standin_kernels import StandIn  # noqa: E402
-from templates_fixtures import dw_fixture, litemla_fixture  # noqa: E402
+from templates_fixtures import cpu_case_setup, dw_fixture, litemla_fixture  # noqa: E402
 from ytk_backend_templates import harness  # noqa: E402
-from ytk_backend_templates.cases import build_cases  # noqa: E402
-from ytk_backend_templates.contract import plugin_meta  # noqa: E402
-from ytk_backend_templates.recognise import load_graph, recognise, site_shapes  # noqa: E402
-from ytk_backend_templates.reference import torch_region, verify_against_pt2  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -34,12 +30,7 @@ def _setup(tmp_path: Path, kind: str):  # type: ignore[no-untyped-def]
         pt2, cand = dw_fixture(tmp_path, "DwT", 3, 1, "hardswish", [(1, 16, 9, 7)])
     else:
         pt2, cand = litemla_fixture(tmp_path, "LT", [(1, 48, 5, 6)])
-    g = load_graph(pt2)
-    region = recognise(g, cand)
-    verify_against_pt2(region, torch.export.load(str(pt2)).module(), g.input_shapes, CPU)
-    module = torch_region(region)
-    cases = build_cases(region, module, site_shapes(g, cand), CPU)
-    return region, module, cases, plugin_meta(region, cand.name, candidate=cand)
+    return cpu_case_setup(pt2, cand)
 
 
 @pytest.mark.parametrize("kind", ["dw", "litemla"])
