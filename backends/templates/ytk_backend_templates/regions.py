@@ -15,8 +15,22 @@ ACT_LIPSCHITZ = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "hardswish": 1.5, "silu
                  "gelu_tanh": 1.13, "sigmoid": 0.25, "hardsigmoid": 1.0 / 6.0, "tanh": 1.0}
 
 
+class _DepthwiseGeometry:
+    """A square k x k depthwise conv with 'same' padding k // 2 at ``stride``: its padding and output size."""
+
+    k: int
+    stride: int
+
+    @property
+    def pad(self) -> int:
+        return self.k // 2
+
+    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        return ((h + 2 * self.pad - self.k) // self.stride + 1, (w + 2 * self.pad - self.k) // self.stride + 1)
+
+
 @dataclass(frozen=True)
-class DwConvRegion:
+class DwConvRegion(_DepthwiseGeometry):
     """Depthwise k x k convolution (+ bias) + activation, NCHW logical, kHWC8 fp16 in the engine;
     ``residual`` (stride 1): the region's input is added to the activated result (``x + act(dw(x))``,
     EfficientViT-M's ``ResidualDrop``, FastViT's conditional position encoding)."""
@@ -28,13 +42,6 @@ class DwConvRegion:
     has_bias: bool = True
     residual: bool = False
     kind: str = field(default="dwconv", init=False)
-
-    @property
-    def pad(self) -> int:
-        return self.k // 2
-
-    def out_hw(self, h: int, w: int) -> tuple[int, int]:
-        return ((h + 2 * self.pad - self.k) // self.stride + 1, (w + 2 * self.pad - self.k) // self.stride + 1)
 
     def describe(self) -> str:
         c = f"C{self.channels}" if self.channels else "C dynamic"
@@ -118,7 +125,7 @@ class SERegion:
 
 
 @dataclass(frozen=True)
-class DwConvLNRegion:
+class DwConvLNRegion(_DepthwiseGeometry):
     """Depthwise k x k convolution (+ bias), then a LayerNorm over its channels: ConvNeXt's block up to
     its MLP (timm's ``conv_dw`` + ``LayerNorm2d``; with ``conv_mlp=False`` and in EdgeNeXt the norm is
     taken in NHWC and a Linear follows). The program permutes the conv's NCHW result to NHWC,
@@ -134,13 +141,6 @@ class DwConvLNRegion:
     has_bias: bool = True  # the conv's bias (the norm always has its weight and bias)
     closed: bool = True
     kind: str = field(default="dwconv_ln", init=False)
-
-    @property
-    def pad(self) -> int:
-        return self.k // 2
-
-    def out_hw(self, h: int, w: int) -> tuple[int, int]:
-        return ((h + 2 * self.pad - self.k) // self.stride + 1, (w + 2 * self.pad - self.k) // self.stride + 1)
 
     def split_params(self, params: "list[Any] | tuple[Any, ...]") -> tuple[Any, Any, Any, Any]:
         """``(w0, b0, w1, b1)`` from the inputs after x, in the node's order (no conv bias: b0 None)."""
