@@ -551,3 +551,51 @@ def test_a_layer_scale_after_a_conv_is_folded_into_its_lifted_pair(tmp_path):
     assert len(c.sites) == 2 and c.input_roles == ["activation", "weight", "bias"]
     assert "aten.mul.Tensor" not in c.op_inventory and "aten.conv2d.default" in c.op_inventory
     _assert_reproduces_reference(out)
+
+
+_TF_SAME = '''import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Down(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Sequential(nn.Conv2d(c, c, 3, 2, 0, groups=c, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return self.dw(F.pad(x, (0, 1, 0, 1)))  # TF 'same' for stride 2: the ONNX optimiser folds it into the Conv
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 16, 3, 1, 1)
+        self.a, self.b = Down(16), Down(16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(torch.relu(self.stem(x)))))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 3, 32, 48, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_a_pad_the_onnx_optimiser_folded_into_the_conv_joins_the_region(tmp_path):
+    """An asymmetric ``F.pad`` before a conv becomes the Conv's ``pads`` in the ONNX: it has no tensor, so the
+    region starts at the pad's input (it was 'internal carve error ... cannot find the ONNX tensor of region
+    input pad', on selectors propose printed); the templates say why they refuse such a region."""
+    model = tmp_path / "tf_same.py"
+    model.write_text(_TF_SAME)
+    out = tmp_path / "carved"
+    r = prepare(model, out, ["yasp::Down=Sequential@where=a.dw,b.dw"])
+    assert r.code == 0, r.stderr[-1500:]
+    (cand,) = CandidatesFile.read(out / "candidates.json").candidates
+    assert cand.op_inventory.get("aten.pad.default") == 1
+    assert [s.inputs[0].shape for s in cand.sites] == [[1, 16, 32, 48], [1, 16, 16, 24]]
+    _assert_reproduces_reference(out)
+    from ytk_backend_templates.recognise import UnsupportedRegion, load_graph, recognise
+    with pytest.raises(UnsupportedRegion, match=r"explicit pad \[0, 1, 0, 1\] before the convolution"):
+        recognise(load_graph(out / "plugin_candidates" / "Down.pt2"))

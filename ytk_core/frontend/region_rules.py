@@ -165,8 +165,28 @@ def whole_onnx_nodes(region: Iterable[str], g: FactGraph) -> set[str]:
     An identity (eval dropout, clone, alias) becomes no ONNX node of its own: the exporter files it
     under its consumer's node. So an identity never pulls its consumer in, and one whose consumer
     stays outside is left out (it computes nothing; the value it passes on is its input's).
+
+    An op the ONNX optimiser merged into its consumers' nodes (an asymmetric ``F.pad`` before a
+    conv becomes the Conv's ``pads``) has no ONNX node and no tensor: a region that reads it cannot
+    take it as an input, so it joins the region when every consumer is inside.
     """
-    out = set(region)
+    out = _grow_whole(set(region), g)
+    while True:
+        absorbed = {i for n in out if n in g.nodes for i in g.nodes[n].inputs if _absorbed(i, out, g)}
+        if not absorbed:
+            return out
+        out = _grow_whole(out | absorbed, g)
+
+
+def _absorbed(name: str, region: set[str], g: FactGraph) -> bool:
+    """A value the ONNX optimiser merged into consumers that are all in ``region``."""
+    n = g.nodes.get(name)
+    return (n is not None and name not in region and n.op == "call_function" and not n.onnx
+            and not _identity(n) and not g.is_constant(name) and not g.folded(name)
+            and n.base != "getitem" and all(u in region for u in g.users.get(name, [])))
+
+
+def _grow_whole(out: set[str], g: FactGraph) -> set[str]:
     todo = [n for n in out if not _identity(g.nodes.get(n))]
     while todo:
         n = g.nodes.get(todo.pop())

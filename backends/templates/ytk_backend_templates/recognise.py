@@ -215,7 +215,13 @@ def _conv_operands(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], tuple[
         raise UnsupportedRegion("the convolution's weight is baked into the region, not a lifted input "
                                 "(carve with the default @lift=fold_conv_bn)")
     if a["input"] not in g.inputs:
-        raise UnsupportedRegion("the convolution's input is computed inside the region")
+        made = next((o for o in g.ops if o.name == a["input"]), None)
+        if made is not None and "pad" in str(made.target):
+            pads = made.args[1] if len(made.args) > 1 else made.kwargs.get("pad")
+            raise UnsupportedRegion(f"an explicit pad {list(pads or [])} before the convolution (TF-style 'same' "
+                                    "padding): templates cover the conv's own symmetric padding")
+        by = f" (by {made.target})" if made is not None else ""
+        raise UnsupportedRegion(f"the convolution's input is computed inside the region{by}")
     has_bias = a["bias"] is not None
     if has_bias and a["bias"] not in g.inputs:
         raise UnsupportedRegion("the convolution's bias is baked into the region, not a lifted input")
@@ -300,10 +306,10 @@ def _depthwise_geometry(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], i
                                 "and 7x7")
     if sh != sw or sh not in (1, 2):
         raise UnsupportedRegion(f"stride {sh}x{sw}: templates cover stride 1 and 2")
-    if (ph, pw) != (kh // 2, kh // 2):
-        raise UnsupportedRegion(f"padding {ph}x{pw}: templates cover 'same' padding k//2 = {kh // 2}")
     if (dh, dw) != (1, 1):
         raise UnsupportedRegion(f"dilation {dh}x{dw}: templates cover dilation 1")
+    if (ph, pw) != (kh // 2, kh // 2):
+        raise UnsupportedRegion(f"padding {ph}x{pw}: templates cover 'same' padding k//2 = {kh // 2}")
     return a, c, kh, sh, has_bias
 
 
