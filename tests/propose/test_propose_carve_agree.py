@@ -378,3 +378,21 @@ def test_a_depthwise_conv_with_its_channel_layernorm_is_one_named_region(tmp_pat
     assert "LayerNorm" in dw["DwConv7x7s1LnC32"].label
     r = prepare(model, tmp_path / "carved", [p.selector for p in dw.values()], size="1x64x96")
     assert r.code == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_mixed_convs_and_folded_pads_are_proposed_as_the_carve_takes_them(tmp_path):
+    """Found on zoo models no one here wrote (MixNet, HGNetV2) and a new user's model: the 1x1 groups of a
+    mixed conv, equal in every op but the slice of the split each reads, were one selector the carve refused
+    ('matches regions that compute different things'); a TF-style pad the ONNX optimiser folded into the conv
+    was an 'internal carve error'. Every proposal now carves, all of them together, site for site."""
+    model = REPO / "tests" / "data" / "mixed_conv_model.py"
+    report = _propose_all(model, tmp_path / "base", "1x32x48", kernelgen="mock")
+    props = [p for p in report.candidates if p.selector]
+    assert any(len(p.sites) > 1 for p in props)
+    r = prepare(model, tmp_path / "carved", [p.selector for p in props], size="1x32x48")
+    assert r.code == 0, r.stderr[-2000:]
+    cands = {c.name: c for c in CandidatesFile.read(tmp_path / "carved" / "candidates.json").candidates}
+    for p in props:
+        assert sorted(s.module_path for s in cands[p.name].sites) == sorted(s.module_path for s in p.sites), p.name
+    assert any(c.op_inventory.get("aten.pad.default") for c in cands.values())

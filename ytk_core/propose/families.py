@@ -41,14 +41,15 @@ def op_key(r: Region) -> tuple[Any, ...]:
     does not read weight values, so it never counts on that.)"""
     s = r.sig
     site = (r.path,) if r.kind == "gemm" or r.baked else ()
+    ops = (s.get("ops"), s.get("taps"))
     if r.kind == "gemm":
-        return (r.kind, r.cls, s.get("ops"), *site)
+        return (r.kind, r.cls, *ops, *site)
     if r.kind == "attention":
-        return (r.kind, r.cls, s.get("ops"), r.part, *site)
+        return (r.kind, r.cls, *ops, r.part, *site)
     if r.kind == "squeeze_excite":
-        return (r.kind, r.cls, s.get("ops"), r.epilogue, *site)
+        return (r.kind, r.cls, *ops, r.epilogue, *site)
     return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), _t(s.get("pads")),
-            s.get("transpose"), s.get("ops"), r.epilogue, *site)
+            s.get("transpose"), *ops, r.epilogue, *site)
 
 
 @dataclass

@@ -259,6 +259,11 @@ def _describe(g: OnnxGraph, r: Region) -> None:
         op = g.by_name[n].op_type
         inv[op] = inv.get(op, 0) + 1
     r.sig["ops"] = tuple(sorted(inv.items()))
+    # Which values of a many-output node (a Split) the region uses is part of what it computes: MixNet's
+    # mixed convs each take their own slice of one split, with equal op counts but different programs.
+    used = {t for n in r.nodes for t in g.by_name[n].inputs} | set(ins) | set(_outs)
+    r.sig["taps"] = tuple((g.by_name[n].op_type, tuple(i for i, o in enumerate(g.by_name[n].outputs) if o in used))
+                          for n in r.nodes if len(g.by_name[n].outputs) > 1)
     r.sig["extra_ops"] = tuple(sorted(op for op in inv if op != a.op_type))
     if a.op_type == "Conv" and r.kind not in ("squeeze_excite", "attention") and inv.get("LayerNormalization"):
         # a LayerNorm over the conv's channels (its epilogue): part of what the kernel computes, so part of every
