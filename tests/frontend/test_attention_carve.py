@@ -429,3 +429,65 @@ def test_attention_layers_sharing_one_padding_mask_are_one_plugin(tmp_path):
     assert len(mha.sites) == 3 and [len(s.outputs) for s in mha.sites] == [1, 1, 1]
     _pt2_reproduces_every_site(prep)
     _engine_matches_reference(prep, tmp_path)
+
+
+ROPE_PY = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def rotate(x, sin, cos):
+    x1, x2 = x.chunk(2, -1)
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class RopeAttention(nn.Module):
+    """EVA02's spelling, shrunk: the model's rotary table comes in, chunked into sin and cos here."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, rope):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        sin, cos = rope.chunk(2, -1)
+        q, k = rotate(q, sin, cos), rotate(k, sin, cos)
+        x = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(x.transpose(1, 2).reshape(B, N, C))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.register_buffer("rope", torch.randn(12, 16), persistent=False)  # sin and cos, precomputed
+        self.blocks = nn.ModuleList(RopeAttention(16, 2) for _ in range(2))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x, self.rope)
+        return x
+
+
+def get_fwd_args():
+    return (torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_attention_reading_a_rotary_table_the_exporter_left_unfolded(tmp_path):
+    """EVA02 (a zoo model outside the corpus): every block chunks the model's rotary table (a buffer) into sin and
+    cos; the exporter merges those chunks into one Split of the initializer, outside every block. torch.export
+    bakes the table into each region's program, so the Split's outputs are no plugin inputs; the carve died with
+    'region inputs differ between FX and ONNX'. Once every reader is a plugin, the Split goes too."""
+    (tmp_path / "model.py").write_text(ROPE_PY)
+    assert prepare(tmp_path / "model.py", tmp_path / "plain", size="1x12x16").code == 0
+    prep = _carved(tmp_path / "plain", tmp_path, "yasp::Rope=RopeAttention:around")
+    rope = _candidate(prep, "Rope")
+    assert [[list(t.shape) for t in s.inputs] for s in rope.sites] == [[[1, 12, 48]], [[1, 12, 48]]]
+    _pt2_reproduces_every_site(prep)
+    _engine_matches_reference(prep, tmp_path)
+    assert not [n for n in onnx.load(prep / "model.onnx").graph.node if n.op_type == "Split"]

@@ -43,6 +43,31 @@ class OnnxGraph:
                     self.consumers[i].append(n.name)
         self.initializers = {t.name for t in g.initializer}
         self.graph_outputs = {o.name for o in g.output}
+        self._constant: dict[str, bool] = {}
+
+    def constant(self, tensor: str) -> bool:
+        """Computed from initializers alone: a node chain the exporter did not fold (EVA02's rotary table,
+        chunked into sin and cos once for every block). torch.export bakes such a value into a region's
+        program, so it is no input of the plugin."""
+        memo = self._constant
+        todo = [tensor]
+        while todo:
+            t = todo[-1]
+            if t in memo:
+                todo.pop()
+                continue
+            node = self.nodes.get(self.producer.get(t, ""))
+            if node is None:
+                memo[t] = t in self.initializers
+                todo.pop()
+                continue
+            pending = [i for i in node.input if i and i not in memo]
+            if pending:
+                todo += pending
+                continue
+            memo[t] = all(memo[i] for i in node.input if i)
+            todo.pop()
+        return memo[tensor]
 
     def boundary(self, names: list[str]) -> OnnxBoundary:
         inside = set(names)
@@ -51,7 +76,7 @@ class OnnxGraph:
         ins: list[str] = []
         for nm in order:
             for i in self.nodes[nm].input:
-                if i and i not in produced and i not in self.initializers and i not in ins:
+                if i and i not in produced and i not in self.initializers and i not in ins and not self.constant(i):
                     ins.append(i)
         outs = [o for nm in order for o in self.nodes[nm].output
                 if o in self.graph_outputs or any(c not in inside for c in self.consumers.get(o, []))]
@@ -99,6 +124,7 @@ def finalize(og: OnnxGraph, value_infos: dict[str, tuple[int, list[int]]]) -> No
 
     g = og.proto.graph
     _toposort(g)
+    _drop_dead_constants(og)
     used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     keep = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
@@ -110,6 +136,20 @@ def finalize(og: OnnxGraph, value_infos: dict[str, tuple[int, list[int]]]) -> No
     if not any(op.domain == PLUGIN_DOMAIN for op in og.proto.opset_import):
         og.proto.opset_import.append(helper.make_opsetid(PLUGIN_DOMAIN, 1))
     og.refresh()
+
+
+def _drop_dead_constants(og: OnnxGraph) -> None:
+    """Remove the constant chains no node reads any more (a table whose readers all became plugins that bake it)."""
+    g = og.proto.graph
+    while True:
+        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+        dead = [n for n in g.node if n.output and not any(o in used for o in n.output)
+                and all(og.constant(o) for o in n.output if o)]
+        if not dead:
+            return
+        for n in dead:
+            g.node.remove(n)
+        og.refresh()
 
 
 def _toposort(g: Any) -> None:
