@@ -1,7 +1,7 @@
 """A model written as MixNet writes its mixed convs (timm ``MixedConv2d``, a ModuleDict): the input split
 into channel groups, a conv of its own on each, the results concatenated. Its 1x1 groups are equal in every
-op but the slice each one reads; and a TF-style 'same' pad before a stride-2 depthwise conv, which the ONNX
-optimiser folds into the Conv."""
+op but the slice each one reads; a TF-style 'same' pad before a stride-2 depthwise conv, which the ONNX
+optimiser folds into the Conv; and HGNetV2's stem, whose pad it folds into a conv that shares it with a pool."""
 
 import torch
 import torch.nn.functional as F
@@ -49,15 +49,30 @@ class Down(nn.Module):
         return F.relu(self.bn(self.conv(F.pad(x, (0, 1, 0, 1)))))
 
 
+class Stem(nn.Module):
+    """HGNetV2's stem: one pad read by a conv and a pool (the ONNX optimiser folds it into the Conv, the pool
+    still reads it)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(c, c, 2, 1, 0, bias=False), nn.BatchNorm2d(c), nn.ReLU())
+        self.pool = nn.MaxPool2d(2, 1, ceil_mode=True)
+        self.fuse = nn.Conv2d(2 * c, 2 * c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.pad(x, (0, 1, 0, 1))
+        return self.fuse(torch.cat([self.pool(x), self.conv(x)], 1))
+
+
 class Model(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.stem = nn.Conv2d(3, 16, 3, 1, 1)
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(), Stem(8))
         self.blocks = nn.Sequential(Block(16), Down(16), Block(16), Down(16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.blocks(F.relu(self.stem(x)))
+        return self.blocks(self.stem(x))
 
 
 def get_fwd_args() -> tuple[torch.Tensor]:

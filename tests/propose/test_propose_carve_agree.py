@@ -384,8 +384,9 @@ def test_a_depthwise_conv_with_its_channel_layernorm_is_one_named_region(tmp_pat
 def test_mixed_convs_and_folded_pads_are_proposed_as_the_carve_takes_them(tmp_path):
     """Found on zoo models no one here wrote (MixNet, HGNetV2) and a new user's model: the 1x1 groups of a
     mixed conv, equal in every op but the slice of the split each reads, were one selector the carve refused
-    ('matches regions that compute different things'); a TF-style pad the ONNX optimiser folded into the conv
-    was an 'internal carve error'. Every proposal now carves, all of them together, site for site."""
+    ('matches regions that compute different things'); a pad the ONNX optimiser folded into a conv (a TF-style
+    one, and HGNetV2's, which a pool reads too) was an 'internal carve error'. Every proposal now carves, all
+    of them together, site for site, and the carved graph computes the model."""
     model = REPO / "tests" / "data" / "mixed_conv_model.py"
     report = _propose_all(model, tmp_path / "base", "1x32x48", kernelgen="mock")
     props = [p for p in report.candidates if p.selector]
@@ -396,3 +397,11 @@ def test_mixed_convs_and_folded_pads_are_proposed_as_the_carve_takes_them(tmp_pa
     for p in props:
         assert sorted(s.module_path for s in cands[p.name].sites) == sorted(s.module_path for s in p.sites), p.name
     assert any(c.op_inventory.get("aten.pad.default") for c in cands.values())
+    import numpy as np
+
+    from ytk_backend_mock.carved_eval import run_carved_onnx
+
+    carved = tmp_path / "carved"
+    got = run_carved_onnx(carved / "model.onnx", dict(np.load(carved / "model.npz")))
+    for k, want in np.load(carved / "model.reference.npz").items():  # the plugins' plumbing: what reads what
+        assert float(np.abs(got[k] - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max())), k

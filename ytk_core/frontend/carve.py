@@ -101,11 +101,20 @@ def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str,
                   what: str, where: str) -> list[str]:
     """ONNX tensor name for each FX boundary value (value names normally equal FX node names)."""
     out = []
+    merged: dict[str, str] = {}  # ONNX boundary tensor -> the FX value read in its place
     for n in fx_nodes:
         # An eval Dropout's clone is no ONNX value of its own: its consumers read its input's tensor.
         while n.name not in onnx_names and is_identity(n) and n.args and hasattr(n.args[0], "name"):
             n = n.args[0]
         if n.name in onnx_names:
+            out.append(n.name)
+            continue
+        src = [a.name for a in n.all_input_nodes if a.name in onnx_names and a.name not in merged]
+        if what == "input" and n.name in og.producer and len(n.all_input_nodes) == 1 and len(src) == 1:
+            # The ONNX optimiser merged this op into the region's node, which reads the op's input instead
+            # (HGNetV2's stem pads once for a conv and a pool: the Conv took the pad into its pads, the pool
+            # still reads the Pad). The plugin reads the op's own tensor, as the region's program does.
+            merged[src[0]] = n.name
             out.append(n.name)
             continue
         produced = [o for on in onnx_of.get(n.name, []) if on in og.nodes
@@ -118,7 +127,7 @@ def _map_boundary(fx_nodes: list[Any], onnx_names: list[str], onnx_of: dict[str,
             # a bug of the FX-to-ONNX mapping, not the user's selector: exit 1 as an internal carve error
             raise RuntimeError(f"at {where}: cannot find the ONNX tensor of region {what} {n.name}")
         out.append(produced[0])
-    if sorted(out) != sorted(onnx_names):
+    if sorted(out) != sorted(merged.get(t, t) for t in onnx_names):
         raise RuntimeError(f"at {where}: region {what}s differ between FX ({out}) and ONNX ({onnx_names})")
     return out
 
