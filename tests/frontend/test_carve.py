@@ -599,3 +599,39 @@ def test_a_pad_the_onnx_optimiser_folded_into_the_conv_joins_the_region(tmp_path
     from ytk_backend_templates.recognise import UnsupportedRegion, load_graph, recognise
     with pytest.raises(UnsupportedRegion, match=r"explicit pad \[0, 1, 0, 1\] before the convolution"):
         recognise(load_graph(out / "plugin_candidates" / "Down.pt2"))
+
+
+_ROOT_CALLS = '''import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Conv2d(3, 8, 3, 2, 1)
+
+    def forward(self, x):
+        y = self.a(x)
+        return F.interpolate(y, scale_factor=2.0, mode="nearest") + F.interpolate(y, scale_factor=2.0, mode="bilinear")
+
+
+def get_fwd_args():
+    return (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_sites_no_where_tells_apart_are_named_by_their_op_with_a_selector_that_works(tmp_path):
+    """Two calls at the model's root (a new user's model): the refusal named the first site '' and advised
+    @where, which cannot select the root. It names both sites by their op and gives selectors that carve."""
+    model = tmp_path / "m.py"
+    model.write_text(_ROOT_CALLS)
+    r = prepare(model, tmp_path / "a", ["yasp::Up=call:torch.nn.functional.interpolate"], size="1x16x16")
+    assert r.code == 2
+    assert "the model's root (at upsample_nearest2d)" in r.stderr and "the model's root (at upsample_bilinear2d)" \
+        in r.stderr, r.stderr[-800:]
+    advice = r.stderr.split("instead (", 1)[1].split(";", 1)[0].split(", ")
+    assert advice == ["yasp::Up_0=upsample_nearest2d", "yasp::Up_1=upsample_bilinear2d"]
+    r = prepare(model, tmp_path / "b", advice, size="1x16x16")
+    assert r.code == 0, r.stderr[-800:]

@@ -236,9 +236,28 @@ def _check_same_baked(sel: Selector, first: SitePlan, site: SitePlan, weights: d
         else:
             fix = ("Only a conv's weights (with a BatchNorm folded into it) can be lifted as plugin inputs; give "
                    "each site its own selector (propose proposes such a region once per site).")
-        raise UsageError(f"selector {sel.text!r}: {site.site.module_path or 'a site'} bakes different weights "
-                         f"({names}) than {first.site.module_path or 'site 0'}; one plugin carries one set of baked "
+        raise UsageError(f"selector {sel.text!r}: {_site_label(site, first)} bakes different weights "
+                         f"({names}) than {_site_label(first, site)}; one plugin carries one set of baked "
                          f"constants. {fix}")
+
+
+def _split_advice(sel: Selector, first: SitePlan, site: SitePlan) -> str:
+    """How to give two sites their own selectors: by module where they have two, else by FX node name (calls at
+    the model's root, or two calls in one module, which no @where tells apart)."""
+    if first.site.module_path != site.site.module_path and first.site.module_path and site.site.module_path:
+        return "split the selector with @where"
+    names = [sp.site.nodes[0].name for sp in (first, site) if sp.site.nodes]
+    return ("@where cannot tell these sites apart; select each op by its FX node name instead "
+            f"({', '.join(f'yasp::{sel.name}_{i}={n}' for i, n in enumerate(names))}; fx_nodes.json lists them)")
+
+
+def _site_label(sp: SitePlan, other: SitePlan) -> str:
+    """A site by its module, and by its first op where another site has the same module (two calls of it, or
+    two ``call:`` sites in one module), or the model's root."""
+    path = sp.site.module_path or "the model's root"
+    if sp.site.module_path == other.site.module_path and sp.site.nodes:
+        return f"{path} (at {sp.site.nodes[0].name})"
+    return path
 
 
 def _inventory(gm: Any) -> dict[str, int]:
@@ -260,7 +279,7 @@ def _program_signature(gm: Any) -> list[tuple[str, str, str]]:
 
 
 def _check_site_runs_site0_program(sel: Any, first: Any, where: str, gm: Any, ins: list[Any],
-                                   outs: list[Any]) -> None:
+                                   outs: list[Any], split: str = "split the selector with @where") -> None:
     """One plugin runs site 0's program everywhere: where a site's program differs from it beyond tensor names
     (a per-head index, a scale), site 0's program must still reproduce that site's own outputs."""
     import torch
@@ -278,15 +297,15 @@ def _check_site_runs_site0_program(sel: Any, first: Any, where: str, gm: Any, in
             raise UsageError(f"selector {sel.text!r} matches regions whose output sizes are baked in differently: "
                              f"the program of its first site makes {list(g.shape)} from {where}'s inputs, where "
                              f"{where} makes {list(want.shape)} (an interpolate's size, a reshape's shape). One plugin "
-                             "runs one program at every site: one selector per output size, split with @where.")
+                             f"runs one program at every site: one selector per output size; {split}.")
         lo, hi = torch.aminmax(want)
         scale = max(abs(float(lo)), abs(float(hi))) or 1.0
         err = float((g - want).abs_().max())
         if not err <= 1e-4 * scale + 1e-5 * scale:
             raise UsageError(f"selector {sel.text!r} matches regions that compute different things: the program of "
                              f"its first site does not reproduce {where} (max diff {err:.3g}; their ops take different "
-                             "arguments, such as an index or a scale). One plugin runs one program at every site: "
-                             "split the selector with @where.")
+                             f"arguments, such as an index or a scale). One plugin runs one program at every site: "
+                             f"{split}.")
 
 
 def _tinfo(name: str, t: Any) -> TensorInfo:
@@ -417,20 +436,22 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                                  f"model (max diff {err:.3g}); please report this")
         if k and _inventory(gm) != _inventory(modules[0]):
             raise UsageError(f"selector {sel.text!r} matches regions of different structure: "
-                             f"{plan.sites[0].site.module_path} runs {_inventory(modules[0])} but {where} runs "
-                             f"{_inventory(gm)}. One plugin needs one kind of region: split the selector with @where.")
+                             f"{_site_label(plan.sites[0], sp)} runs {_inventory(modules[0])} but "
+                             f"{_site_label(sp, plan.sites[0])} runs {_inventory(gm)}. One plugin needs one kind of "
+                             f"region: {_split_advice(sel, plan.sites[0], sp)}.")
         if k and [conv_signature(c) for c in sp.spec.convs] != [conv_signature(c) for c in plan.sites[0].spec.convs]:
             raise UsageError(f"selector {sel.text!r} matches convolutions of different kinds: "
-                             f"{plan.sites[0].site.module_path} has "
+                             f"{_site_label(plan.sites[0], sp)} has "
                              f"{[conv_signature(c) for c in plan.sites[0].spec.convs]} "
-                             f"(kernel, stride, padding, dilation, depthwise) but {where} has "
-                             f"{[conv_signature(c) for c in sp.spec.convs]}. Split it with @where.")
+                             f"(kernel, stride, padding, dilation, depthwise) but {_site_label(sp, plan.sites[0])} has "
+                             f"{[conv_signature(c) for c in sp.spec.convs]}. {_split_advice(sel, plan.sites[0], sp)}.")
         if k and len(ins) != len(site_inputs[0]):
             raise UsageError(f"selector {sel.text!r}: sites differ in input count "
                              f"({len(site_inputs[0])} vs {len(ins)})")
         if k:
             _check_same_baked(sel, plan.sites[0], sp, weights)
-            _check_site_runs_site0_program(sel, modules[0], where, gm, ins, outs)
+            _check_site_runs_site0_program(sel, modules[0], _site_label(sp, plan.sites[0]), gm, ins, outs,
+                                           _split_advice(sel, plan.sites[0], sp))
         modules.append(gm)
         site_inputs.append(ins)
         site_outputs.append(outs)
