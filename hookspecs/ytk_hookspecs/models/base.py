@@ -76,11 +76,10 @@ class Versioned(BaseModel):
             # rather than that its schema_version was written by a newer ytk
             missing = [str(x["loc"][0]) for x in e.errors() if x["type"] == "missing" and len(x["loc"]) == 1]
             if missing:
-                newer = any(x["loc"] == ("schema_version",) for x in e.errors())
+                # its schema_version is another kind's numbering: comparing it with this kind's says nothing
                 raise ArtifactError(f"{p}: not a {cls.__name__} file (it has no {', '.join(missing[:3])}"
-                                    f"{' ...' if len(missing) > 3 else ''}"
-                                    f"{', and a schema_version newer than this ytk reads' if newer else ''}); is it "
-                                    "the file that option takes?") from None
+                                    f"{' ...' if len(missing) > 3 else ''}): another kind of file than this "
+                                    "option takes") from None
             raise ArtifactError(f"{p}: not a valid {cls.__name__} ({problem(e)})") from None
 
 
