@@ -26,6 +26,12 @@ def test_x86_spec_fields():
     ("arm64-sm87-dos6010-cuda114-trt86", "CUDA field"),
     ("arm64-sm87-dos6010-cu114-trt7", "TensorRT field"),
     ("x86_64-sm90-dos6010-cu130-trt10", "CPU arch"),
+    # well formed, but no such GPU or TensorRT (a new user's typos were accepted and simulated)
+    ("arm64-sm999-dos6010-cu114-trt86", "SM field 'sm999'; expected a GPU's compute capability"),
+    ("arm64-sm85-dos6010-cu114-trt86", "SM field"),
+    ("arm64-sm87-dos6010-cu114-trt99", "TensorRT field 'trt99'; expected a TensorRT release"),
+    ("arm64-sm87-dos6010-cu114-trt87", "TensorRT field"),
+    ("x86_64-sm90-linux-cu130-trt11", "TensorRT field"),
 ])
 def test_malformed_specs_name_the_field(spec, field):
     with pytest.raises(ArchSpecError, match=field):

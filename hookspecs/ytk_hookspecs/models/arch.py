@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["CpuArch", "ArchSpecError", "GpuProperties", "GPU_NAMES", "gpu_sm", "GPU_PROPERTIES", "ArchSpec"]
+__all__ = ["CpuArch", "ArchSpecError", "GpuProperties", "GPU_NAMES", "gpu_sm", "GPU_PROPERTIES", "KNOWN_SM", "ArchSpec"]
 
 
 CpuArch = Literal["aarch64", "x86_64"]
@@ -74,6 +74,12 @@ GPU_PROPERTIES: dict[int, GpuProperties] = {
 }
 
 
+#: Every CUDA compute capability of a released GPU (``sm_NN`` in nvcc's list), and the TensorRT releases
+#: (major -> its last minor; 10 and later take any minor).
+KNOWN_SM = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 110, 120, 121)
+_TRT_LAST_MINOR = {8: 6, 9: 3}
+
+
 def _num(digits: str, major_digits: int) -> tuple[int, int]:
     return int(digits[:major_digits]), int(digits[major_digits:] or 0)
 
@@ -116,8 +122,9 @@ class ArchSpec(BaseModel):
         if not m:
             raise bad(1, "sm followed by the compute capability digits, e.g. sm87 or sm90")
         sm_v = int(m.group(1))
-        if sm_v < 50:
-            raise bad(1, "a CUDA compute capability of 5.0 or newer (sm50..sm120)")
+        if sm_v not in KNOWN_SM:
+            raise bad(1, f"a GPU's compute capability: one of {', '.join(f'sm{v}' for v in KNOWN_SM)} (sm87 is "
+                         "DRIVE AGX Orin and Jetson Orin, sm90 H100/H200)")
         os_version = None
         if m2 := re.fullmatch(r"dos(\d)(\d)(\d+)", os_):
             os_version = f"{m2.group(1)}.{m2.group(2)}.{int(m2.group(3))}"
@@ -140,6 +147,8 @@ class ArchSpec(BaseModel):
         tensorrt = f"{tmaj}.{tmin}" if len(d) > (2 if tmaj >= 10 else 1) else f"{tmaj}"
         if tmaj < 8:
             raise bad(4, "TensorRT 8 or newer (trt8x, trt10, ...)")
+        if tmaj > 10 or tmin > _TRT_LAST_MINOR.get(tmaj, 99):
+            raise bad(4, "a TensorRT release: trt80..trt86 (8.0-8.6), trt90..trt93 or trt10/trt10N (10.x)")
         cpu_arch = _CPU_ALIASES[cpu.lower()]
         if os_name == "drive-os" and cpu_arch != "aarch64":
             raise bad(0, "arm64/aarch64 for a DRIVE OS target")
