@@ -405,3 +405,25 @@ def test_mixed_convs_and_folded_pads_are_proposed_as_the_carve_takes_them(tmp_pa
     got = run_carved_onnx(carved / "model.onnx", dict(np.load(carved / "model.npz")))
     for k, want in np.load(carved / "model.reference.npz").items():  # the plugins' plumbing: what reads what
         assert float(np.abs(got[k] - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max())), k
+
+
+@pytest.mark.slow
+def test_a_head_shared_by_two_levels_is_two_sites_of_one_proposal(tmp_path):
+    """A new user's detector shares its head between two pyramid levels: propose counted the module called twice
+    as one site, stopped at the bare conv (its parent looked like a module of two convs) and left the GELU out,
+    and the two sizes could give two selectors naming one module, which the carve refuses. Each call is now a
+    site, the region is the whole conv + BN + GELU module, and a module's calls share one (dynamic) proposal."""
+    model = REPO / "tests" / "data" / "shared_head_model.py"
+    report = _propose_all(model, tmp_path / "base", "1x32x48", kernelgen="mock")
+    props = [p for p in report.candidates if p.selector]
+    by_site = {s.module_path: p for p in props for s in p.sites}
+    dw = by_site["head.dw"]
+    assert [s.module_path for s in dw.sites] == ["head.dw", "head.dw"]
+    assert parse_selector(dw.selector).ops_name == "CBR"
+    assert sum(any(s.module_path == "head.dw" for s in p.sites) for p in props) == 1
+    r = prepare(model, tmp_path / "carved", [p.selector for p in props], size="1x32x48")
+    assert r.code == 0, r.stderr[-2000:]
+    cands = {c.name: c for c in CandidatesFile.read(tmp_path / "carved" / "candidates.json").candidates}
+    for p in props:
+        assert sorted(s.module_path for s in cands[p.name].sites) == sorted(s.module_path for s in p.sites), p.name
+    assert cands[dw.name].op_inventory.get("aten.gelu.default") == 1

@@ -121,10 +121,13 @@ def _target_name(node: Any) -> str:
 def _module_stack(node: Any) -> list[ModuleFrame]:
     stack = node.meta.get("nn_module_stack") or {}
     frames = []
-    for _key, val in stack.items():
+    for key, val in stack.items():
         path, cls = val
         cls_name = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
-        frames.append(ModuleFrame(path=_clean_path(path), cls=cls_name.rsplit(".", 1)[-1]))
+        # torch.export keys each call of a module apart: "L__self___head", "L__self___head@1", ...
+        call = re.search(r"@(\d+)$", str(key))
+        frames.append(ModuleFrame(path=_clean_path(path), cls=cls_name.rsplit(".", 1)[-1],
+                                  call=int(call.group(1)) if call else 0))
     return frames
 
 

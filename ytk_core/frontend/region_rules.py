@@ -59,6 +59,11 @@ class NodeFacts:
     modules: tuple[str, ...]    # module paths from the root to the innermost owner ("" first)
     onnx: tuple[str, ...]       # the ONNX nodes it became
     shapes: tuple[tuple[Any, ...], ...] = ()   # its output's shape, then each input tensor's (when traced)
+    calls: tuple[int, ...] = ()  # per module in ``modules``, which call of it (0: the first; () all first)
+
+    def call_of(self, path: str) -> int:
+        """Which call of module ``path`` this node belongs to (a module called twice is two sites)."""
+        return self.calls[self.modules.index(path)] if self.calls and path in self.modules else 0
 
     @property
     def base(self) -> str:
@@ -106,7 +111,7 @@ class FactGraph:
             shapes = tuple(tuple(t.shape) for t in (n.outputs[:1] + list(n.inputs)))
             facts.append(NodeFacts(name=n.name, op=n.op, target=str(n.target), inputs=ins,
                                    modules=tuple(f.path for f in n.module_stack), onnx=tuple(n.onnx_nodes),
-                                   shapes=shapes))
+                                   shapes=shapes, calls=tuple(f.call for f in n.module_stack)))
         if weights is None:
             weights = [n.name for n in fx.nodes if n.op == "placeholder" and _is_weight_name(n.name)]
         return cls(facts, weights)
@@ -115,9 +120,9 @@ class FactGraph:
     def calls(self) -> list[NodeFacts]:
         return [n for n in self.nodes.values() if n.op == "call_function"]
 
-    def owned_by(self, path: str) -> list[str]:
-        """The call nodes a module (and its children) computes."""
-        return [n.name for n in self.calls() if path in n.modules]
+    def owned_by(self, path: str, call: int | None = None) -> list[str]:
+        """The call nodes a module (and its children) computes: in every call of it, or in call ``call``."""
+        return [n.name for n in self.calls() if path in n.modules and (call is None or n.call_of(path) == call)]
 
     def outputs_of(self, region: set[str]) -> list[str]:
         """Region nodes whose value is used outside the region (or is a graph output)."""

@@ -132,13 +132,46 @@ def fold(families: list[Family], *, own_kernel_ms: float, min_ms: float, merge: 
             for f in fams:
                 (worth if f.ms >= min_ms else small).append(f)
             continue
+        fams = _join_calls(fams)
         own = [] if merge else [f for f in fams if f.ms >= own_kernel_ms and f.ms >= min_ms]
         rest = [f for f in fams if f not in own]
         worth += own
         if len(rest) >= 2:
+            members = [m for f in rest for m in (f.members or [f])]
             rem = Family(kind=rest[0].kind, cls=rest[0].cls, around=rest[0].around,
-                         regions=[r for f in rest for r in f.regions], members=rest)
+                         regions=[r for f in rest for r in f.regions], members=members)
             (worth if rem.ms >= min_ms else small).append(rem)
         elif rest:
             (worth if rest[0].ms >= min_ms else small).append(rest[0])
     return worth, small
+
+
+def _join_calls(fams: list[Family]) -> list[Family]:
+    """Families holding calls of one module (a head shared by two pyramid levels, at two sizes) become one
+    dynamic family: a selector names modules, so no two selectors can split a module's calls between them."""
+    group = list(range(len(fams)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, f in enumerate(fams):
+        for r in f.regions:
+            if r.path in first:
+                group[root(i)] = root(first[r.path])
+            first.setdefault(r.path, i)
+    joined: dict[int, list[Family]] = defaultdict(list)
+    for i, f in enumerate(fams):
+        joined[root(i)].append(f)
+    out = []
+    for fs in joined.values():
+        if len(fs) == 1:
+            out.append(fs[0])
+            continue
+        members = [m for f in fs for m in (f.members or [f])]
+        out.append(Family(kind=fs[0].kind, cls=fs[0].cls, around=fs[0].around,
+                          regions=[r for f in fs for r in f.regions], members=members))
+    return out

@@ -67,10 +67,15 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     # convs, and their folded Conv is no more that block's than any other conv's.
     stacks = {n: _heavy_stack(mods, facts, n) for n in weighted}
     stacks.update({n: mods.owner[n] for n in attn})
-    heavy_in: dict[str, int] = {}
+    # Heavy ops per module, in one call of it: a module called twice (a detection head shared by two levels)
+    # holds its conv once, and is two sites, not a module of two convs.
+    per_call: dict[tuple[str, int], int] = {}
     for n in (*weighted, *attn):
         for p, _ in stacks[n]:
-            heavy_in[p] = heavy_in.get(p, 0) + 1
+            per_call[p, _call(mods, facts, n, p)] = per_call.get((p, _call(mods, facts, n, p)), 0) + 1
+    heavy_in: dict[str, int] = {}
+    for (p, _c), count in per_call.items():
+        heavy_in[p] = max(heavy_in.get(p, 0), count)
 
     regions: dict[str, Region] = {}
     taken: set[str] = set()
@@ -101,10 +106,12 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         if n in taken:
             continue
         path = next((p for p, _ in stacks[n] if p in excite), None) or _climb(stacks[n], heavy_in, blocks)
-        if path in regions:
-            regions[path].anchors.append(n)
+        call = _call(mods, facts, n, path) if path else 0
+        key = f"{path}@{call}" if call else path  # each call of a module is a site of its own
+        if key in regions:
+            regions[key].anchors.append(n)
             if not path:
-                regions[path].nodes.append(n)
+                regions[key].nodes.append(n)
                 taken.add(n)
             continue
         if not path:  # an op called at the model root has no module of its own: the region is just that op
@@ -115,11 +122,11 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         if path in blocks:  # a GEMM the block calls itself: the :around region leaves it out
             continue
         # a squeeze-excite's region ends at its product: no kernel fuses what follows it
-        nodes, epilogue, fx = _module_region(g, facts, path, taken, epilogue_ok=path not in excite)
+        nodes, epilogue, fx = _module_region(g, facts, path, taken, epilogue_ok=path not in excite, call=call)
         # a transposed conv's weights cannot be lifted: the carve keeps them baked by default (region_module),
         # so its sites are judged by their baked weights, as the carve will carve them
         lift = not any(g.by_name[m].op_type == "ConvTranspose" for m in nodes if m in g.by_name)
-        regions[path] = r = Region(path=path, cls=mods.cls_of.get(path, "?"),
+        regions[key] = r = Region(path=path, cls=mods.cls_of.get(path, "?"),
                                    kind="squeeze_excite" if path in excite else "gemm", around=False,
                                    anchors=[n], nodes=nodes, epilogue=epilogue,
                                    baked=tuple(baked_weights(fx, facts, lift=lift)))
@@ -172,12 +179,19 @@ def _heavy_stack(mods: ModuleIndex, facts: FactGraph, onnx_node: str) -> tuple[t
     return tuple((p, mods.cls_of.get(p, "?")) for p in paths)
 
 
+def _call(mods: ModuleIndex, facts: FactGraph, onnx_node: str, path: str) -> int:
+    """Which call of module ``path`` an ONNX node's heavy op (else its first op) belongs to."""
+    fx = [facts.nodes[f] for f in mods.fx_of.get(onnx_node, []) if f in facts.nodes and path in facts.nodes[f].modules]
+    heavy = [f for f in fx if f.heavy] or fx
+    return heavy[0].call_of(path) if heavy else 0
+
+
 def _module_region(g: OnnxGraph, facts: FactGraph, path: str, taken: set[str],
-                   epilogue_ok: bool = True) -> tuple[list[str], bool, set[str]]:
-    """A module's ONNX nodes as the carve will cut them: whole ONNX nodes, plus its pointwise
-    epilogue when that lies outside the module and no earlier region (``taken``) holds it (then the
+                   epilogue_ok: bool = True, call: int | None = None) -> tuple[list[str], bool, set[str]]:
+    """A module's ONNX nodes (in call ``call`` of it) as the carve will cut them: whole ONNX nodes, plus its
+    pointwise epilogue when that lies outside the module and no earlier region (``taken``) holds it (then the
     selector carries ``@epilogue``); and the FX nodes the carve's region holds."""
-    own = facts.owned_by(path)
+    own = facts.owned_by(path, call)
     whole = whole_onnx_nodes(own, facts)
     grown = grow_epilogue(own, facts)
     base, more = _onnx_of(g, facts, whole), _onnx_of(g, facts, grown)

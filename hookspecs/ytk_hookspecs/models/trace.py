@@ -20,6 +20,7 @@ class ModuleFrame(BaseModel):
 
     path: str
     cls: str
+    call: int = 0  # which call of the module this is (0: its first; a module called twice is two sites)
 
 
 class FxNode(BaseModel):
@@ -40,7 +41,10 @@ class FxNode(BaseModel):
 
 
 class FxNodesFile(Versioned):
-    """``fx_nodes.json``: the traced graph, each node with its owning module and ONNX nodes."""
+    """``fx_nodes.json``: the traced graph, each node with its owning module and ONNX nodes. Schema 2 added
+    each module frame's ``call``."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     model: str
     onnx: str
