@@ -844,3 +844,14 @@ def test_what_a_gpu_would_plug_is_judged_on_the_carved_programs(tmp_path):
     assert se and all(n in real.refuses and "gate relu" in real.refuses[n] for n in se), real
     assert re.search(r"would take 0 of the 1 plugged regions; not the rest: squeeze-excite gate relu", r.stdout), \
         r.stdout[-1500:]
+
+
+def test_the_report_names_outputs_as_the_model_returns_them(tmp_path):
+    """A model returning a dict: verify shows ``['cls_p1'] (conv2d_5)``, the autoloop report's numerics table
+    showed only the exporter's node names (a new user's trial)."""
+    r = run_cli("autoloop", REPO / "tests" / "data" / "shared_head_model.py", "-a", ORIN, "--workdir", tmp_path / "w",
+                "--max-rounds", "1", *MOCK, env={"YTK_EXAMPLE_SIZE": "1x32x48"})
+    assert r.code == 0, r.stderr[-2000:]
+    md = (tmp_path / "w" / "report" / "autoloop_report.md").read_text()
+    table = md.split("## Numerics against torch", 1)[1].split("## Rounds", 1)[0]
+    assert all(f"['{k}'] (" in table for k in ("cls_p1", "reg_p1", "cls_p2", "reg_p2")), table

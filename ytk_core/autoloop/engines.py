@@ -58,7 +58,8 @@ class EngineCompiler:
         if rec.numerics_passed is None:
             ver = run_verify(ws.path(rec.prepare_dir) / "model.reference.npz", [ws.path(rec.bundle)], no_host=True)
             rec.numerics_passed = ver.passed
-            rec.numerics_note = "; ".join(f"{n.output}: {n.detail or 'out of tolerance'}" for n in ver.failures())[:500]
+            rec.numerics_note = "; ".join(f"{ver.output_text(n.output)}: {n.detail or 'out of tolerance'}"
+                                          for n in ver.failures())[:500]
             ws.save()
         return rec
 

@@ -335,7 +335,8 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
                "The simulated generator's plugins compute the region's reference: a pass checks the carve and "
                "the plumbing, not a kernel's precision.", ""] if simulated_generator(state) else []) + [_md_table(
             ["Implementation", "Output", "max abs err", "max rel err", "cosine", "pass"],
-            [[n.implementation, n.output, f"{n.max_abs_err:.3g}" if n.max_abs_err is not None else "-",
+            [[n.implementation, verify.output_text(n.output),
+              f"{n.max_abs_err:.3g}" if n.max_abs_err is not None else "-",
               f"{n.max_rel_err:.3g}" if n.max_rel_err is not None else "-",
               f"{n.cosine:.6f}" if n.cosine is not None else "-", "yes" if n.passed else "NO"]
              for n in verify.numerics]), ""]
