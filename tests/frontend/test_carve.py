@@ -635,3 +635,32 @@ def test_sites_no_where_tells_apart_are_named_by_their_op_with_a_selector_that_w
     assert advice == ["yasp::Up_0=upsample_nearest2d", "yasp::Up_1=upsample_bilinear2d"]
     r = prepare(model, tmp_path / "b", advice, size="1x16x16")
     assert r.code == 0, r.stderr[-800:]
+
+
+_MHA = '''import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mha = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def get_fwd_args():
+    return (torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_a_module_that_is_never_called_is_said_to_be_so(tmp_path):
+    """nn.MultiheadAttention calls F.linear with its out_proj's weights: 'mod:out_proj' said no module path ends
+    with 'out_proj' (a new user's trial), although the model has one."""
+    model = tmp_path / "m.py"
+    model.write_text(_MHA)
+    r = prepare(model, tmp_path / "a", ["yasp::P=mod:out_proj"], size="1x12x16")
+    assert r.code == 2
+    assert "a module ending in 'out_proj' holds weights of the graph" in r.stderr and "never called" in r.stderr

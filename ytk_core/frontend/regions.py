@@ -233,6 +233,13 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
             suf = sel.mod_suffix
             scoped = [p for p in gi.instances if p == suf or p.endswith("." + suf)]
             if not scoped:
+                flat = "_" + suf.replace(".", "_") + "_"
+                held = sorted(w for w in gi.weights if flat in w)
+                if held:  # its weights are in the graph, the module never ran: its parent read them itself
+                    raise UsageError(f"selector {sel.text!r}: a module ending in {suf!r} holds weights of the graph "
+                                     f"({', '.join(held[:2])}) but is never called: its parent uses them directly "
+                                     "(nn.MultiheadAttention calls F.linear with out_proj.weight). Select the parent, "
+                                     "or the op by its FX node name (fx_nodes.json lists them).")
                 raise UsageError(f"selector {sel.text!r}: no module path ends with {suf!r}. Closest paths: "
                                  f"{_closest(suf, list(gi.instances))}.")
         # Keep only outermost instances: a class nested in itself is one site.
