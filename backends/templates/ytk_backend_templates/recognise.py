@@ -657,9 +657,12 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
                                     "BatchNorm and an activation, and the carve lifts conv weights only")
         raise UnsupportedRegion(f"the region uses parameters baked into it ({_first_three(g.baked)}) instead of "
                                 "taking them as lifted inputs; carve it with weights lifted (@lift=fold_conv_bn)")
+    if any("softmax" in o.target or "scaled_dot_product_attention" in o.target for o in g.ops):
+        # the words propose's answer uses (supports.py), so a region is refused alike before and after its carve
+        raise UnsupportedRegion("softmax attention: templates cover ReLU linear attention (LiteMLA) only")
     if g.baked:
         # the carve lifts conv weights only; a Linear / LayerNorm region keeps its parameters inside
-        raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())} (its parameters "
+        raise UnsupportedRegion(f"no template for a region of {_ops_text(g)} (its parameters "
                                 f"{_first_three(g.baked)} stay baked: only conv weights are lifted)")
     if has_conv and _is_se(g):
         region: Region = _recognise_se(g)
@@ -670,7 +673,7 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
     elif any(o.target in _MATMUL for o in g.ops):
         region = _recognise_litemla(g)
     else:
-        raise UnsupportedRegion(f"no template for a region of {dict(g.inventory())}")
+        raise UnsupportedRegion(f"no template for a region of {_ops_text(g)}")
     shapes = site_shapes(g, candidate)
     channels = {shape.inputs[0][1] for shape in shapes if shape.inputs and len(shape.inputs[0]) == 4}
     if candidate is not None:
@@ -698,6 +701,16 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
         # channel blocks are guarded, take it at one shape as they take a dynamic remainder's
         region = _with_dynamic_channels(region)
     return region
+
+
+def _ops_text(g: RegionGraph) -> str:
+    """The region's computing ops, most frequent first, as a person reads them: 'linear, gelu, layer_norm'."""
+    layout = ("view", "reshape", "permute", "transpose", "expand", "squeeze", "unsqueeze", "getitem", "slice",
+              "select", "split", "chunk", "unbind", "flatten", "t.")
+    inv = {k.removeprefix("aten.").removesuffix(".default"): v for k, v in g.inventory().items()
+           if k not in _IDENTITY | _SHAPE_OPS and not any(w in k for w in layout)}
+    names = [k for k, _ in sorted(inv.items(), key=lambda kv: -kv[1])]
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "") if names else "no ops"
 
 
 def _with_dynamic_channels(r: Region) -> Region:

@@ -400,3 +400,42 @@ def test_near_squeeze_excites_are_refused_with_the_reason(tmp_path: Path, module
     pt2 = export_region(module, _SE_ARGS, tmp_path / "r.pt2")
     with pytest.raises(UnsupportedRegion, match=reason):
         recognise(load_graph(pt2))
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        self.fused = fused
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return F.scaled_dot_product_attention(q, k, v)
+        return (q @ k.transpose(-2, -1)).softmax(-1) @ v
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.fc(x.transpose(1, 2)).view(1, 8, 64))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_softmax_attention_is_refused_in_propose_s_words(tmp_path: Path, fused: bool) -> None:
+    """propose said 'softmax attention: templates cover ReLU linear attention (LiteMLA) only'; after the carve the
+    dry run and the autoloop said 'not a ReLU linear attention: needs two matmuls and two ReLUs' or dumped the op
+    inventory as a dict (a new user's trial). Both now give propose's reason."""
+    q = torch.randn(1, 2, 12, 8)
+    pt2 = export_region(_Attention(fused), (q, q, q), tmp_path / "a.pt2")
+    with pytest.raises(UnsupportedRegion) as e:
+        recognise(load_graph(pt2))
+    assert str(e.value) == "softmax attention: templates cover ReLU linear attention (LiteMLA) only"
+
+
+def test_a_region_no_template_covers_is_named_by_its_computing_ops(tmp_path: Path) -> None:
+    pt2 = export_region(_Mlp(), (torch.randn(1, 16, 16),), tmp_path / "m.pt2")
+    with pytest.raises(UnsupportedRegion) as e:
+        recognise(load_graph(pt2))
+    assert str(e.value).startswith("no template for a region of linear, gelu (its parameters "), str(e.value)
