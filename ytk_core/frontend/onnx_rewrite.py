@@ -15,7 +15,7 @@ import numpy as np
 from ytk_hookspecs.models import PLUGIN_DOMAIN
 
 from ..errors import UsageError
-from .region_rules import convexity_witness
+from .region_rules import convexity_witness, from_sources
 
 
 @dataclass
@@ -49,25 +49,11 @@ class OnnxGraph:
         """Computed from initializers alone: a node chain the exporter did not fold (EVA02's rotary table,
         chunked into sin and cos once for every block). torch.export bakes such a value into a region's
         program, so it is no input of the plugin."""
-        memo = self._constant
-        todo = [tensor]
-        while todo:
-            t = todo[-1]
-            if t in memo:
-                todo.pop()
-                continue
-            node = self.nodes.get(self.producer.get(t, ""))
-            if node is None:
-                memo[t] = t in self.initializers
-                todo.pop()
-                continue
-            pending = [i for i in node.input if i and i not in memo]
-            if pending:
-                todo += pending
-                continue
-            memo[t] = all(memo[i] for i in node.input if i)
-            todo.pop()
-        return memo[tensor]
+        def source(t: str) -> bool | None:
+            return t in self.initializers if self.producer.get(t, "") not in self.nodes else None
+
+        return from_sources(tensor, self._constant, source,
+                            lambda t: [i for i in self.nodes[self.producer[t]].input if i])
 
     def boundary(self, names: list[str]) -> OnnxBoundary:
         inside = set(names)

@@ -21,7 +21,7 @@ Two rules widen a region beyond the nodes its selector names:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -562,3 +562,28 @@ def _topo(edges: dict[str, set[str]]) -> list[str] | None:
             if indeg[c] == 0:
                 todo.append(c)
     return order if len(order) == len(edges) else None
+
+
+def from_sources(start: Any, memo: dict[Any, bool], source: Callable[[Any], bool | None],
+                 parents: Callable[[Any], Iterable[Any]]) -> bool:
+    """Whether every source value ``start`` is computed from passes: ``source(x)`` says so for a source and is
+    None for a computed value, whose ``parents`` are then checked. Iterative (graphs run deep), ``memo``
+    shared between calls on one graph (the carve's constant tensors, the traced graph's constant nodes)."""
+    todo = [start]
+    while todo:
+        x = todo[-1]
+        if x in memo:
+            todo.pop()
+            continue
+        leaf = source(x)
+        if leaf is not None:
+            memo[x] = leaf
+            todo.pop()
+            continue
+        pending = [i for i in parents(x) if i not in memo]
+        if pending:
+            todo += pending
+            continue
+        memo[x] = all(memo[i] for i in parents(x))
+        todo.pop()
+    return memo[start]

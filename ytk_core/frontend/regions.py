@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .region_rules import FactGraph, convex_parts, grow_epilogue, whole_onnx_nodes
+from .region_rules import FactGraph, convex_parts, from_sources, grow_epilogue, whole_onnx_nodes
 from .selectors import Selector
 
 #: Ops an ``:around`` region targets inside a block: attention-style heavy ops. Convolutions are
@@ -158,24 +158,12 @@ class GraphIndex:
 
     def constant(self, n: Any) -> bool:
         """Computed from weights and buffers alone (the exporter folds it into an initializer)."""
-        memo = self._constant
-        todo = [n]
-        while todo:
-            m = todo[-1]
-            if m in memo:
-                todo.pop()
-                continue
-            if m.op != "call_function":
-                memo[m] = m.op == "get_attr" or (m.op == "placeholder" and m.name in self.weights)
-                todo.pop()
-                continue
-            pending = [i for i in m.all_input_nodes if i not in memo]
-            if pending:
-                todo += pending
-                continue
-            memo[m] = all(memo[i] for i in m.all_input_nodes)
-            todo.pop()
-        return memo[n]
+        def source(m: Any) -> bool | None:
+            if m.op == "call_function":
+                return None
+            return m.op == "get_attr" or (m.op == "placeholder" and m.name in self.weights)
+
+        return from_sources(n, self._constant, source, lambda m: m.all_input_nodes)
 
     def owned_by(self, path: str) -> list[Any]:
         return [n for n in self.calls if any(p == path for p, _ in self.stacks[n])]
