@@ -478,12 +478,17 @@ def get_fwd_args():
 '''
 
 
-def test_attention_reading_a_rotary_table_the_exporter_left_unfolded(tmp_path):
+@pytest.mark.parametrize("table", ["buffer", "computed"])
+def test_attention_reading_a_rotary_table_the_exporter_left_unfolded(tmp_path, table):
     """EVA02 (a zoo model outside the corpus): every block chunks the model's rotary table (a buffer) into sin and
     cos; the exporter merges those chunks into one Split of the initializer, outside every block. torch.export
     bakes the table into each region's program, so the Split's outputs are no plugin inputs; the carve died with
-    'region inputs differ between FX and ONNX'. Once every reader is a plugin, the Split goes too."""
-    (tmp_path / "model.py").write_text(ROPE_PY)
+    'region inputs differ between FX and ONNX'. Once every reader is a plugin, the Split goes too. A table the
+    model computes in forward from its buffer, which the exporter folds into an initializer, has no tensor at
+    all ('cannot find the ONNX tensor of region input cat'): each region computes it from the baked buffer."""
+    source = ROPE_PY if table == "buffer" else ROPE_PY.replace(  # computed once in forward: the exporter folds it
+        "x = x + b(x, self.rope)", "x = x + b(x, torch.cat([self.rope[:, :8].sin(), self.rope[:, 8:].cos()], -1))")
+    (tmp_path / "model.py").write_text(source)
     assert prepare(tmp_path / "model.py", tmp_path / "plain", size="1x12x16").code == 0
     prep = _carved(tmp_path / "plain", tmp_path, "yasp::Rope=RopeAttention:around")
     rope = _candidate(prep, "Rope")

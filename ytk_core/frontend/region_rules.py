@@ -184,11 +184,14 @@ def whole_onnx_nodes(region: Iterable[str], g: FactGraph) -> set[str]:
 
 
 def _absorbed(name: str, region: set[str], g: FactGraph) -> bool:
-    """A value the ONNX optimiser merged into consumers that are all in ``region``."""
+    """A value with no ONNX tensor that ``region`` reads: one the ONNX optimiser merged into consumers that are
+    all in ``region``, or one computed from weights alone that the exporter folded into an initializer (a
+    table the model computes once in forward and hands to every block: each region computes its own)."""
     n = g.nodes.get(name)
-    return (n is not None and name not in region and n.op == "call_function" and not n.onnx
-            and not _identity(n) and not g.is_constant(name) and not g.folded(name)
-            and n.base != "getitem" and all(u in region for u in g.users.get(name, [])))
+    if n is None or name in region or n.op != "call_function" or n.onnx or _identity(n) or g.is_constant(name) \
+            or n.base == "getitem":
+        return False
+    return g.folded(name) or all(u in region for u in g.users.get(name, []))
 
 
 def _grow_whole(out: set[str], g: FactGraph) -> set[str]:
