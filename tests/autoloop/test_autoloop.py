@@ -268,7 +268,7 @@ def test_a_plugin_failing_numerics_never_reaches_the_final_engine(tmp_path, monk
             poisoned["name"] = sorted(names)[0]
         if poisoned.get("name") in names:
             bad = types.SimpleNamespace(output="y", detail="max rel err 0.5 > 0.01 (injected)")
-            return types.SimpleNamespace(passed=False, failures=lambda: [bad])
+            return types.SimpleNamespace(passed=False, failures=lambda: [bad], output_text=lambda name: name)
         return real(ref, bundles, **kw)
 
     monkeypatch.setattr(verify_mod, "run_verify", verify)
