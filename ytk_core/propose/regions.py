@@ -72,7 +72,8 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     per_call: dict[tuple[str, int], int] = {}
     for n in (*weighted, *attn):
         for p, _ in stacks[n]:
-            per_call[p, _call(mods, facts, n, p)] = per_call.get((p, _call(mods, facts, n, p)), 0) + 1
+            at = (p, _call(mods, facts, n, p))
+            per_call[at] = per_call.get(at, 0) + 1
     heavy_in: dict[str, int] = {}
     for (p, _c), count in per_call.items():
         heavy_in[p] = max(heavy_in.get(p, 0), count)
