@@ -30,11 +30,21 @@ from .graph import load_graph
 from .layer_info import export_layer_info, export_profile, metadata
 
 ENGINE_VERSION = "8.6 (simulated)"
+#: The TensorRT release whose builder the simulation prices (its fusions, reformats and cost model).
+COST_MODEL_TRT = "8.6"
 PLAN_FORMAT = "ytk-mock-plan/1"
 #: Relative spread of one layer's time from one iteration to the next.
 LAYER_NOISE = 0.01
 #: Fixed per-inference cost outside the layers (enqueue, event record), in ms.
 ENQUEUE_MS = 0.02
+
+
+def engine_version(arch: ArchSpec) -> str:
+    """The TensorRT the target names, and the cost model when that is another release: a trt10 target is not
+    said to run 8.6."""
+    if arch.tensorrt == COST_MODEL_TRT:
+        return ENGINE_VERSION
+    return f"{arch.tensorrt} (simulated with the TensorRT {COST_MODEL_TRT} cost model)"
 
 
 def device_name(sm: int) -> str:
@@ -82,14 +92,14 @@ def compile_engine(request: CompileRequest, ctx: StageContext) -> CompileResult:
     write_text_atomic(info, json.dumps(export_layer_info(layers, g), indent=1))
     reformats = sum(1 for lay in layers if lay.kind == "reformat")
     log = workdir / "build.log"
-    lines = [f"[simulated] TensorRT {ENGINE_VERSION} builder on {device_name(arch.sm)}, {request.precision}",
+    lines = [f"[simulated] TensorRT {engine_version(arch)} builder on {device_name(arch.sm)}, {request.precision}",
              f"[simulated] {len(g.nodes)} ONNX nodes -> {len(layers)} layers ({reformats} reformats, "
              f"{sum(1 for lay in layers if lay.plugin)} plugin layers)"]
     lines += [f"[simulated] plugin {p.description.namespace}::{p.description.name} v{p.description.version} from "
               f"{p.path.name} (sha256 {p.sha256[:12]})" for p in request.plugins]
     write_text_atomic(log, "\n".join(lines) + "\n")
     ctx.log.info("simulated engine built", layers=len(layers), reformats=reformats)
-    return CompileResult(engine=engine, backend="mock", backend_version=ENGINE_VERSION, simulated=True,
+    return CompileResult(engine=engine, backend="mock", backend_version=engine_version(arch), simulated=True,
                          device=device_name(arch.sm), layer_info=info, build_log=log,
                          build_s=round(time.perf_counter() - t0, 3),
                          extra={"layers": len(layers), "reformats": reformats, "onnx_nodes": len(g.nodes)})

@@ -10,7 +10,7 @@ import pytest
 
 from tests.stages.carved_fixture import ARCH, PLUGIN, make_fixture
 from ytk_backend_mock.builder import describe
-from ytk_backend_mock.engine import ENQUEUE_MS, compile_engine, profile_engine
+from ytk_backend_mock.engine import ENQUEUE_MS, compile_engine, engine_version, profile_engine
 from ytk_backend_mock.kernelgen import make_meta
 from ytk_hookspecs import StageContext
 from ytk_hookspecs.kernel_source import KernelSource
@@ -48,6 +48,14 @@ def test_everything_is_labelled_simulated_and_dumps_look_like_trtexec(fx, tmp_pa
     assert {"name", "timeMs", "averageMs", "medianMs", "percentage"} <= set(raw[1])
     assert sum(r["percentage"] for r in raw[1:]) == pytest.approx(100, abs=0.01)
     assert json.loads(Path(cres.engine).read_text())["simulated"] is True
+
+
+@pytest.mark.parametrize("arch, version", [("arm64-sm87-dos6010-cu114-trt86", "8.6 (simulated)"),
+                                           ("x86_64-sm90-linux-cu130-trt10",
+                                            "10 (simulated with the TensorRT 8.6 cost model)")])
+def test_the_engine_names_the_targets_tensorrt_and_its_cost_model(arch, version):  # type: ignore[no-untyped-def]
+    """A trt10 target is not said to run TensorRT 8.6: the version is the target's, the cost model named."""
+    assert engine_version(ArchSpec.parse(arch)) == version
 
 
 def test_noise_is_seeded(fx, tmp_path, monkeypatch):
