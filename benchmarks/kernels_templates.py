@@ -77,8 +77,9 @@ def carved_requests(prep: Path, gpu: str) -> list[KernelGenRequest]:
 
 def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) -> None:
     """Compile every variant of the benchmark's and the GPU tests' regions (and a carve's, if given)."""
-    from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_LITEMLA_REGIONS, dw_fixture,
-                                    litemla_fixture)
+    from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_DWLN_REGIONS, GPU_LITEMLA_REGIONS,
+                                    GPU_PW_REGIONS, GPU_SE_REGIONS, dw_fixture, dwln_fixture, litemla_fixture,
+                                    pw_fixture, se_fixture)
 
     from ytk_backend_templates.generate import JobPlan, build_job, check_final_build, plan_job
 
@@ -98,6 +99,13 @@ def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) 
              for name, k, act, _c, shapes in GPU_DW_RESIDUAL_REGIONS]
     reqs += [test_request(litemla_fixture(t, name, shapes, joined=joined), name, maxv)
              for name, joined, shapes, maxv in GPU_LITEMLA_REGIONS]
+    reqs += [test_request(se_fixture(t, name, act, gate, shapes, bias=bias, style=style), name)
+             for name, act, gate, bias, style, shapes in GPU_SE_REGIONS]
+    reqs += [test_request(pw_fixture(t, name, act, shapes, group_in=gin, group_out=gout, bias=bias), name, maxv)
+             for name, act, gin, gout, bias, shapes, maxv in GPU_PW_REGIONS]
+    reqs += [test_request(dwln_fixture(t, name, k, s, shapes, bias=bias, closed=closed, native=native,
+                                       dynamic=dynamic), name)
+             for name, k, s, closed, bias, native, dynamic, shapes in GPU_DWLN_REGIONS]
     plans = [p for p in (plan_job(r, sm=arch.sm) for r in reqs + carved) if isinstance(p, JobPlan)]
     carved_names = {r.plugin_name for r in carved}
     done: set[str] = set()
