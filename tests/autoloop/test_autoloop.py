@@ -74,14 +74,20 @@ def test_an_edited_model_file_asks_and_resume_goes_on(finished, tmp_path):
     r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
     assert r.code == 0 and "the model is now" in r.stderr, r.stderr[-2000:]
     assert state(work).model == str(moved.resolve()) and "note: resumed although" not in r.stdout
-    moved.write_text(MODEL.read_text() + "\n# edited\n")
+    # comments and layout only: the same program, nothing to ask (the recorded file's hash follows the edit)
+    moved.write_text("# a comment first\n" + MODEL.read_text().replace("\n\n\n", "\n\n\n\n") + "\n# edited\n")
+    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
+    assert r.code == 0 and "only its comments or layout changed" in r.stderr, r.stderr[-2000:]
+    assert "note: resumed although" not in r.stdout and state(work).model_sha256 != state(w).model_sha256
+    edited = state(work).model_sha256
+    moved.write_text(MODEL.read_text() + "\nEDITED = 1\n")
     r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
     assert r.code == 2, r.stderr
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
-    assert "model file's content changed" in line and "--fresh" in line and "--resume" in line
+    assert "model file's code changed" in line and "--fresh" in line and "--resume" in line
     r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, "--resume", *MOCK)
-    assert r.code == 0 and "note: resumed although the model file's content changed" in r.stdout, r.stderr[-2000:]
-    assert state(work).model_sha256 == state(w).model_sha256  # still the recorded run's: every resume says so
+    assert r.code == 0 and "note: resumed although the model file's code changed" in r.stdout, r.stderr[-2000:]
+    assert state(work).model_sha256 == edited  # still the recorded run's: every resume says so
 
 
 def test_every_latency_the_loop_logs_from_the_simulator_says_so(finished):
@@ -208,14 +214,15 @@ def test_bad_duration():
 
 def test_json_state_is_versioned(finished):
     data = json.loads((finished[0] / STATE_FILE).read_text())
-    assert data["schema_version"] == 3 and os.path.isabs(data["model"])
-    # schema 2 lacked a round's real_support: it reads, as the current schema
+    assert data["schema_version"] == 4 and os.path.isabs(data["model"]) and len(data["model_code_sha256"]) == 64
+    # schema 2 lacked a round's real_support, schema 3 the code's hash: both read, as the current schema
     data["schema_version"] = 2
+    data.pop("model_code_sha256")
     for r in data["rounds"]:
         r.pop("real_support", None)
     (finished[0] / "s2.json").write_text(json.dumps(data))
     st = AutoloopState.read(finished[0] / "s2.json")
-    assert st.schema_version == 3 and all(r.real_support is None for r in st.rounds)
+    assert st.schema_version == 4 and all(r.real_support is None for r in st.rounds) and st.model_code_sha256 is None
 
 
 def test_a_schema1_state_is_read_or_refused_by_what_it_can_say(finished, tmp_path):
@@ -233,7 +240,7 @@ def test_a_schema1_state_is_read_or_refused_by_what_it_can_say(finished, tmp_pat
                                                                                              "nothing_left")]:
         (tmp_path / "s.json").write_text(json.dumps({**data, "finished": True, "stop_reason": reason}))
         st = AutoloopState.read(tmp_path / "s.json")
-        assert st.stop_kind == kind and st.schema_version == 3
+        assert st.stop_kind == kind and st.schema_version == 4
     rnd = next(r for r in data["rounds"] if r["candidates"] and r["result_bundle"])
     rnd["stage"] = "decide"
     for c in rnd["candidates"]:
@@ -487,9 +494,9 @@ def test_fixing_the_model_after_it_failed_runs_again_in_the_same_workdir(tmp_pat
     r = ytk_inproc("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
     assert r.code == 0 and "starting over" in r.stderr, r.stderr[-2000:]
     assert state(w).baseline is not None
-    model.write_text(good + "\n# an edit after kernels were made\n")  # now there is something to keep: asked
+    model.write_text(good + "\nAN_EDIT_AFTER_KERNELS_WERE_MADE = 1\n")  # now there is something to keep: asked
     r = ytk_inproc("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", *MOCK)
-    assert r.code == 2 and "content changed" in r.stderr and "--fresh" in r.stderr, r.stderr[-2000:]
+    assert r.code == 2 and "code changed" in r.stderr and "--fresh" in r.stderr, r.stderr[-2000:]
 
 
 def test_a_model_with_nothing_to_plug_says_so(tmp_path):

@@ -106,7 +106,7 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
     sf = workdir / STATE_FILE
     if sf.is_file():
         st = _read_state(workdir)
-        changed = Path(st.model) != model.resolve() or st.model_sha256 != sha256_file(model)
+        changed = Path(st.model) != model.resolve() or _code_changed(st, model)
         if changed and not _costly(st):
             # the guide's "fix the cause and run the same command again" after a model that failed to export, or
             # stopped before its first kernel: nothing worth keeping was recorded
@@ -159,8 +159,9 @@ def _load_or_start(model: Path, arch: str, precision: str, workdir: Path, flags:
     backends = resolve_backends(spec, flags, remote_engine=flags.engine if worker else None)
     versions = {f"{role}:{name}" if role == "kernelgen" else role: b.info.version for role, name in backends.named()
                 if (b := runtime().manager.get(name))}
-    st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), arch=spec, precision=precision,
-                       backends=backends, backend_versions=versions, limits=limits, worker=worker)
+    st = AutoloopState(model=str(model.resolve()), model_sha256=sha256_file(model), model_code_sha256=code_sha(model),
+                       arch=spec, precision=precision, backends=backends, backend_versions=versions, limits=limits,
+                       worker=worker)
     st.save(workdir)
     return st
 
@@ -192,6 +193,27 @@ def discard_run(workdir: Path) -> None:
             shutil.rmtree(d)
 
 
+def code_sha(model: Path) -> str | None:
+    """sha256 of the model file's syntax tree: comments, blank lines and layout left out, so an edit of those
+    alone is no change. None for a file Python cannot parse (its bytes are compared instead)."""
+    import ast
+    import hashlib
+
+    try:
+        tree = ast.parse(model.read_bytes(), filename=str(model))
+    except (SyntaxError, ValueError):
+        return None
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+
+
+def _code_changed(st: AutoloopState, model: Path) -> bool:
+    """Whether the model file holds another program than the recorded run's (a state without the code's hash,
+    or a file that does not parse: whether its bytes changed)."""
+    if sha256_file(model) == st.model_sha256:
+        return False
+    return st.model_code_sha256 is None or code_sha(model) != st.model_code_sha256
+
+
 def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool) -> list[str]:
     """A resumed workdir whose results depend on what changed since: say what, and let the user choose.
     Returns what changed when ``resume`` goes on anyway (for the report), else nothing."""
@@ -200,9 +222,13 @@ def _check_unchanged(st: AutoloopState, model: Path, workdir: Path, resume: bool
     changes = []
     rt = runtime()
     now_sha = sha256_file(model)
-    if now_sha != st.model_sha256:
-        changes.append(f"the model file's content changed (sha256 {now_sha[:12]}, the recorded run's "
+    if _code_changed(st, model):
+        changes.append(f"the model file's code changed (sha256 {now_sha[:12]}, the recorded run's "
                        f"{st.model_sha256[:12]})")
+    elif now_sha != st.model_sha256:  # comments or layout only: the same program, the recorded results stand
+        rt.log.info(f"{model}: only its comments or layout changed since the recorded run; going on")
+        st.model_sha256 = now_sha
+        st.save(workdir)
     for role, name in st.backends.named():
         b = rt.manager.get(name)
         was = st.backend_versions.get(f"{role}:{name}" if role == "kernelgen" else role) or \

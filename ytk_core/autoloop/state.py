@@ -190,12 +190,16 @@ class AutoloopLimits(_M):
 class AutoloopState(Versioned):
     """Schema 2 added ``stop_kind`` and a round's ``losers_engine`` / ``losers_ms``; a schema-1 state is
     read with its stop kind taken from its stop reason, except one stopped mid-decide (see _from_schema1).
-    Schema 3 added a round's ``real_support`` (a schema-2 state reads as is and is saved as schema 3)."""
+    Schema 3 added a round's ``real_support``, schema 4 ``model_code_sha256`` (a schema-2 or -3 state reads as is,
+    without the code's hash, and is saved as schema 4)."""
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     model: str
     model_sha256: str
+    model_code_sha256: str | None = Field(None, description="sha256 of the model file's syntax tree (comments and "
+                                                            "layout left out): a resume after an edit of those alone "
+                                                            "goes on; None where the file did not parse")
     arch: str
     precision: str
     backends: AutoloopBackends
