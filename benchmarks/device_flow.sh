@@ -24,6 +24,9 @@
 #                                            reports' results side by side (run `autoloop` first on the same machine)
 #   bash benchmarks/device_flow.sh kronos    `autoloop`'s run with every compile on a Kronos worker (torch engine) on
 #                                            loopback (runs/autoloop-kronos), compared the same way
+#   bash benchmarks/device_flow.sh both      `autoloop`'s run with its kernels and plugins from a Gaia service and every
+#                                            compile on a Kronos worker, both on loopback (runs/autoloop-both), compared
+#                                            the same way, with both reports' time per stage
 #   bash benchmarks/device_flow.sh carve     a full-size carve of CARVE_MODEL with the selectors in CARVE_PLUGINS (';'
 #                                            between them) into runs/rt/<model>; a `regions` word after it tables it
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
@@ -224,10 +227,26 @@ do_kronos() {
   remote_autoloop kronos --worker http://127.0.0.1:8470
   kill $SERVED; wait $SERVED 2>/dev/null
 }
+do_both() {
+  # issues 24 and 25 in one run: kernels generated and plugins built by a Gaia service, every engine compiled on a
+  # Kronos worker (torch engine), both on loopback; the report's time per stage says what each service added
+  export YTK_GAIA_API_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') YTK_GAIA_URL=http://127.0.0.1:8471
+  export YTK_KRONOS_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+  rm -rf runs/gaia-state runs/kronos-state runs/autoloop-both
+  serve gaia 8471/v1/info YTK_GAIA_API_KEY ytk worker gaia --port 8471 --state-dir runs/gaia-state || return
+  local gaia=$SERVED
+  serve kronos 8470/v1/jobs YTK_KRONOS_TOKEN ytk worker kronos --engine torch --host 127.0.0.1 --port 8470 \
+    --state-dir runs/kronos-state || { kill $gaia; return; }
+  YTK_KERNELGEN=gaia YTK_BUILDER=gaia remote_autoloop both --worker http://127.0.0.1:8470
+  kill $SERVED $gaia; wait $SERVED $gaia 2>/dev/null
+  for r in runs/autoloop/report/autoloop_report.md runs/autoloop-both/report/autoloop_report.md; do
+    echo "== $r"; sed -n '/^## Time per stage/,/^## /p' "$r" 2>/dev/null | grep '^|'
+  done
+}
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions|gaia|kronos) "do_$w" ;;
+    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions|gaia|kronos|both) "do_$w" ;;
     *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, carve, regions, gaia,"\
-         "kronos)"; exit 2 ;;
+         "kronos, both)"; exit 2 ;;
   esac
 done
