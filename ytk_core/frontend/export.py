@@ -271,27 +271,43 @@ def export_onnx(program: Any, args: tuple[Any, ...], model_path: Path, opset: in
 
     from .loader import user_code
 
-    try:
+    def export() -> Any:
         with quiet_exporter(), exact_constant_matching(), no_merged_subexpressions(), \
                 user_code(model_path, "Model.forward (under ONNX export)"):
             return torch.onnx.export(program, args, dynamo=True, opset_version=opset, optimize=True,
                                      verbose=False, report=False)
+
+    try:
+        return export()
     except UsageError:
         raise
     except Exception as e:
-        quoted = _quoted_names(program)
-        if quoted:
-            # torch's FX code generator writes getattr(self.x, "name") unescaped: a '"' is a SyntaxError
-            raise UsageError(f"{model_path}: ONNX export failed on module {quoted[0]!r}: torch's exporter cannot "
-                             "handle a '\"' in a module name (a ModuleDict key or add_module name). Rename that "
-                             "module without '\"' and run the command again.") from None
-        msg = str(e)
-        op = ""
-        for line in msg.splitlines():
-            if "aten." in line or "Unsupported" in line or "No decomposition" in line:
-                op = f" ({line.strip()[:200]})"
-                break
-        raise UsageError(_failure_message("ONNX export" + op, e, model_path, None)) from None
+        first = e
+    from .onnx_compat import onnx_compatible
+
+    if onnx_compatible(program):  # spellings the exporter cannot take as traced, rewritten to the same values
+        try:
+            return export()
+        except UsageError:
+            raise
+        except Exception:  # noqa: BLE001 -- the first failure is the one that says what the model does
+            pass
+    raise _onnx_failure(first, program, model_path) from None
+
+
+def _onnx_failure(e: Exception, program: Any, model_path: Path) -> UsageError:
+    quoted = _quoted_names(program)
+    if quoted:
+        # torch's FX code generator writes getattr(self.x, "name") unescaped: a '"' is a SyntaxError
+        return UsageError(f"{model_path}: ONNX export failed on module {quoted[0]!r}: torch's exporter cannot "
+                          "handle a '\"' in a module name (a ModuleDict key or add_module name). Rename that "
+                          "module without '\"' and run the command again.")
+    op = ""
+    for line in str(e).splitlines():
+        if "aten." in line or "Unsupported" in line or "No decomposition" in line:
+            op = f" ({line.strip()[:200]})"
+            break
+    return UsageError(_failure_message("ONNX export" + op, e, model_path, None))
 
 
 def _quoted_names(program: Any) -> list[str]:
