@@ -90,6 +90,8 @@ def autoloop(
         t.add_column(c)
     t.add_row("0 (baseline)", f"{st.baseline.ms:.3f}" if st.baseline else "-", "-", "-", "-")
     for r in st.rounds:
+        if not r.candidates and r.result_ms is None:
+            continue  # a round that found nothing to try: the "stopped:" line below says so (the report keeps it)
         t.add_row(str(r.index), f"{r.result_ms:.3f}" if r.result_ms is not None else "-",
                   f"{r.gain_ms:.3f}" if r.gain_ms is not None else "-",
                   ", ".join(c.name + (" (re-optimized)" if c.replaces else "")
