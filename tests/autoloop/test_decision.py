@@ -50,19 +50,20 @@ def test_a_kill_between_the_two_engines_resumes_to_the_same_decision(tmp_path: P
 
 def test_a_loser_whose_engine_is_faster_with_it_is_taken_back(whole) -> None:
     """On this model the stem conv's layers (with the reformat feeding it) time slower than its region did,
-    yet the engine without it is slower: the round keeps the engine it verified, with every plugin."""
+    yet the engine without it is slower (by more than --min-gain-ms): the round keeps the engine it verified,
+    with every plugin."""
     rep = whole[HYVIT]
     rnd = rep["state"]["rounds"][0]
     stem = next(c for c in rnd["candidates"] if c["name"].startswith("Conv3x3s2C3to24"))
     assert stem["status"] == "kept" and "kept although the plugin's layers took" in stem["reason"], stem
     assert rnd["losers_engine"] == rnd["result_bundle"] == rep["state"]["best"]["bundle"]
     winners = next(c for c in rnd["compiles"] if c["bundle"].endswith("round1-winners.tgz"))
-    assert winners["p50_ms"] >= rnd["result_ms"] == rep["final_ms"]
+    assert winners["p50_ms"] - 0.001 >= rnd["result_ms"] == rep["final_ms"]
     hist = rep["state"]["history"]
     assert any(h.startswith("round 1: kept Conv3x3s2C3to24") and "after all: without" in h for h in hist), hist
     # the drop that came first says it may be undone, so the log does not read as a retraction
-    assert any(h.startswith("dropped Conv3x3s2C3to24") and "if that one is not faster it is kept after all" in h
-               for h in hist), hist
+    undo = "if that one is slower by --min-gain-ms or more it is kept after all"
+    assert any(h.startswith("dropped Conv3x3s2C3to24") and undo in h for h in hist), hist
     assert stem["name"] in {p["name"] for p in rep["ship"]["plugins"]}
     # the report's table of final plugins says why a plugin slower than its region is in the engine
     md = Path(rep["report_md"]).read_text()

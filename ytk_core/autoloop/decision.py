@@ -59,8 +59,8 @@ def _drop_losers(ws: Workspace, rnd: RoundRecord) -> bool:
         if c.plugin_ms is not None and c.plugin_ms >= bar:
             losers.append(c)
     winners = [c for c in ws.active(rnd) if c not in losers]
-    then = ("a drop that may be undone: the engine without it is compiled next, and if that one is not faster it "
-            "is kept after all" if winners else
+    then = ("a drop that may be undone: the engine without it is compiled next, and if that one is slower by "
+            "--min-gain-ms or more it is kept after all" if winners else
             "a drop that may be undone: it is kept after all if the engine with it is still faster than the best "
             "one so far")
     for c in losers:
@@ -85,9 +85,9 @@ def ms_pair(a: float, b: float) -> tuple[str, str]:
 
 def _without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> None:
     """Compile the round's engine with the winners only. It becomes the round's result when it compiles,
-    passes numerics and is faster end to end than the engine with the losers; otherwise the losers are
-    taken back and the round keeps the engine it verified (a layer's time is an attribution; the engine's
-    latency is what ships)."""
+    passes numerics and the engine with the losers is not faster end to end by at least --min-gain-ms;
+    otherwise the losers are taken back and the round keeps the engine it verified (a layer's time is an
+    attribution; the engine's latency is what ships, and a tie does not earn a plugin its place)."""
     assert rnd.losers_ms is not None
     best = ws.state.best
     assert best is not None
@@ -101,9 +101,12 @@ def _without_losers(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) ->
             why = f"the engine without {_names(losers)} did not compile ({rec})"
         elif not rec.numerics_passed:
             why = f"the engine without {_names(losers)} failed numerics ({rec.numerics_note})"
-        elif rec.p50_ms >= rnd.losers_ms:
+        elif rec.p50_ms - rnd.losers_ms >= ws.limits.gain_ms():
+            # kept only for a gain worth shipping: a plugin that loses on its layers and is a tie end to end (a
+            # new user saw one kept at 0.006 vs 0.006 ms) is a kernel shipped for nothing
             why = (f"without {_names(losers)} the engine took {rec.p50_ms:.3f} ms, with "
-                   f"{'it' if len(losers) == 1 else 'them'} {rnd.losers_ms:.3f} ms")
+                   f"{'it' if len(losers) == 1 else 'them'} {rnd.losers_ms:.3f} ms (at least --min-gain-ms "
+                   f"{ws.state.min_gain_label()} faster)")
         else:
             rnd.result_bundle, rnd.result_ms = rec.bundle, rec.p50_ms
             return
