@@ -125,3 +125,17 @@ def test_the_rewrites_keep_every_value_and_leave_a_plain_model_alone(tmp_path: P
     _, _, ep = _program(plain, tmp_path)
     before = [(n.name, n.target, n.args) for n in ep.graph.nodes]
     assert onnx_compatible(ep) == [] and [(n.name, n.target, n.args) for n in ep.graph.nodes] == before
+
+
+def test_an_op_the_exporter_cannot_translate_is_named_with_what_to_do(tmp_path: Path):
+    """torch.export traces it; torch's ONNX exporter has no translation and no rewrite helps. The one line names
+    the op and says to spell it otherwise, not the torch.export advice about data-dependent control flow."""
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                     "        return torch.special.zeta(x, x + 2.0)\n\n\ndef get_fwd_args():\n"
+                     "    return (torch.rand(2, 8) + 1,)\n")
+    r = prepare(model, tmp_path / "p")
+    line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
+    assert r.code == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "ONNX export" in line and "zeta" in line and "torch's ONNX exporter cannot translate" in line, line
+    assert "data-dependent" not in line and not (tmp_path / "p" / "model.onnx").exists()

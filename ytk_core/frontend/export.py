@@ -93,7 +93,17 @@ class _ModuleTracker:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
-def _failure_message(stage: str, e: BaseException, model_path: Path, where: list[tuple[str, str]] | None) -> str:
+#: What to do when torch.export cannot trace the model.
+_TRACE_ADVICE = ("torch.export needs a graph without data-dependent Python control flow and with ops it can trace; "
+                 "rewrite that part of the model (or move it out of Model.forward) and run the command again.")
+#: What to do when the traced program has an op torch's ONNX exporter cannot translate.
+_ONNX_ADVICE = ("torch's ONNX exporter cannot translate that op as the model spells it (ytk's rewrites of the "
+                "spellings it knows did not help); write that part of the model with other ops for the same math "
+                "and run the command again.")
+
+
+def _failure_message(stage: str, e: BaseException, model_path: Path, where: list[tuple[str, str]] | None,
+                     advice: str = _TRACE_ADVICE) -> str:
     text = _ANSI.sub("", str(e)).strip()
     first = text.splitlines()[0] if text else type(e).__name__
     first = first[:400]
@@ -106,9 +116,7 @@ def _failure_message(stage: str, e: BaseException, model_path: Path, where: list
     if where:
         path, cls = where[-1]
         mod = f" in module {path or '<root>'} ({cls})"
-    return (f"{stage} failed{mod}{loc}: {type(e).__name__}: {first}. torch.export needs a graph without data-"
-            "dependent Python control flow and with ops it can trace; rewrite that part of the model (or move it "
-            "out of Model.forward) and run the command again.")
+    return f"{stage} failed{mod}{loc}: {type(e).__name__}: {first}. {advice}"
 
 
 def export_program(model: Any, args: tuple[Any, ...], model_path: Path) -> Any:
@@ -307,7 +315,7 @@ def _onnx_failure(e: Exception, program: Any, model_path: Path) -> UsageError:
         if "aten." in line or "Unsupported" in line or "No decomposition" in line:
             op = f" ({line.strip()[:200]})"
             break
-    return UsageError(_failure_message("ONNX export" + op, e, model_path, None))
+    return UsageError(_failure_message("ONNX export" + op, e, model_path, None, _ONNX_ADVICE))
 
 
 def _quoted_names(program: Any) -> list[str]:

@@ -10,10 +10,10 @@ model that exports today exports the same graph.
   strides of one scaled_dot_product_attention implementation and runs it on another's, and fails with "Cannot
   view a tensor ...". A contiguous copy before each reshape or view of a transpose or permute makes the view
   valid whatever the strides (ONNX has no strides: the copy is an Identity the optimiser drops).
-- **Attention on 3-D or 5-D tensors** (timm's Hiera: heads x windows x tokens): the exporter translates
-  scaled_dot_product_attention on 4-D query, key and value only ("only 4D query, key, and value are
-  supported"). Every dimension before the last two is one batch to attention, so the rewrite folds them into
-  one, runs the 4-D op and unfolds the result.
+- **Attention on tensors of other than 4 dimensions** (timm's Hiera, 5-D: heads x windows x tokens): the
+  exporter translates scaled_dot_product_attention on 4-D query, key and value only ("only 4D query, key, and
+  value are supported"). Every dimension before the last two is one batch to attention, so the rewrite folds
+  them into one, runs the 4-D op and unfolds the result.
 """
 
 from __future__ import annotations
