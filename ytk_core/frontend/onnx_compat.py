@@ -78,8 +78,8 @@ def _attention_as_4d(graph: Any, node: Any, aten: Any) -> int:
         return 0  # batch dimensions broadcast between query, key and value: not a plain fold
     mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
     mval = getattr(mask, "meta", {}).get("val") if mask is not None else None
-    if mask is not None and (mval is None or (mval.dim() > 2 and tuple(mval.shape[:-2]) != lead)):
-        return 0  # a mask that broadcasts over some batch dimensions only: left as it is
+    if mask is not None and (mval is None or mval.dim() > 2):
+        return 0  # a mask with batch dimensions of its own: left as it is (a 2-D one broadcasts over the fold)
     b = math.prod(lead)
 
     def fold(a: Any, t: Any) -> Any:
@@ -89,18 +89,8 @@ def _attention_as_4d(graph: Any, node: Any, aten: Any) -> int:
         return r
 
     with graph.inserting_before(node):
-        args = [fold(a, t) for a, t in zip((q, k, v), vals)]
-        kwargs = dict(node.kwargs)
-        if mask is not None and mval.dim() > 2:
-            folded = fold(mask, mval)
-            if len(node.args) > 3:
-                args.append(folded)
-            else:
-                kwargs["attn_mask"] = folded
-        elif len(node.args) > 3:
-            args.append(mask)
-        args += list(node.args[4:])
-        attn = graph.call_function(aten.scaled_dot_product_attention.default, tuple(args), kwargs)
+        args = (*[fold(a, t) for a, t in zip((q, k, v), vals)], *node.args[3:])
+        attn = graph.call_function(aten.scaled_dot_product_attention.default, args, dict(node.kwargs))
         _meta_from(attn, node, out.reshape([b, 1, out.shape[-2], out.shape[-1]]))
         back = graph.call_function(aten.reshape.default, (attn, list(out.shape)))
         _meta_from(back, node, out)
