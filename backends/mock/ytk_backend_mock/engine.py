@@ -29,9 +29,9 @@ from .kernelgen import defect_of
 from .graph import load_graph
 from .layer_info import export_layer_info, export_profile, metadata
 
-ENGINE_VERSION = "8.6 (simulated)"
 #: The TensorRT release whose builder the simulation prices (its fusions, reformats and cost model).
 COST_MODEL_TRT = "8.6"
+ENGINE_VERSION = f"{COST_MODEL_TRT} (simulated)"
 PLAN_FORMAT = "ytk-mock-plan/1"
 #: Relative spread of one layer's time from one iteration to the next.
 LAYER_NOISE = 0.01
