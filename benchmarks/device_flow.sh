@@ -199,6 +199,7 @@ PY
 }
 remote_autoloop() {  # remote_autoloop NAME [extra autoloop args]: `autoloop`'s run into runs/autoloop-NAME, then both results
   local name=$1 t0; shift
+  rm -rf "runs/autoloop-$name"
   t0=$(date +%s)
   timeout ${REMOTE_TIMEOUT:-420} ytk autoloop "${REMOTE_MODEL:-contrib/models/efficientvit_b1/model.py}" -a "$ARCH" -p fp16 \
     --workdir "runs/autoloop-$name" --max-rounds "${ROUNDS:-2}" --min-gain-ms "${MIN_GAIN:-0.1}" --json "$@" \
@@ -207,41 +208,41 @@ remote_autoloop() {  # remote_autoloop NAME [extra autoloop args]: `autoloop`'s 
   cp "runs/autoloop-$name/report/autoloop_report.md" "$OUT/autoloop_${name}_report.md" 2>/dev/null
   for r in runs/autoloop/report/autoloop_report.md "runs/autoloop-$name/report/autoloop_report.md"; do
     echo "== $r"; grep -m1 '^\*\*' "$r" 2>/dev/null; grep -m1 '^- wall time' "$r" 2>/dev/null
+    sed -n '/^## Time per stage/,/^## /p' "$r" 2>/dev/null | grep '^|'
   done
 }
-do_gaia() {
-  # issue 25: `autoloop`'s run through a Gaia service on loopback (its templates generator and nvcc builder on this GPU);
-  # compare with runs/autoloop (the `autoloop` word, earlier on this machine)
+start_gaia() {  # a Gaia service on loopback with a fresh key and state (its templates generator and nvcc builder)
   export YTK_GAIA_API_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') YTK_GAIA_URL=http://127.0.0.1:8471
-  rm -rf runs/gaia-state runs/autoloop-gaia
-  serve gaia 8471/v1/info YTK_GAIA_API_KEY ytk worker gaia --port 8471 --state-dir runs/gaia-state || return
+  rm -rf runs/gaia-state
+  serve gaia 8471/v1/info YTK_GAIA_API_KEY ytk worker gaia --port 8471 --state-dir runs/gaia-state
+}
+start_kronos() {  # a Kronos worker (torch engine) on loopback with a fresh token and state
+  export YTK_KRONOS_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+  rm -rf runs/kronos-state
+  serve kronos 8470/v1/jobs YTK_KRONOS_TOKEN ytk worker kronos --engine torch --host 127.0.0.1 --port 8470 \
+    --state-dir runs/kronos-state
+}
+do_gaia() {
+  # issue 25: `autoloop`'s run through a Gaia service on loopback; compare with runs/autoloop (the `autoloop` word,
+  # earlier on this machine)
+  start_gaia || return
   YTK_KERNELGEN=gaia YTK_BUILDER=gaia remote_autoloop gaia
   kill $SERVED; wait $SERVED 2>/dev/null
 }
 do_kronos() {
-  # issue 24: `autoloop`'s run with every compile on a Kronos worker (torch engine) on loopback; compare as gaia does
-  export YTK_KRONOS_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
-  rm -rf runs/kronos-state runs/autoloop-kronos
-  serve kronos 8470/v1/jobs YTK_KRONOS_TOKEN ytk worker kronos --engine torch --host 127.0.0.1 --port 8470 \
-    --state-dir runs/kronos-state || return
+  # issue 24: `autoloop`'s run with every compile on a Kronos worker on loopback; compare as gaia does
+  start_kronos || return
   remote_autoloop kronos --worker http://127.0.0.1:8470
   kill $SERVED; wait $SERVED 2>/dev/null
 }
 do_both() {
-  # issues 24 and 25 in one run: kernels generated and plugins built by a Gaia service, every engine compiled on a
-  # Kronos worker (torch engine), both on loopback; the report's time per stage says what each service added
-  export YTK_GAIA_API_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') YTK_GAIA_URL=http://127.0.0.1:8471
-  export YTK_KRONOS_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
-  rm -rf runs/gaia-state runs/kronos-state runs/autoloop-both
-  serve gaia 8471/v1/info YTK_GAIA_API_KEY ytk worker gaia --port 8471 --state-dir runs/gaia-state || return
+  # issues 24 and 25 in one run: kernels generated and plugins built by the Gaia service, every engine compiled on
+  # the Kronos worker; each report's time per stage says what each service added
+  start_gaia || return
   local gaia=$SERVED
-  serve kronos 8470/v1/jobs YTK_KRONOS_TOKEN ytk worker kronos --engine torch --host 127.0.0.1 --port 8470 \
-    --state-dir runs/kronos-state || { kill $gaia; return; }
+  start_kronos || { kill $gaia; return; }
   YTK_KERNELGEN=gaia YTK_BUILDER=gaia remote_autoloop both --worker http://127.0.0.1:8470
   kill $SERVED $gaia; wait $SERVED $gaia 2>/dev/null
-  for r in runs/autoloop/report/autoloop_report.md runs/autoloop-both/report/autoloop_report.md; do
-    echo "== $r"; sed -n '/^## Time per stage/,/^## /p' "$r" 2>/dev/null | grep '^|'
-  done
 }
 for w in "${words[@]}"; do
   case $w in
