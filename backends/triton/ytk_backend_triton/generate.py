@@ -124,7 +124,23 @@ def generate(request: KernelGenRequest, workdir: Path) -> KernelGenResult:
         raise
     except Exception as e:  # noqa: BLE001 - inductor's own failure on this region: the job fails, saying so
         first = (str(e).strip().splitlines() or [""])[0][:300]
-        return _failed(job_id, f"triton could not compile region {name}: {type(e).__name__}: {first}")
+        where = _keep_traceback(workdir / BACKEND / job_id, e)
+        return _failed(job_id, f"triton could not compile region {name}: {type(e).__name__}: {first}"
+                               f"{f' (traceback: {where})' if where else ''}")
+
+
+def _keep_traceback(jobdir: Path, e: BaseException) -> Path | None:
+    """Write an unexpected failure's whole traceback into the job's directory (inductor's own errors say
+    little in their first line: "InductorError: AssertionError:"), so that it can be reported upstream."""
+    import traceback
+
+    try:
+        jobdir.mkdir(parents=True, exist_ok=True)
+        path = jobdir / "error.txt"
+        path.write_text("".join(traceback.format_exception(e)))
+        return path
+    except OSError:
+        return None
 
 
 def _run(request: KernelGenRequest, workdir: Path, job_id: str, name: str, candidate: Any, program: Any,

@@ -119,6 +119,42 @@ def test_a_region_no_template_covers_gets_a_plugin_on_the_gpu(tmp_path: Path) ->
     assert src.meta.perf.time_ms_per_site == times
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("region", ["LiteMLAC384", "SEC32R8"])
+def test_inductor_compiles_the_regions_it_failed_on(region: str, tmp_path: Path) -> None:
+    """The region table on the H100 (2026-12-05/06) saw the triton job fail with "InductorError
+    (AssertionError)" on EfficientViT-B1's LiteMLA and EfficientNet-B0's first squeeze-excite at full size:
+    the same regions, at their full-size site shapes, must get a kernel (or a stated refusal, never an
+    inductor error)."""
+    from templates_fixtures import LiteMLARegion, SqueezeExcite, litemla_fixture, se_fixture
+
+    from ytk_backend_triton.generate import generate
+    from ytk_hookspecs.models import KernelGenRequest
+
+    # the fixtures' programs are exported for one small shape; the generator runs them at the sites' shapes,
+    # so they are exported again as the carve does (dynamic batch and map dims)
+    auto = {0: torch.export.Dim.AUTO, 2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO}
+    if region == "LiteMLAC384":
+        pt2, cand = litemla_fixture(tmp_path, region, [(4, 576, 68, 120), (2, 576, 17, 30)])
+        ex: tuple = tuple(torch.randn(2, 576, 6, 5) for _ in range(2))  # type: ignore[type-arg]
+        ep = torch.export.export(LiteMLARegion(dim=16), ex, dynamic_shapes=((auto, auto),), strict=False)
+    else:
+        pt2, cand = se_fixture(tmp_path, region, "silu", "sigmoid", [(4, 32, 544, 960, 8)])
+        ex = (torch.randn(2, 32, 6, 5), torch.randn(8, 32, 1, 1), torch.randn(8), torch.randn(32, 8, 1, 1),
+              torch.randn(32))
+        ep = torch.export.export(SqueezeExcite("silu", "sigmoid", True, "timm"), ex,
+                                 dynamic_shapes=(auto, None, (None, None, None)), strict=False)
+    torch.export.save(ep, str(pt2))
+    req = KernelGenRequest(reference=pt2, gpu=torch.cuda.get_device_name(), config={"allow_slower": "1"},
+                           output=tmp_path / f"{region}.module_source.py", candidate=cand, prepare_dir=tmp_path,
+                           plugin_name=region)
+    res = generate(req, tmp_path / "work")
+    kept = res.message.rsplit("(traceback: ", 1)[-1].rstrip(")") if res.message and "(traceback: " in res.message \
+        else None
+    assert "could not compile" not in (res.message or ""), Path(kept).read_text() if kept else res.message
+    assert res.status == "done", res.message
+
+
 def test_without_a_gpu_the_job_fails_with_the_reason(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -311,8 +347,12 @@ def test_the_job_reads_its_region_and_sites_before_any_gpu_work(tmp_path: Path, 
 
     monkeypatch.setattr(gen_mod, "_compile_cases", broken)
     res = job(pt2)
-    assert res.status == "failed" and res.message == ("triton could not compile region NormGelu: RuntimeError: "
-                                                      "Unhandled FakeTensor Device Propagation for aten.mul.Tensor")
+    first = ("triton could not compile region NormGelu: RuntimeError: Unhandled FakeTensor Device Propagation for "
+             "aten.mul.Tensor (traceback: ")
+    assert res.status == "failed" and res.message.startswith(first), res.message
+    # the whole traceback is kept in the job's directory: inductor's first line alone may say nothing
+    kept = Path(res.message[len(first):-1])
+    assert kept.parent.parent == tmp_path / "work" / "triton" and "in broken" in kept.read_text()
 
 
 def test_a_cached_kernel_naming_a_gone_triton_install_still_compiles_for_another_sm() -> None:
