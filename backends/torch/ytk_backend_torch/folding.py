@@ -129,6 +129,7 @@ def fold_graph(graph: Graph, bindings: dict[str, PluginBinding], origin: str = "
         else:
             layers.append(Layer(node.name, OPS[node.op_type].layer_type, [node.name], node))
     layers, n_bn = _fold_batchnorm(layers, consts, graph.outputs)
+    layers, n_attn = _fuse_attention(layers, consts, metas, graph.outputs, graph.opset)
     layers = _drop_dead(layers, graph.outputs)
     used: dict[str, set[str]] = {}
     for layer in layers:
@@ -146,6 +147,7 @@ def fold_graph(graph: Graph, bindings: dict[str, PluginBinding], origin: str = "
     return FoldedGraph(layers, {n: consts[n] for n in used}, used, values,
                        [(i.name, i.shape, i.dtype) for i in graph.inputs], list(graph.outputs), graph.opset,
                        {"onnx_nodes": len(graph.nodes), "folded_nodes": folded, "batchnorm_folded": n_bn,
+                        "attention_fused": n_attn,
                         "layers": len(layers)})
 
 
@@ -191,6 +193,89 @@ def _fold_batchnorm(layers: list[Layer], consts: dict[str, torch.Tensor],
         drop.add(bn.name)
         n += 1
     return [layer for layer in layers if layer.name not in drop], n
+
+
+def _scalar(name: str, consts: dict[str, torch.Tensor]) -> float | None:
+    t = consts.get(name)
+    return float(t.reshape(-1)[0]) if t is not None and t.numel() == 1 and t.is_floating_point() else None
+
+
+def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas: dict[str, torch.Tensor],
+                    outputs: list[str], opset: int) -> tuple[list[Layer], int]:
+    """Fuse ``MatMul(a, b) -> [Mul|Div by a constant scalar] -> [Add mask] -> Softmax(last axis) -> MatMul(., v)``
+    into one attention layer (``YtkAttention``), as TensorRT fuses it: run op by op, the scores tensor
+    ([..., L, S]) is written and read three times, which on a ViT at 8160 tokens made the engine 9x slower
+    than torch (docs/benchmarks.md). Only a chain whose intermediates nothing else reads is fused; the
+    fused layer keeps every ONNX node's name, so per-layer time still maps back to the model."""
+    if opset < 13:  # Softmax's axis meant a 2-D coercion before opset 13
+        return layers, 0
+    producer = {o: layer for layer in layers for o in layer.node.outputs if o}
+    uses = _consumers(layers)
+    graph_outs = set(outputs)
+
+    def only(name: str) -> Layer | None:
+        """The op layer producing ``name`` when ``name`` is read once and is no graph output."""
+        p = producer.get(name)
+        ok = p is not None and p.kind == "op" and uses.get(name, 0) == 1 and name not in graph_outs
+        return p if ok else None
+
+    def shape(name: str) -> tuple[int, ...] | None:
+        t = metas.get(name, consts.get(name))
+        return tuple(t.shape) if t is not None and t.is_floating_point() else None
+
+    fused: dict[str, Layer] = {}  # the second MatMul's name -> the fused layer
+    drop: set[str] = set()
+    for m2 in layers:
+        if m2.kind != "op" or m2.node.op_type != "MatMul" or len(m2.node.inputs) != 2:
+            continue
+        sm = only(m2.node.inputs[0])
+        if sm is None or sm.node.op_type != "Softmax":
+            continue
+        scores = shape(sm.node.inputs[0])
+        if scores is None or len(scores) < 3 or int(sm.node.attrs.get("axis", -1)) not in (-1, len(scores) - 1):
+            continue
+        chain, mask, scale = [sm], None, 1.0
+        cur = only(sm.node.inputs[0])
+        if cur is not None and cur.node.op_type == "Add":
+            ins = cur.node.inputs
+            mm_side = [i for i in (0, 1) if producer.get(ins[i]) is not None and ins[i] not in consts
+                       and shape(ins[i]) == scores and only(ins[i]) is not None
+                       and only(ins[i]).node.op_type in ("MatMul", "Mul", "Div")]  # type: ignore[union-attr]
+            other = ins[1 - mm_side[0]] if len(mm_side) == 1 else None
+            ms = shape(other) if other else None
+            if other is None or ms is None or len(scores) > 4 or len(ms) > len(scores) or \
+                    torch.broadcast_shapes(ms, scores) != scores:
+                continue
+            chain.append(cur)
+            mask, cur = other, only(ins[mm_side[0]])
+        if cur is not None and cur.node.op_type in ("Mul", "Div"):
+            ins = cur.node.inputs
+            k = next((i for i in ((0, 1) if cur.node.op_type == "Mul" else (1,)) if _scalar(ins[i], consts)
+                      is not None), None)
+            if k is None:
+                continue
+            c = _scalar(ins[k], consts)
+            scale = c if cur.node.op_type == "Mul" else 1.0 / c  # type: ignore[operator]
+            chain.append(cur)
+            cur = only(ins[1 - k])
+        if cur is None or cur.node.op_type != "MatMul" or len(cur.node.inputs) != 2:
+            continue
+        a, b, v = cur.node.inputs[0], cur.node.inputs[1], m2.node.inputs[1]
+        sa, sb, sv = shape(a), shape(b), shape(v)
+        if sa is None or sb is None or sv is None or not len(sa) == len(sb) == len(sv) == len(scores) or \
+                any(n in consts for n in (a, b, v)) or not (sa[:-2] == sb[:-2] == sv[:-2]) or \
+                sa[-1] != sb[-2] or sb[-1] != sv[-2] or (mask is not None and len(sa) not in (3, 4)):
+            continue
+        chain.append(cur)
+        if any(p.name in fused or p.name in drop for p in chain):  # a chain inside another's (never seen)
+            continue
+        parts = list(reversed(chain)) + [m2]
+        node = Node(m2.node.name, "YtkAttention", "", [a, b, v] + ([mask] if mask else []), list(m2.node.outputs),
+                    {"scale": scale})
+        fused[m2.name] = Layer(" + ".join(p.name for p in parts), OPS["YtkAttention"].layer_type,
+                               [n for p in parts for n in p.onnx_nodes], node)
+        drop.update(p.name for p in chain)
+    return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
 
 
 def _drop_dead(layers: list[Layer], outputs: list[str]) -> list[Layer]:

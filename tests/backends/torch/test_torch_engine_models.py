@@ -100,3 +100,5 @@ def test_tiny_vit_matches_onnxruntime_and_torch(tmp_path):
     np.testing.assert_allclose(got[0], ort[0], atol=1e-5, rtol=1e-4)
     np.testing.assert_allclose(got[0], ref, atol=1e-5, rtol=1e-4)
     assert "Normalization" in {s.type for s in prog.steps}
+    # each block's attention runs as one fused layer (the classifier's softmax, read by no MatMul, is left alone)
+    assert [s.type for s in prog.steps].count("Attention") == 2 and prog.plan.stats["attention_fused"] == 2

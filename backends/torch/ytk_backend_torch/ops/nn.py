@@ -205,3 +205,28 @@ def _softmax_like(fn: Runtime) -> Runtime:
 
 op("Softmax", layer_type="SoftMax")(_softmax_like(torch.softmax))
 op("LogSoftmax", layer_type="SoftMax")(_softmax_like(torch.log_softmax))
+
+
+@op("YtkAttention", layer_type="Attention")
+def _attention(ctx: NodeCtx) -> Runtime:
+    """``softmax(scale * (a @ b) [+ mask]) @ v`` in one fused attention call: the engine's own fusion of the
+    MatMul -> [Mul|Div] -> [Add] -> Softmax -> MatMul chain an ONNX exporter writes for attention
+    (:func:`ytk_backend_torch.folding._fuse_attention`), as TensorRT fuses it. ``b`` is the keys as the first
+    MatMul reads them, already transposed (``[..., d, S]``)."""
+    scale = float(ctx.attr("scale"))
+    r = ctx.rank(0)
+    masked = ctx.has(3)
+
+    def run(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        k = b.transpose(-1, -2).contiguous()  # the fused kernels read keys with unit stride in their last dim
+        if r == 4:
+            return F.scaled_dot_product_attention(a, k, v, attn_mask=mask, scale=scale)
+        lead = a.shape[:-2]
+        q4, k4, v4 = (t.reshape(1, -1, *t.shape[-2:]) for t in (a, k, v))
+        m4 = mask.unsqueeze(0) if mask is not None and mask.dim() == 3 else mask  # rank 3 only (see the fusion)
+        y = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=m4, scale=scale)
+        return y.reshape(*lead, *y.shape[-2:])
+
+    if masked:
+        return run
+    return lambda a, b, v, *_: run(a, b, v)

@@ -1,0 +1,104 @@
+"""The torch engine fuses the attention chain an ONNX exporter writes (MatMul -> scale -> [mask] -> Softmax ->
+MatMul) into one layer, as TensorRT does; on the CPU (fp32) against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto
+from onnx import helper as h
+
+from torch_engine_helpers import engine_run, make_model, ort_run, rand, save
+from ytk_backend_torch.engine import build_plan
+from ytk_backend_torch.plan import load_plan, save_plan
+from ytk_backend_torch.program import Program
+
+F32 = TensorProto.FLOAT
+
+
+def chain(rank: int, scale: str, mask: str, probs_out: bool = False):  # type: ignore[no-untyped-def]
+    """q [.., L, d], kt [.., d, S], v [.., S, dv]; scores scaled after the MatMul (mul / div / none) and masked
+    (none / const: a constant bias broadcast over the batch / input: a runtime mask)."""
+    lead = [2, 3][: rank - 2]
+    L, S, d, dv = 5, 7, 4, 6
+    inputs = {"q": (lead + [L, d], F32), "kt": (lead + [d, S], F32), "v": (lead + [S, dv], F32)}
+    inits: dict[str, np.ndarray] = {}
+    nodes = [h.make_node("MatMul", ["q", "kt"], ["s0"], name="node_MatMul_1")]
+    cur = "s0"
+    if scale != "none":
+        inits["c"] = np.array(0.5 if scale == "mul" else 2.0, np.float32)
+        nodes.append(h.make_node("Mul" if scale == "mul" else "Div", [cur, "c"], ["s1"], name="node_scale_2"))
+        cur = "s1"
+    if mask == "const":
+        inits["bias"] = rand(*([1] * (rank - 3) + [lead[-1], L, S]), seed=9)
+        nodes.append(h.make_node("Add", ["bias", cur], ["s2"], name="node_Add_3"))
+        cur = "s2"
+    elif mask == "input":
+        inputs["m"] = ([L, S], F32)
+        nodes.append(h.make_node("Add", [cur, "m"], ["s2"], name="node_Add_3"))
+        cur = "s2"
+    nodes += [h.make_node("Softmax", [cur], ["p"], name="node_Softmax_4", axis=-1),
+              h.make_node("MatMul", ["p", "v"], ["y"], name="node_MatMul_5")]
+    return make_model(nodes, inputs, ["y"] + (["p"] if probs_out else []), inits)
+
+
+def feeds(model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    out = {}
+    for k, i in enumerate(model.graph.input):
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        out[i.name] = rand(*shape, seed=k + 1)
+    return out
+
+
+@pytest.mark.parametrize("rank,scale,mask", [(4, "mul", "const"), (3, "div", "none"), (4, "none", "input"),
+                                             (3, "mul", "input"), (4, "div", "none")])
+def test_the_attention_chain_runs_as_one_layer(tmp_path, rank, scale, mask):  # type: ignore[no-untyped-def]
+    m = chain(rank, scale, mask)
+    p = save(m, tmp_path / "a.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert [s.type for s in prog.steps if s.type not in ("Reformat",)] == ["Attention"]
+    fused = next(s for s in prog.steps if s.type == "Attention")
+    # every ONNX node of the chain is still named (per-layer time maps back to the model through them)
+    assert set(fused.onnx_nodes) == {n.name for n in m.graph.node}
+    # the fused op is part of the plan file: a reloaded engine computes the same
+    save_plan(tmp_path / "e.plan", prog.plan, *build_plan(p, "fp32", [])[1:])
+    again = Program(*load_plan(tmp_path / "e.plan"), "cpu")
+    with torch.inference_mode():
+        out = again(again.prepare_inputs([f[t.name] for t in again.plan.inputs]))
+    np.testing.assert_array_equal(got[0], out[0].numpy())
+
+
+def test_attention_whose_probabilities_are_read_elsewhere_runs_op_by_op(tmp_path):  # type: ignore[no-untyped-def]
+    m = chain(4, "mul", "none", probs_out=True)
+    p = save(m, tmp_path / "a.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f)
+    for g, r in zip(got, ort_run(p, f)):
+        np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-4)
+    assert "Attention" not in {s.type for s in prog.steps} and prog.plan.stats["attention_fused"] == 0
+
+
+def test_a_scale_that_is_not_a_constant_scalar_is_not_fused(tmp_path):  # type: ignore[no-untyped-def]
+    # a per-column scale [S] after the scores is no attention scale: softmax(s * c) != sdpa(scale=c)
+    m = chain(3, "mul", "none")
+    m.graph.initializer[0].CopyFrom(h.make_tensor("c", F32, [7], [0.5, 1, 2, 0.1, 3, 1, 1]))
+    p = save(m, tmp_path / "a.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert "Attention" not in {s.type for s in prog.steps}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rank,scale,mask", [(4, "mul", "const"), (4, "none", "none"), (3, "div", "input")])
+def test_the_fused_attention_on_the_gpu_in_fp16(tmp_path, rank, scale, mask):  # type: ignore[no-untyped-def]
+    m = chain(rank, scale, mask)
+    p = save(m, tmp_path / "a.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f, "fp16", "cuda")
+    ref = ort_run(p, f)[0]
+    assert "Attention" in {s.type for s in prog.steps}
+    assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
