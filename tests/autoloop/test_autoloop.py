@@ -22,10 +22,19 @@ ORIN = "arm64-sm87-dos6010-cu114-trt86"
 MOCK = ["--engine", "mock", "--kernelgen", "mock", "--builder", "mock"]
 
 
+def cli(*args, **env: str):  # type: ignore[no-untyped-def]
+    """``ytk ARGS`` in-process (as test_drops.py runs the loop), never at a kill point: a process of its own
+    adds nothing to what these tests check but about 6 s of imports and torch warm-up per run. What needs a
+    process (a kill point, Ctrl-C, another process's lock, a rebuild from another directory) uses run_cli."""
+    return ytk_inproc(*args, **{"YTK_AUTOLOOP_CRASH_AT": "", **env})
+
+
 def autoloop(workdir: Path, *extra: str, crash_at: str | None = None):
-    env = {"YTK_AUTOLOOP_CRASH_AT": crash_at} if crash_at else {"YTK_AUTOLOOP_CRASH_AT": ""}
-    return run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", workdir, "--max-rounds", "3", "--min-gain-ms", "0.001",
-                   *MOCK, *extra, env=env)
+    args = ("autoloop", MODEL, "-a", ORIN, "--workdir", workdir, "--max-rounds", "3", "--min-gain-ms", "0.001", *MOCK,
+            *extra)
+    if crash_at:  # the loop SIGKILLs itself there: the console script, in a process of its own
+        return run_cli(*args, env={"YTK_AUTOLOOP_CRASH_AT": crash_at})
+    return cli(*args)
 
 
 def state(workdir: Path) -> AutoloopState:
@@ -71,21 +80,21 @@ def test_an_edited_model_file_asks_and_resume_goes_on(finished, tmp_path):
     moved = tmp_path / "elsewhere" / MODEL.name
     moved.parent.mkdir()
     shutil.copy(MODEL, moved)
-    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
+    r = cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
     assert r.code == 0 and "the model is now" in r.stderr, r.stderr[-2000:]
     assert state(work).model == str(moved.resolve()) and "note: resumed although" not in r.stdout
     # comments and layout only: the same program, nothing to ask (the recorded file's hash follows the edit)
     moved.write_text("# a comment first\n" + MODEL.read_text().replace("\n\n\n", "\n\n\n\n") + "\n# edited\n")
-    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
+    r = cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
     assert r.code == 0 and "only its comments or layout changed" in r.stderr, r.stderr[-2000:]
     assert "note: resumed although" not in r.stdout and state(work).model_sha256 != state(w).model_sha256
     edited = state(work).model_sha256
     moved.write_text(MODEL.read_text() + "\nEDITED = 1\n")
-    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
+    r = cli("autoloop", moved, "-a", ORIN, "--workdir", work, *MOCK)
     assert r.code == 2, r.stderr
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
     assert "model file's code changed" in line and "--fresh" in line and "--resume" in line
-    r = run_cli("autoloop", moved, "-a", ORIN, "--workdir", work, "--resume", *MOCK)
+    r = cli("autoloop", moved, "-a", ORIN, "--workdir", work, "--resume", *MOCK)
     assert r.code == 0 and "note: resumed although the model file's code changed" in r.stdout, r.stderr[-2000:]
     assert state(work).model_sha256 == edited  # still the recorded run's: every resume says so
 
@@ -185,18 +194,18 @@ def test_two_autoloops_refuse_to_share_a_workdir(tmp_path):
 
 def test_resume_refuses_a_changed_setup(finished, tmp_path):
     w, _ = finished
-    r = run_cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", w, *MOCK)
+    r = cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", w, *MOCK)
     assert r.code != 0 and "was started for -a" in r.stderr
     # -a auto is resolved and compared too (here, with no GPU, it is the Orin the loop was started for)
-    r = run_cli("autoloop", MODEL, "-a", "auto", "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.001",
-                *MOCK)
+    r = cli("autoloop", MODEL, "-a", "auto", "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.001",
+            *MOCK)
     assert r.code == 0, r.stderr[-1500:]
     # a backend named in the environment (or ytk.toml) counts as a flag does: it used to be ignored silently
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--engine", "mock", "--builder", "mock",
-                env={"YTK_KERNELGEN": "templates"})
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--engine", "mock", "--builder", "mock",
+            YTK_KERNELGEN="templates")
     assert r.code == 2 and "kernelgen backend 'mock', not 'templates' ($YTK_KERNELGEN)" in r.stderr, r.stderr[-1500:]
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.001",
-                "--engine", "mock", "--builder", "mock", env={"YTK_KERNELGEN": "mock"})
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.001",
+            "--engine", "mock", "--builder", "mock", YTK_KERNELGEN="mock")
     assert r.code == 0, r.stderr[-1500:]
 
 
@@ -506,7 +515,7 @@ def test_a_model_with_nothing_to_plug_says_so(tmp_path):
     model.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                      "        return x + 1\n\n\ndef get_fwd_args():\n    torch.manual_seed(0)\n"
                      "    return (torch.randn(1, 8, 4, 4),)\n")
-    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
+    r = cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path / "w", *MOCK)
     assert r.code == 0, r.stderr[-2000:]
     st = state(tmp_path / "w")
     assert st.stop_kind == "nothing_left"
@@ -525,19 +534,19 @@ def test_a_loop_that_finds_everything_at_roofline_says_so(tmp_path):
 def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     """--min-gain-ms 5%: resolved against the measured baseline, shown as the user wrote it."""
     w = tmp_path / "pct"
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "2", "--min-gain-ms", "5%", *MOCK)
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "2", "--min-gain-ms", "5%", *MOCK)
     assert r.code == 0, r.stderr[-2000:]
     st = state(w)
     assert st.limits.min_gain_pct == 5 and st.limits.gain_ms() == pytest.approx(0.05 * st.baseline.ms)
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "bad", "--min-gain-ms", "lots", *MOCK)
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", tmp_path / "bad", "--min-gain-ms", "lots", *MOCK)
     assert r.code == 2 and "--min-gain-ms 'lots'" in r.stderr and "Traceback" not in r.stderr
     # a resume with other limits says which changed (it used to say only "resuming"); the report keeps the line
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.2ms", *MOCK)
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.2ms", *MOCK)
     assert r.code == 0, r.stderr[-2000:]
     line = "limits changed since the last run: --max-rounds 2 -> 3, --min-gain-ms 5% -> 0.2 ms"
     assert line in r.stderr, r.stderr[-2000:]
     assert line in (w / "report" / "autoloop_report.md").read_text()
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.2ms", *MOCK)
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.2ms", *MOCK)
     assert "limits changed" not in r.stderr
 
 
@@ -580,8 +589,8 @@ def test_resume_with_changed_inputs_asks_and_the_user_chooses(tmp_path):
     w = tmp_path / "w"
 
     def run(*extra, size="64"):  # type: ignore[no-untyped-def]
-        return run_cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", "--min-gain-ms", "1%",
-                       *MOCK, *extra, env={"TINY_SIZE": size, "YTK_AUTOLOOP_CRASH_AT": ""})
+        return cli("autoloop", model, "-a", ORIN, "--workdir", w, "--max-rounds", "1", "--min-gain-ms", "1%",
+                   *MOCK, *extra, TINY_SIZE=size)
 
     r = run()
     assert r.code == 0, r.stderr[-2000:]
@@ -612,8 +621,7 @@ def test_a_model_that_is_not_the_same_each_time_stops_the_loop(tmp_path):
     assert "manual_seed(0)" not in src
     model = tmp_path / "model.py"
     model.write_text(src)
-    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path / "w", "--max-rounds", "1", *MOCK,
-                env={"YTK_AUTOLOOP_CRASH_AT": ""})
+    r = cli("autoloop", model, "-a", ORIN, "--workdir", tmp_path / "w", "--max-rounds", "1", *MOCK)
     assert r.code == 2, (r.code, r.stderr[-2000:])
     assert "model.py gives other outputs (Model()) each time it is prepared" in r.stderr and "seed" in r.stderr
     assert "Traceback" not in r.stderr
@@ -681,7 +689,7 @@ def test_ctrl_c_says_how_to_resume(tmp_path):
 def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path):
     f = tmp_path / "model.py"
     f.write_text("x")
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", f, *MOCK)
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", f, *MOCK)
     assert r.code == 2 and "is a file, not a directory" in r.stderr
 
 
@@ -707,15 +715,15 @@ def test_a_round_under_the_minimum_gain_is_not_shipped(tmp_path):
     ship stays the baseline, and the drop reasons say why. The bar is set between the round's gain and its
     largest region (so that region is still proposed, and the round gains at most what it gained before)."""
     first = tmp_path / "first"
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", first, "--max-rounds", "1", "--min-gain-ms", "0.001",
-                *MOCK)
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", first, "--max-rounds", "1", "--min-gain-ms", "0.001",
+            *MOCK)
     assert r.code == 0, r.stderr[-2000:]
     st = state(first)
     gain, largest = st.rounds[0].gain_ms, max(c.region_ms for c in st.rounds[0].candidates)
     assert gain is not None and 0 < gain < largest, (gain, largest)
     w = tmp_path / "high"
-    r = run_cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "1", "--min-gain-ms",
-                f"{(gain + largest) / 2:.6f}ms", *MOCK)
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "1", "--min-gain-ms",
+            f"{(gain + largest) / 2:.6f}ms", *MOCK)
     assert r.code == 0, r.stderr[-2000:]
     st = state(w)
     rnd = st.rounds[0]
@@ -727,8 +735,8 @@ def test_a_round_under_the_minimum_gain_is_not_shipped(tmp_path):
 
 def test_the_report_names_the_simulated_device_of_the_asked_target(tmp_path):
     """autoloop_report.md said 'simulated DRIVE AGX Orin' for every target, an H100/H200 one too."""
-    r = run_cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", tmp_path / "w",
-                "--max-rounds", "1", *MOCK)
+    r = cli("autoloop", MODEL, "-a", "x86_64-sm90-linux-cu130-trt10", "--workdir", tmp_path / "w",
+            "--max-rounds", "1", *MOCK)
     assert r.code == 0, r.stderr[-2000:]
     md = (tmp_path / "w" / "report" / "autoloop_report.md").read_text()
     line = next(ln for ln in md.splitlines() if "comes from the mock backend's simulated" in ln)
@@ -856,8 +864,8 @@ def test_what_a_gpu_would_plug_is_judged_on_the_carved_programs(tmp_path):
 def test_the_report_names_outputs_as_the_model_returns_them(tmp_path):
     """A model returning a dict: verify shows ``['cls_p1'] (conv2d_5)``, the autoloop report's numerics table
     showed only the exporter's node names (a new user's trial)."""
-    r = run_cli("autoloop", REPO / "tests" / "data" / "shared_head_model.py", "-a", ORIN, "--workdir", tmp_path / "w",
-                "--max-rounds", "1", *MOCK, env={"YTK_EXAMPLE_SIZE": "1x32x48"})
+    r = cli("autoloop", REPO / "tests" / "data" / "shared_head_model.py", "-a", ORIN, "--workdir", tmp_path / "w",
+            "--max-rounds", "1", *MOCK, YTK_EXAMPLE_SIZE="1x32x48")
     assert r.code == 0, r.stderr[-2000:]
     md = (tmp_path / "w" / "report" / "autoloop_report.md").read_text()
     table = md.split("## Numerics against torch", 1)[1].split("## Rounds", 1)[0]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.helpers import ytk_inproc
 
 pytestmark = pytest.mark.slow
 
@@ -19,11 +20,15 @@ MOCK = ["--engine", "mock", "--kernelgen", "mock", "--builder", "mock"]
 
 
 def autoloop(model: Path, workdir: Path, crash_at: str = ""):  # type: ignore[no-untyped-def]
-    r = run_cli("autoloop", model, "-a", ORIN, "--workdir", workdir, "--max-rounds", "1", "--min-gain-ms",
-                "0.001", *MOCK, "--json", env={"YTK_AUTOLOOP_CRASH_AT": crash_at})
+    """One round; killed at ``crash_at`` first (the loop SIGKILLs itself there: the console script, in a process
+    of its own), then run to its end in-process (a process of its own adds only its imports and torch warm-up)."""
+    args = ("autoloop", model, "-a", ORIN, "--workdir", workdir, "--max-rounds", "1", "--min-gain-ms", "0.001", *MOCK,
+            "--json")
     if crash_at:
+        r = run_cli(*args, env={"YTK_AUTOLOOP_CRASH_AT": crash_at})
         assert r.code != 0, r.stderr[-2000:]  # killed there
         return autoloop(model, workdir)
+    r = ytk_inproc(*args, YTK_AUTOLOOP_CRASH_AT="")
     assert r.code == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
 

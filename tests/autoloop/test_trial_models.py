@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 from tests.helpers import ytk_inproc
 
 pytestmark = pytest.mark.slow
@@ -20,8 +20,8 @@ MOCK_ENV = {"YTK_ENGINE": "mock", "YTK_KERNELGEN": "mock", "YTK_BUILDER": "mock"
 @pytest.mark.parametrize("model, env", [("tiny_seg_unet_model.py", {"UNET_SIZE": "1x64x64"}),
                                         ("tiny_gpt_model.py", {})])
 def test_a_trial_model_gets_faster_with_numerics_intact(tmp_path, model, env):
-    r = run_cli("autoloop", REPO / "tests" / "data" / model, "-a", ORIN, "--workdir", tmp_path / "w",
-                "--max-rounds", "1", *MOCK, "--json", env=env)
+    r = ytk_inproc("autoloop", REPO / "tests" / "data" / model, "-a", ORIN, "--workdir", tmp_path / "w",
+                   "--max-rounds", "1", *MOCK, "--json", **env)
     assert r.code == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     rep = json.loads(r.stdout)
     assert rep["speedup"] > 1.05 and rep["simulated"], (rep["speedup"], rep["state"]["stop_reason"])
