@@ -8,6 +8,7 @@ output shapes and dtypes without computing anything; it becomes a layer of the e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +131,7 @@ def fold_graph(graph: Graph, bindings: dict[str, PluginBinding], origin: str = "
             layers.append(Layer(node.name, OPS[node.op_type].layer_type, [node.name], node))
     layers, n_bn = _fold_batchnorm(layers, consts, graph.outputs)
     layers, n_attn = _fuse_attention(layers, consts, metas, graph.outputs, graph.opset)
+    layers, n_gelu = _fuse_gelu(layers, consts, graph.outputs)
     layers = _drop_dead(layers, graph.outputs)
     used: dict[str, set[str]] = {}
     for layer in layers:
@@ -147,7 +149,7 @@ def fold_graph(graph: Graph, bindings: dict[str, PluginBinding], origin: str = "
     return FoldedGraph(layers, {n: consts[n] for n in used}, used, values,
                        [(i.name, i.shape, i.dtype) for i in graph.inputs], list(graph.outputs), graph.opset,
                        {"onnx_nodes": len(graph.nodes), "folded_nodes": folded, "batchnorm_folded": n_bn,
-                        "attention_fused": n_attn,
+                        "attention_fused": n_attn, "gelu_fused": n_gelu,
                         "layers": len(layers)})
 
 
@@ -275,6 +277,83 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
         fused[m2.name] = Layer(" + ".join(p.name for p in parts), OPS["YtkAttention"].layer_type,
                                [n for p in parts for n in p.onnx_nodes], node)
         drop.update(p.name for p in chain)
+    return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
+
+
+def _fuse_gelu(layers: list[Layer], consts: dict[str, torch.Tensor], outputs: list[str]) -> tuple[list[Layer], int]:
+    """Fuse the erf spelling of GELU an ONNX exporter writes (``x / sqrt(2) -> Erf -> + 1 -> * 0.5 -> * x``, the
+    three products in any order) into one ``Gelu`` layer, as TensorRT fuses a pointwise chain: op by op, five
+    kernels read and write the activation where one does (on RepViT and the ViTs the MLP's GELU). Only a chain
+    whose intermediates nothing else reads is fused."""
+    producer = {o: layer for layer in layers for o in layer.node.outputs if o}
+    readers: dict[str, list[Layer]] = {}
+    for layer in layers:
+        for n in layer.node.inputs:
+            if n:
+                readers.setdefault(n, []).append(layer)
+    graph_outs = set(outputs)
+
+    def sole_reader(name: str, op_type: str) -> Layer | None:
+        r = readers.get(name, [])
+        ok = len(r) == 1 and name not in graph_outs and r[0].kind == "op" and r[0].node.op_type == op_type
+        return r[0] if ok else None
+
+    def const_side(layer: Layer, value: float, sides: tuple[int, ...] = (0, 1)) -> int | None:
+        """The input index of ``layer`` holding the scalar ``value`` (to fp32 rounding), or None."""
+        for i in sides:
+            c = _scalar(layer.node.inputs[i], consts) if i < len(layer.node.inputs) else None
+            if c is not None and abs(c - value) <= 1e-6 * max(1.0, abs(value)):
+                return i
+        return None
+
+    fused: dict[str, Layer] = {}
+    drop: set[str] = set()
+    for erf in layers:
+        if erf.kind != "op" or erf.node.op_type != "Erf":
+            continue
+        pre = producer.get(erf.node.inputs[0])
+        if pre is None or pre.kind != "op" or sole_reader(erf.node.inputs[0], "Erf") is None:
+            continue
+        k = const_side(pre, math.sqrt(2.0), (1,)) if pre.node.op_type == "Div" else (
+            const_side(pre, 1.0 / math.sqrt(2.0)) if pre.node.op_type == "Mul" else None)
+        if k is None:
+            continue
+        x = pre.node.inputs[1 - k]
+        one = sole_reader(erf.node.outputs[0], "Add")
+        if x in consts or one is None or const_side(one, 1.0) is None:
+            continue
+        m1 = sole_reader(one.node.outputs[0], "Mul")
+        if m1 is None:
+            continue
+        other = m1.node.inputs[1] if m1.node.inputs[0] == one.node.outputs[0] else m1.node.inputs[0]
+        chain = [pre, erf, one, m1]
+        if other == x or _scalar(other, consts) is not None:  # (x * (1 + erf)) * 0.5 or (0.5 * (1 + erf)) * x
+            last = sole_reader(m1.node.outputs[0], "Mul")
+            want_const = other == x
+            if last is None:
+                continue
+            rest = last.node.inputs[1] if last.node.inputs[0] == m1.node.outputs[0] else last.node.inputs[0]
+            if want_const and abs((_scalar(rest, consts) or 0.0) - 0.5) > 1e-6:
+                continue
+            if not want_const and (rest != x or abs((_scalar(other, consts) or 0.0) - 0.5) > 1e-6):
+                continue
+            chain.append(last)
+        else:  # (x * 0.5) * (1 + erf)
+            half = producer.get(other)
+            if half is None or half.kind != "op" or half.node.op_type != "Mul" or \
+                    sole_reader(other, "Mul") is not m1:
+                continue
+            hk = const_side(half, 0.5)
+            if hk is None or half.node.inputs[1 - hk] != x:
+                continue
+            chain.insert(0, half)
+        if any(p.name in drop or p.name in fused for p in chain):
+            continue
+        last = chain[-1]
+        node = Node(last.node.name, "Gelu", "", [x], list(last.node.outputs), {"approximate": "none"})
+        fused[last.name] = Layer(" + ".join(p.name for p in chain), OPS["Gelu"].layer_type,
+                                 [n for p in chain for n in p.onnx_nodes], node)
+        drop.update(p.name for p in chain[:-1])
     return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
 
 

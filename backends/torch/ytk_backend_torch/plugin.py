@@ -1,8 +1,9 @@
 """Registers the ``torch`` engine: a real GPU engine on PyTorch for machines without TensorRT.
 
 Compile folds the ONNX for the static shapes of model.npz into an engine file (fp16 or fp32
-weights, BatchNorm folded into its Conv, the MatMul-Softmax-MatMul chain of attention fused into one
-attention layer as TensorRT fuses it, custom-op nodes bound to their plugin .so files) and
+weights, BatchNorm folded into its Conv, the erf spelling of GELU run as one GELU, the
+MatMul-Softmax-MatMul chain of attention fused into one attention layer -- what TensorRT fuses in any
+engine -- custom-op nodes bound to their plugin .so files) and
 checks it runs on the GPU; profile measures it: per-layer median times named after the ONNX nodes,
 end-to-end latency of CUDA-graph replays, and the outputs for model.npz.
 
