@@ -9,10 +9,11 @@ generator run by hand, or by a service that received only the files, finds it wi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .models import ArtifactError, Candidate, CandidatesFile, KernelGenRequest
 
-__all__ = ["CANDIDATES_FILE", "find_candidate", "request_candidate"]
+__all__ = ["CANDIDATES_FILE", "captured_site_inputs", "find_candidate", "request_candidate"]
 
 CANDIDATES_FILE = "candidates.json"
 
@@ -61,3 +62,30 @@ def request_candidate(request: KernelGenRequest) -> Candidate | None:
         return request.candidate
     return find_candidate(Path(request.reference), prepare_dir=request.prepare_dir,
                           plugin_name=request.plugin_name)[0]
+
+
+def captured_site_inputs(io_npz: Path | None) -> list[list[Any]]:
+    """The inputs the carve captured at a region's sites (``site<K>.in<J>`` in its ``<Name>.io.npz``), one list
+    per distinct input shape, in site order, as torch tensors of the captured dtype (logical layout);
+    ``[]`` when there is no capture file."""
+    import numpy as np
+    import torch
+
+    if io_npz is None or not Path(io_npz).is_file():
+        return []
+    out: list[list[Any]] = []
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    with np.load(io_npz, allow_pickle=False) as z:
+        k = 0
+        while f"site{k}.in0" in z.files:
+            ins = []
+            j = 0
+            while f"site{k}.in{j}" in z.files:
+                ins.append(torch.from_numpy(np.array(z[f"site{k}.in{j}"])))
+                j += 1
+            key = tuple(tuple(t.shape) for t in ins)
+            if key not in seen:
+                seen.add(key)
+                out.append(ins)
+            k += 1
+    return out

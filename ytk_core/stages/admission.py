@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ytk_hookspecs.admission import ERROR_BUDGET, local_cuda
+from ytk_hookspecs.candidates import captured_site_inputs
 from ytk_hookspecs.models import AdmissionCaseRecord, AdmissionRecord, Candidate, sha256_file
 from ytk_hookspecs.plugin_info import PluginInfoError, read_plugin_description
 
@@ -404,26 +405,7 @@ def _run(so: Path, digest: str, name: str, cand: Candidate, prep: Path, precisio
 
 def _site_inputs(cand: Candidate, prep: Path) -> list[list[Any]]:
     """The captured inputs of each distinct site shape (fp32 torch tensors, logical layout)."""
-    import torch
-
-    if not cand.files.io_npz or not (prep / cand.files.io_npz).is_file():
-        return []
-    out: list[list[Any]] = []
-    seen: set[tuple[tuple[int, ...], ...]] = set()
-    with np.load(prep / cand.files.io_npz, allow_pickle=False) as z:
-        k = 0
-        while f"site{k}.in0" in z.files:
-            ins = []
-            j = 0
-            while f"site{k}.in{j}" in z.files:
-                ins.append(torch.from_numpy(np.array(z[f"site{k}.in{j}"])))
-                j += 1
-            key = tuple(tuple(t.shape) for t in ins)
-            if key not in seen:
-                seen.add(key)
-                out.append(ins)
-            k += 1
-    return out
+    return captured_site_inputs(prep / cand.files.io_npz if cand.files.io_npz else None)
 
 
 def _seeded(captured: list[Any], roles: list[str], dist: str, seed: int) -> list[Any]:

@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .regions import (ACT_LIPSCHITZ, Conv1x1Region, DwConvLNRegion, DwConvRegion, LiteMLARegion, Region, SERegion,
                       SiteShape, is_weight)
 
@@ -226,24 +224,15 @@ def to_kernel_layout(region: Region, inputs: list[Any], device: Any) -> list[Any
 
 
 def captured_inputs(io_npz: Path | None, site_shapes: list[SiteShape]) -> dict[int, list[Any]]:
-    """Inputs captured at the real sites (``siteK.inJ`` in ``<Name>.io.npz``), by shape index."""
-    import torch
+    """Inputs captured at the real sites (``siteK.inJ`` in ``<Name>.io.npz``), fp32, by shape index."""
+    from ytk_hookspecs.candidates import captured_site_inputs
 
-    if io_npz is None or not Path(io_npz).is_file():
-        return {}
     out: dict[int, list[Any]] = {}
-    with np.load(io_npz) as z:
-        sites = sorted({k.split(".")[0] for k in z.files if k.startswith("site")})
-        for s in sites:
-            ins = []
-            j = 0
-            while f"{s}.in{j}" in z.files:
-                ins.append(torch.from_numpy(np.asarray(z[f"{s}.in{j}"], dtype=np.float32)))
-                j += 1
-            key = tuple(tuple(t.shape) for t in ins)
-            for idx, sh in enumerate(site_shapes):
-                if sh.inputs == key and idx not in out:
-                    out[idx] = ins
+    for ins in captured_site_inputs(io_npz):
+        key = tuple(tuple(t.shape) for t in ins)
+        for idx, sh in enumerate(site_shapes):
+            if sh.inputs == key and idx not in out:
+                out[idx] = [t.float() for t in ins]
     return out
 
 
