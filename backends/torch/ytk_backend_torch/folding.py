@@ -132,6 +132,7 @@ def fold_graph(graph: Graph, bindings: dict[str, PluginBinding], origin: str = "
     layers, n_bn = _fold_batchnorm(layers, consts, graph.outputs)
     layers, n_attn = _fuse_attention(layers, consts, metas, graph.outputs, graph.opset)
     layers, n_gelu = _fuse_gelu(layers, consts, graph.outputs)
+    layers, n_silu = _fuse_silu(layers, graph.outputs)
     layers = _drop_dead(layers, graph.outputs)
     used: dict[str, set[str]] = {}
     for layer in layers:
@@ -149,7 +150,7 @@ def fold_graph(graph: Graph, bindings: dict[str, PluginBinding], origin: str = "
     return FoldedGraph(layers, {n: consts[n] for n in used}, used, values,
                        [(i.name, i.shape, i.dtype) for i in graph.inputs], list(graph.outputs), graph.opset,
                        {"onnx_nodes": len(graph.nodes), "folded_nodes": folded, "batchnorm_folded": n_bn,
-                        "attention_fused": n_attn, "gelu_fused": n_gelu,
+                        "attention_fused": n_attn, "gelu_fused": n_gelu, "silu_fused": n_silu,
                         "layers": len(layers)})
 
 
@@ -354,6 +355,31 @@ def _fuse_gelu(layers: list[Layer], consts: dict[str, torch.Tensor], outputs: li
         fused[last.name] = Layer(" + ".join(p.name for p in chain), OPS["Gelu"].layer_type,
                                  [n for p in chain for n in p.onnx_nodes], node)
         drop.update(p.name for p in chain[:-1])
+    return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
+
+
+def _fuse_silu(layers: list[Layer], outputs: list[str]) -> tuple[list[Layer], int]:
+    """Run ``x * Sigmoid(x)`` (SiLU / swish, which ONNX has no op for) as one layer, as TensorRT fuses it: op by
+    op, EfficientNet's every activation read and wrote its tensor twice. Only a Sigmoid that nothing else reads."""
+    readers: dict[str, list[Layer]] = {}
+    for layer in layers:
+        for n in layer.node.inputs:
+            if n:
+                readers.setdefault(n, []).append(layer)
+    fused: dict[str, Layer] = {}
+    drop: set[str] = set()
+    for sig in layers:
+        if sig.kind != "op" or sig.node.op_type != "Sigmoid" or sig.node.outputs[0] in outputs:
+            continue
+        x, y = sig.node.inputs[0], sig.node.outputs[0]
+        r = readers.get(y, [])
+        if len(r) != 1 or r[0].kind != "op" or r[0].node.op_type != "Mul" or sorted(r[0].node.inputs) != sorted([x, y]):
+            continue
+        mul = r[0]
+        node = Node(mul.node.name, "YtkSilu", "", [x], list(mul.node.outputs))
+        fused[mul.name] = Layer(f"{sig.name} + {mul.name}", OPS["YtkSilu"].layer_type,
+                                sig.onnx_nodes + mul.onnx_nodes, node)
+        drop.add(sig.name)
     return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
 
 

@@ -1,7 +1,7 @@
 """Registers the ``torch`` engine: a real GPU engine on PyTorch for machines without TensorRT.
 
 Compile folds the ONNX for the static shapes of model.npz into an engine file (fp16 or fp32
-weights, BatchNorm folded into its Conv, the erf spelling of GELU run as one GELU, the
+weights, BatchNorm folded into its Conv, the exported spellings of GELU and SiLU run as one op each, the
 MatMul-Softmax-MatMul chain of attention fused into one attention layer -- what TensorRT fuses in any
 engine -- custom-op nodes bound to their plugin .so files) and
 checks it runs on the GPU; profile measures it: per-layer median times named after the ONNX nodes,

@@ -113,6 +113,12 @@ def _gelu(ctx: NodeCtx) -> Runtime:
     return lambda x: F.gelu(x, approximate=approx)
 
 
+@op("YtkSilu")
+def _silu(ctx: NodeCtx) -> Runtime:
+    """``x * sigmoid(x)`` in one kernel: the engine's fusion of an exported SiLU (folding._fuse_silu)."""
+    return F.silu
+
+
 @op("PRelu")
 def _prelu(ctx: NodeCtx) -> Runtime:
     return lambda x, slope: torch.where(x >= 0, x, x * slope)

@@ -1,5 +1,5 @@
-"""The torch engine runs the erf spelling of GELU an ONNX exporter writes as one layer, as TensorRT fuses a
-pointwise chain; on the CPU (fp32) against onnxruntime."""
+"""The torch engine runs the spellings of GELU and SiLU an ONNX exporter writes as one layer each, as TensorRT
+fuses a pointwise chain; on the CPU (fp32) against onnxruntime."""
 
 from __future__ import annotations
 
@@ -60,3 +60,20 @@ def test_a_chain_that_is_not_exactly_gelu_runs_op_by_op(tmp_path, why):  # type:
     for g, r in zip(got, ort_run(p, f)):
         np.testing.assert_allclose(g, r, atol=1e-6, rtol=1e-5)
     assert prog.plan.stats["gelu_fused"] == 0
+
+
+@pytest.mark.parametrize("spelling", ["x_sig", "sig_x", "gate"])
+def test_x_times_its_sigmoid_runs_as_one_silu(tmp_path, spelling):  # type: ignore[no-untyped-def]
+    # x * sigmoid(x) in either operand order is SiLU; sigmoid(x) gating another tensor (squeeze-excite) is not
+    nodes = [h.make_node("Relu", ["x"], ["x1"], name="node_relu_0"),
+             h.make_node("Sigmoid", ["x1"], ["s"], name="node_Sigmoid_1"),
+             h.make_node("Mul", {"x_sig": ["x1", "s"], "sig_x": ["s", "x1"], "gate": ["x", "s"]}[spelling], ["y"],
+                         name="node_silu")]
+    m = make_model(nodes, {"x": ([2, 8, 5, 3], F32)}, ["y"])
+    p = save(m, tmp_path / "s.onnx")
+    f = {"x": rand(2, 8, 5, 3, seed=1, scale=2.0)}
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-6, rtol=1e-5)
+    assert prog.plan.stats["silu_fused"] == (0 if spelling == "gate" else 1)
+    if spelling != "gate":
+        assert [s.onnx_nodes for s in prog.steps if s.type != "Reformat"][-1] == ["node_Sigmoid_1", "node_silu"]
