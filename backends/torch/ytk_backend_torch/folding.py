@@ -198,6 +198,21 @@ def _fold_batchnorm(layers: list[Layer], consts: dict[str, torch.Tensor],
     return [layer for layer in layers if layer.name not in drop], n
 
 
+def _readers(layers: list[Layer]) -> dict[str, list[Layer]]:
+    """Tensor name -> the layers reading it."""
+    out: dict[str, list[Layer]] = {}
+    for layer in layers:
+        for n in layer.node.inputs:
+            if n:
+                out.setdefault(n, []).append(layer)
+    return out
+
+
+def _replaced(layers: list[Layer], fused: dict[str, Layer], drop: set[str]) -> list[Layer]:
+    """``layers`` with each layer named in ``fused`` replaced by its fused layer and those in ``drop`` removed."""
+    return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop]
+
+
 def _scalar(name: str, consts: dict[str, torch.Tensor]) -> float | None:
     t = consts.get(name)
     return float(t.reshape(-1)[0]) if t is not None and t.numel() == 1 and t.is_floating_point() else None
@@ -278,7 +293,7 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
         fused[m2.name] = Layer(" + ".join(p.name for p in parts), OPS["YtkAttention"].layer_type,
                                [n for p in parts for n in p.onnx_nodes], node)
         drop.update(p.name for p in chain)
-    return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
+    return _replaced(layers, fused, drop), len(fused)
 
 
 def _fuse_gelu(layers: list[Layer], consts: dict[str, torch.Tensor], outputs: list[str]) -> tuple[list[Layer], int]:
@@ -287,11 +302,7 @@ def _fuse_gelu(layers: list[Layer], consts: dict[str, torch.Tensor], outputs: li
     kernels read and write the activation where one does (on RepViT and the ViTs the MLP's GELU). Only a chain
     whose intermediates nothing else reads is fused."""
     producer = {o: layer for layer in layers for o in layer.node.outputs if o}
-    readers: dict[str, list[Layer]] = {}
-    for layer in layers:
-        for n in layer.node.inputs:
-            if n:
-                readers.setdefault(n, []).append(layer)
+    readers = _readers(layers)
     graph_outs = set(outputs)
 
     def sole_reader(name: str, op_type: str) -> Layer | None:
@@ -355,17 +366,13 @@ def _fuse_gelu(layers: list[Layer], consts: dict[str, torch.Tensor], outputs: li
         fused[last.name] = Layer(" + ".join(p.name for p in chain), OPS["Gelu"].layer_type,
                                  [n for p in chain for n in p.onnx_nodes], node)
         drop.update(p.name for p in chain[:-1])
-    return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
+    return _replaced(layers, fused, drop), len(fused)
 
 
 def _fuse_silu(layers: list[Layer], outputs: list[str]) -> tuple[list[Layer], int]:
     """Run ``x * Sigmoid(x)`` (SiLU / swish, which ONNX has no op for) as one layer, as TensorRT fuses it: op by
     op, EfficientNet's every activation read and wrote its tensor twice. Only a Sigmoid that nothing else reads."""
-    readers: dict[str, list[Layer]] = {}
-    for layer in layers:
-        for n in layer.node.inputs:
-            if n:
-                readers.setdefault(n, []).append(layer)
+    readers = _readers(layers)
     fused: dict[str, Layer] = {}
     drop: set[str] = set()
     for sig in layers:
@@ -380,7 +387,7 @@ def _fuse_silu(layers: list[Layer], outputs: list[str]) -> tuple[list[Layer], in
         fused[mul.name] = Layer(f"{sig.name} + {mul.name}", OPS["YtkSilu"].layer_type,
                                 sig.onnx_nodes + mul.onnx_nodes, node)
         drop.add(sig.name)
-    return [fused.get(layer.name, layer) for layer in layers if layer.name not in drop], len(fused)
+    return _replaced(layers, fused, drop), len(fused)
 
 
 def _drop_dead(layers: list[Layer], outputs: list[str]) -> list[Layer]:
