@@ -273,7 +273,9 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
             if k is None:
                 continue
             c = _scalar(ins[k], consts)
-            scale = c if cur.node.op_type == "Mul" else 1.0 / c  # type: ignore[operator]
+            if not c or not math.isfinite(c):
+                continue
+            scale = c if cur.node.op_type == "Mul" else 1.0 / c
             chain.append(cur)
             cur = only(ins[1 - k])
         if cur is None or cur.node.op_type != "MatMul" or len(cur.node.inputs) != 2:
