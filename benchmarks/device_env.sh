@@ -5,7 +5,11 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || return 1
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-if [ -f .kcache/nvcc.tar.xz ] && [ ! -d /tmp/kcache/nvcc ]; then
-  mkdir -p /tmp/kcache && tar -xJf .kcache/nvcc.tar.xz -C /tmp/kcache
+# (or the parts of one a device run's `cachepack` word brought back: .kcache/nvcc.tar.xz.part-*)
+if [ ! -d /tmp/kcache/nvcc ]; then
+  if [ -f .kcache/nvcc.tar.xz ]; then mkdir -p /tmp/kcache && tar -xJf .kcache/nvcc.tar.xz -C /tmp/kcache
+  elif compgen -G ".kcache/nvcc.tar.xz.part-*" > /dev/null; then
+    mkdir -p /tmp/kcache && cat .kcache/nvcc.tar.xz.part-* | tar -xJ -C /tmp/kcache
+  fi
 fi
 if [ -d /tmp/kcache/nvcc ]; then export YTK_TEMPLATES_CACHE=/tmp/kcache/nvcc; fi

@@ -27,6 +27,8 @@
 #   bash benchmarks/device_flow.sh both      `autoloop`'s run with its kernels and plugins from a Gaia service and every
 #                                            compile on a Kronos worker, both on loopback (runs/autoloop-both), compared
 #                                            the same way, with both reports' time per stage
+#   bash benchmarks/device_flow.sh cachepack this machine's nvcc build cache into $OUT (nvcc.tar.xz.part-*, 15 MiB each) to
+#                                            carry as .kcache next time (put last: what the words before compiled)
 #   bash benchmarks/device_flow.sh carve     a full-size carve of CARVE_MODEL with the selectors in CARVE_PLUGINS (';'
 #                                            between them) into runs/rt/<model>; a `regions` word after it tables it
 # Several words run in the order given ("autoloop table"). runs/ is ignored by git, so a machine that is
@@ -244,10 +246,21 @@ do_both() {
   YTK_KERNELGEN=gaia YTK_BUILDER=gaia remote_autoloop both --worker http://127.0.0.1:8470
   kill $SERVED $gaia; wait $SERVED $gaia 2>/dev/null
 }
+do_cachepack() {
+  # the machine's nvcc build cache (every variant compiled here) back in $OUT as parts of at most 15 MiB, for the next
+  # session to carry as .kcache (mkdir -p .kcache && cp <files_at>/nvcc.tar.xz.part-* .kcache/): a fresh machine then
+  # scores instead of compiling the same families again
+  [ -d /tmp/kcache/nvcc ] || { echo "cachepack: no build cache here"; return; }
+  tar -cJf /tmp/nvcc.tar.xz -C /tmp/kcache nvcc
+  local size; size=$(stat -c %s /tmp/nvcc.tar.xz)
+  if [ "$size" -gt $((45 * 1024 * 1024)) ]; then echo "cachepack: $((size >> 20)) MiB compressed, over what a call carries"
+  else split -b 15M -a 2 /tmp/nvcc.tar.xz "$OUT/nvcc.tar.xz.part-"; echo "cachepack: $((size >> 20)) MiB in $(ls "$OUT"/nvcc.tar.xz.part-* | wc -l) part(s)"; fi
+  rm -f /tmp/nvcc.tar.xz
+}
 for w in "${words[@]}"; do
   case $w in
-    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions|gaia|kronos|both) "do_$w" ;;
+    flow|table|gputests|pytest|autoloop|zoo|zootable|families|admission|carve|regions|gaia|kronos|both|cachepack) "do_$w" ;;
     *) echo "unknown word $w (flow, table, gputests, pytest, autoloop, zoo, zootable, families, admission, carve, regions, gaia,"\
-         "kronos, both)"; exit 2 ;;
+         "kronos, both, cachepack)"; exit 2 ;;
   esac
 done
