@@ -262,8 +262,8 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
             other = ins[1 - mm_side[0]] if len(mm_side) == 1 else None
             ms = shape(other) if other else None
             if other is None or ms is None or len(scores) > 4 or len(ms) > len(scores) or \
-                    torch.broadcast_shapes(ms, scores) != scores:
-                continue
+                    any(m not in (1, d) for m, d in zip(reversed(ms), reversed(scores))):
+                continue  # no mask that broadcasts over the scores
             chain.append(cur)
             mask, cur = other, only(ins[mm_side[0]])
         if cur is not None and cur.node.op_type in ("Mul", "Div"):
