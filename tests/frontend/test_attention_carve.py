@@ -496,3 +496,71 @@ def test_attention_reading_a_rotary_table_the_exporter_left_unfolded(tmp_path, t
     _pt2_reproduces_every_site(prep)
     _engine_matches_reference(prep, tmp_path)
     assert not [n for n in onnx.load(prep / "model.onnx").graph.node if n.op_type == "Split"]
+
+
+FAST_MHA_PY = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim, batch_first):
+        super().__init__()
+        self.batch_first = batch_first
+        self.norm = nn.LayerNorm(dim)
+        self.mha = nn.MultiheadAttention(dim, 4, batch_first=batch_first)
+
+    def forward(self, x):
+        h = self.norm(x) if self.batch_first else self.norm(x).transpose(0, 1)
+        y = self.mha(h, h, h, need_weights=False)[0]
+        return x + (y if self.batch_first else y.transpose(0, 1))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = nn.Linear(16, 32)
+        self.blocks = nn.Sequential(Block(32, True), Block(32, False))
+
+    def forward(self, x):
+        return self.blocks(self.inp(x))
+
+
+def get_fwd_args():
+    return (torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_multihead_attention_without_weights_carves_at_batch_two(tmp_path):
+    """nn.MultiheadAttention's fast path (need_weights=False) at batch 2, batch-first and sequence-first: the
+    region makes q/k/v contiguous, selects each, then views it by heads. The canonical form once dropped that
+    contiguous() as an identity (its direct users are selects, not views), and the rebuilt region failed to
+    run: "internal carve error ... view size is not compatible" (a new user's finding)."""
+    (tmp_path / "model.py").write_text(FAST_MHA_PY)
+    r = prepare(tmp_path / "model.py", tmp_path / "plain")
+    assert r.code == 0, r.stderr
+    prep = _carved(tmp_path / "plain", tmp_path, "yasp::Mha=MultiheadAttention:around")
+    mha = _candidate(prep, "Mha")
+    assert len(mha.sites) == 2 and "aten.scaled_dot_product_attention.default" in mha.op_inventory
+    assert not any("left as traced" in n for n in mha.notes)
+    _pt2_reproduces_every_site(prep)
+    _engine_matches_reference(prep, tmp_path)
+
+
+def test_a_canonical_rewrite_that_breaks_a_region_leaves_it_as_traced(zoo, tmp_path, monkeypatch):
+    """The carve checks the canonical form against the model's captured outputs; where a rewrite made the region
+    fail (to run or to match), the region is kept as traced, and its notes say so."""
+    import ytk_core.frontend.carve as carve_mod
+
+    def planted(gm):  # type: ignore[no-untyped-def]
+        def broken(*a):  # type: ignore[no-untyped-def]
+            raise RuntimeError("planted rewrite")
+        gm.forward = broken
+        return ["canonical: planted"]
+
+    monkeypatch.setattr(carve_mod, "canonicalise", planted)
+    prep = _carved(zoo, tmp_path, "yasp::Win=WindowAttention:around")
+    win = _candidate(prep, "Win")
+    assert any("left as traced" in n and "RuntimeError: planted rewrite" in n for n in win.notes), win.notes
+    _pt2_reproduces_every_site(prep)

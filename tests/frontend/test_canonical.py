@@ -59,6 +59,22 @@ def test_different_math_is_left_alone():
     assert _targets(gm) == before
 
 
+def test_a_layout_copy_that_a_later_view_needs_is_kept():
+    """nn.MultiheadAttention makes q/k/v contiguous, selects each and views it by heads: the contiguous() reaches
+    the view through the select, so it is no identity (without it the view fails to run)."""
+    class SelectThenView(nn.Module):
+        def forward(self, x):
+            qkv = x.unflatten(-1, (3, 8)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+            return qkv[0].view(4, 2, 2, 4) + qkv[1].view(4, 2, 2, 4)
+
+    x = torch.randn(4, 2, 24)
+    gm = torch.export.export(SelectThenView(), (x,)).module()
+    want = gm(x)
+    canonicalise(gm)
+    torch.testing.assert_close(gm(x), want)
+    assert {"aten.clone.default", "aten.contiguous.default"} & set(_targets(gm))
+
+
 def test_symmetric_zero_pad_moves_into_the_conv():
     class Padded(nn.Module):
         def __init__(self):

@@ -82,13 +82,28 @@ def _is_identity(node: Any) -> bool:
 
 #: Ops that need their input laid out contiguously: a clone/contiguous before them is not an identity.
 _NEEDS_CONTIGUOUS = {"view", "_unsafe_view", "as_strided"}
+#: Ops whose result is a view with strides derived from their input's: a layout copy before them still decides
+#: whether a view after them is legal (nn.MultiheadAttention: ``contiguous()``, ``select``, then ``view``).
+_STRIDES_THROUGH = {"select", "slice", "squeeze", "unsqueeze", "transpose", "permute", "t", "split",
+                    "split_with_sizes", "unbind", "chunk", "narrow", "expand", "unflatten"}
+
+
+def _feeds_a_view(node: Any, depth: int = 0) -> bool:
+    """Whether ``node``'s result reaches a view-only op directly or through ops that pass its strides on."""
+    for u in node.users:
+        base = _base(u)
+        if base in _NEEDS_CONTIGUOUS:
+            return True
+        through = base in _STRIDES_THROUGH or (u.op == "call_function" and u.target is operator.getitem)
+        if through and depth < 8 and _feeds_a_view(u, depth + 1):
+            return True
+    return False
 
 
 def _drop_identities(graph: Any) -> int:
     n = 0
     for node in list(graph.nodes):
-        if any(_base(u) in _NEEDS_CONTIGUOUS for u in node.users) \
-                and _base(node) in ("clone", "contiguous", "_to_copy"):
+        if _base(node) in ("clone", "contiguous", "_to_copy") and _feeds_a_view(node):
             continue
         if node.op == "call_function" and _is_identity(node) and node.args and hasattr(node.args[0], "op"):
             node.replace_all_uses_with(node.args[0])

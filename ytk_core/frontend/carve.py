@@ -405,11 +405,49 @@ def _capture_bytes(plans: list[PluginPlan], values: dict[str, Any]) -> int:
     return total
 
 
+def _reproduces(gm: Any, ins: list[Any], outs: list[Any]) -> str:
+    """'' when ``gm`` run on the site's captured inputs gives its captured outputs, else what went wrong."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            got = gm(*ins)
+    except (MemoryError, OSError):  # the machine, not the region
+        raise
+    except Exception as e:  # noqa: BLE001 - a rebuilt module that cannot run is reported like a wrong one
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    for g, want in zip(got, outs):
+        # One temporary and two reductions: allclose on GB-sized captures costs seconds per site.
+        lo, hi = torch.aminmax(want)
+        scale = max(abs(float(lo)), abs(float(hi))) or 1.0
+        err = float((g - want).abs_().max())
+        if not err <= 1e-4 * scale + 1e-5 * scale:
+            return f"max diff {err:.3g}"
+    return ""
+
+
+def _rebuilt_region(spec: Any, weights: dict[str, Any], ins: list[Any], outs: list[Any],
+                    where: str) -> tuple[Any, list[str]]:
+    """The region as a module in canonical form (checked against the model's own captured outputs), or, where a
+    canonical rewrite broke it, as traced -- said in the notes; a traced module that does not reproduce the model
+    either is an internal error."""
+    gm = build_module(spec, weights)
+    notes = canonicalise(gm)
+    why = _reproduces(gm, ins, outs)
+    if why and notes:
+        gm, first = build_module(spec, weights), why
+        why = _reproduces(gm, ins, outs)
+        notes = [f"canonical: left as traced (the canonical form did not reproduce the model: {first})"]
+    if why:
+        raise UsageError(f"internal carve error: region {where} rebuilt as a module does not reproduce the model "
+                         f"({why}); please report this")
+    return gm, notes
+
+
 def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, Any], og: OnnxGraph, prep: Path,
                   cdir: Path, value_infos: dict[str, tuple[int, list[int]]],
                   writer: Any = None) -> tuple[Candidate, PluginEntry, list[Future]]:
-    import torch
-
     sel = plan.sel
     site_inputs: list[list[Any]] = []
     site_outputs: list[list[Any]] = []
@@ -418,22 +456,10 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
     for k, sp in enumerate(plan.sites):
         where = sp.site.module_path or sel.text
         pairs = folded_weights(sp.spec, weights)
-        gm = build_module(sp.spec, weights)
-        canon_notes = canonicalise(gm)  # checked against the model's own outputs just below
         ins = [values[a.name] for a in sp.spec.activations] + [t for pair in pairs for t in pair]
         outs = [values[o.name] for o in sp.spec.outputs]
         _check_float_boundary(sel, where, sp, ins[:len(sp.spec.activations)], outs)  # before any arithmetic on them
-        with torch.no_grad():
-            got = gm(*ins)
-        got = list(got) if isinstance(got, (tuple, list)) else [got]
-        for g, want in zip(got, outs):
-            # One temporary and two reductions: allclose on GB-sized captures costs seconds per site.
-            lo, hi = torch.aminmax(want)
-            scale = max(abs(float(lo)), abs(float(hi))) or 1.0
-            err = float((g - want).abs_().max())
-            if not err <= 1e-4 * scale + 1e-5 * scale:
-                raise UsageError(f"internal carve error: region {where} rebuilt as a module does not reproduce the "
-                                 f"model (max diff {err:.3g}); please report this")
+        gm, canon_notes = _rebuilt_region(sp.spec, weights, ins, outs, where)
         if k and _inventory(gm) != _inventory(modules[0]):
             raise UsageError(f"selector {sel.text!r} matches regions of different structure: "
                              f"{_site_label(plan.sites[0], sp)} runs {_inventory(modules[0])} but "
