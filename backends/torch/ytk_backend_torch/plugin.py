@@ -41,8 +41,16 @@ def _probe(arch: ArchSpec | None = None) -> Availability:
         import torch
     except Exception as e:  # a broken torch install must not take `ytk backends` down
         return Availability(available=False, reason=f"torch not importable ({type(e).__name__})")
+    from ytk_hookspecs.project_config import backend_table
+
+    if str(backend_table(NAME).get("device", "")).strip().lower() == "cpu":
+        # asked for in ytk.toml: the engine runs (and is timed) on this CPU, to check numerics without a GPU
+        return Availability(available=True, reason="on this CPU ([backends.torch] device = \"cpu\"): numerics as "
+                                                   "on a GPU, timings this CPU's, not the target's",
+                            details={"device": "cpu", "torch": torch.__version__})
     if not torch.cuda.is_available():
-        return Availability(available=False, reason="no CUDA device")
+        return Availability(available=False, reason="no CUDA device ([backends.torch] device = \"cpu\" in ytk.toml "
+                                                    "runs it on the CPU, to check numerics)")
     name = torch.cuda.get_device_name(0)
     major, minor = torch.cuda.get_device_capability(0)
     sm = major * 10 + minor

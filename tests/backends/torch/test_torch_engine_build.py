@@ -139,10 +139,15 @@ def test_compile_and_profile_hooks_on_cpu(tmp_path):
 
 
 # -- probe and automatic selection ---------------------------------------------------------------------
-def test_probe_without_cuda(monkeypatch):
+def test_probe_without_cuda(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
     av = torch_plugin._probe()
-    assert not av.available and av.reason == "no CUDA device"
+    assert not av.available and av.reason.startswith("no CUDA device") and 'device = "cpu"' in av.reason
+    # asked for in ytk.toml, the CPU is the engine's device: available, and said to be the CPU
+    (tmp_path / "ytk.toml").write_text('[backends.torch]\ndevice = "cpu"\n')
+    av = torch_plugin._probe()
+    assert av.available and av.reason.startswith("on this CPU") and av.details["device"] == "cpu"
 
 
 def _fake_gpu(monkeypatch):  # type: ignore[no-untyped-def]
@@ -225,12 +230,13 @@ def test_plugin_node_needs_a_cuda_device(tmp_path):
 
 # -- through the core: `ytk embedded compile --engine torch` writes a real bundle ----------------------
 def test_cli_compile_writes_a_bundle_with_the_torch_engine(tmp_path, monkeypatch, ytk):
-    """On CPU via ytk.toml's [backends.torch] device = "cpu" (the probe is told a GPU exists, since the
-    core only calls an available backend); the bundle must carry measured, non-simulated figures."""
+    """On a machine without a GPU, via ytk.toml's [backends.torch] device = "cpu" (a new user found this path
+    unreachable: the probe said "no CUDA device" whatever the config said); the bundle must carry measured,
+    non-simulated figures."""
     from ytk_core.bundle import EngineBundle
     from ytk_core.runtime import reset_runtime
 
-    _fake_gpu(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     p = conv_model(tmp_path, "model.onnx")
     x = rand(2, 3, 8, 10, seed=5)
     np.savez(tmp_path / "model.npz", x=x)
