@@ -564,3 +564,56 @@ def test_a_canonical_rewrite_that_breaks_a_region_leaves_it_as_traced(zoo, tmp_p
     win = _candidate(prep, "Win")
     assert any("left as traced" in n and "RuntimeError: planted rewrite" in n for n in win.notes), win.notes
     _pt2_reproduces_every_site(prep)
+
+
+BIASED_SDPA_PY = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class BiasedAttention(nn.Module):
+    """Attention with a learned additive bias (relative-position style) passed as sdpa's attn_mask."""
+
+    def __init__(self, dim, heads, tokens):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.bias = nn.Parameter(torch.randn(heads, tokens, tokens) * 0.1)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias, scale=0.3)
+        return self.proj(y.transpose(1, 2).reshape(b, n, c))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.Sequential(BiasedAttention(32, 2, 12), BiasedAttention(32, 2, 12))
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def get_fwd_args():
+    return (torch.randn(2, 12, 32, generator=torch.Generator().manual_seed(1)),)
+'''
+
+
+def test_attention_with_a_learned_mask_grows_around_its_sdpa(tmp_path):
+    """sdpa whose attn_mask is a parameter (a learned bias) is attention, not a weighted dense layer: :around
+    grows from it (a new user's finding: "the block has nothing :around grows from")."""
+    (tmp_path / "model.py").write_text(BIASED_SDPA_PY)
+    r = prepare(tmp_path / "model.py", tmp_path / "plain")
+    assert r.code == 0, r.stderr
+    # each block's bias is its own baked constant: one plugin per site, as propose proposes it
+    prep = _carved(tmp_path / "plain", tmp_path, "yasp::Biased=BiasedAttention:around@where=blocks.0")
+    cand = _candidate(prep, "Biased")
+    assert len(cand.sites) == 1 and "aten.scaled_dot_product_attention.default" in cand.op_inventory
+    assert "aten.linear.default" not in cand.op_inventory  # the projections stay outside, as for any attention
+    _pt2_reproduces_every_site(prep)
+    _engine_matches_reference(prep, tmp_path)

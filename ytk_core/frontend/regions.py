@@ -20,11 +20,12 @@ from .selectors import Selector
 
 #: Ops an ``:around`` region targets inside a block: attention-style heavy ops. Convolutions are
 #: deliberately not here, so a block's convs stay their own (separately pluggable) regions.
-HEAVY_OPS = ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear", "_softmax", "softmax", "einsum",
-             "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-             "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
-# (A heavy op that takes a parameter is a dense layer, never a seed; see grow_around.)
+ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                 "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+HEAVY_OPS = ("matmul", "bmm", "mm", "baddbmm", "addmm", "linear", "_softmax", "softmax", "einsum") + ATTENTION_OPS
+# (A heavy op that takes a parameter is a dense layer, never a seed -- except fused attention, whose only
+# parameter can be its additive mask (a learned relative-position bias); see around_seeds.)
 #: Ops that compute nothing in eval mode (the exporter emits no ONNX node for them).
 IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "dropout", "lift_fresh_copy")
 #: Plumbing that returns a tuple (``x.chunk(3)``, ``qkv.unbind(0)``): its elements are its getitems.
@@ -338,7 +339,7 @@ def around_seeds(nodes: list[Any], gi: GraphIndex) -> list[Any]:
     """What an ``:around`` region grows from: activation-by-activation products (attention) and
     softmax; weighted GEMMs and convs are the block's projections and stay outside, like the spec's
     LiteMLA region. A block without them grows from its convs."""
-    seeds = [n for n in nodes if _is(n, HEAVY_OPS) and not gi.weighted(n)]
+    seeds = [n for n in nodes if _is(n, HEAVY_OPS) and (not gi.weighted(n) or _is(n, ATTENTION_OPS))]
     return seeds or [n for n in nodes if is_conv(n)]
 
 
