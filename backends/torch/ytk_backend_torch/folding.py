@@ -58,7 +58,7 @@ def _build_time_inputs(node: Node, kind: str, consts: dict[str, torch.Tensor]) -
 def _unsupported(node: Node, origin: str) -> StageError:
     dom = f" (domain {node.domain!r})" if node.domain not in ("", "ai.onnx") else ""
     return StageError(
-        f"{origin}: node {node.name!r} is a {node.op_type}{dom}, an op the torch engine does not execute. "
+        f"{origin}: node {node.name!r} ({node.op_type}{dom}) is an op the torch engine does not execute. "
         "Carve it out as a plugin (prepare --plugin) or use another engine backend; supported ops are listed "
         "by ytk_backend_torch.ops.OPS.")
 

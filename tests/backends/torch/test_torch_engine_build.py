@@ -33,10 +33,22 @@ def conv_model(tmp_path, name="conv.onnx"):  # type: ignore[no-untyped-def]
 
 # -- errors a user can cause ---------------------------------------------------------------------------
 def test_unsupported_op_names_op_and_node(tmp_path):
-    nodes = [h.make_node("Einsum", ["x", "x"], ["y"], name="node_einsum_3", equation="ij,ij->i")]
+    nodes = [h.make_node("Unique", ["x"], ["y"], name="node_unique_3")]
     p = save(make_model(nodes, {"x": ([2, 3], F32)}, ["y"]), tmp_path / "e.onnx")
-    with pytest.raises(StageError, match=r"node_einsum_3.*Einsum"):
+    with pytest.raises(StageError, match=r"node 'node_unique_3' \(Unique\) is an op the torch engine does not"):
         build_plan(p, "fp32", [])
+
+
+def test_einsum_attention_runs(tmp_path):
+    """Attention written with torch.einsum exports as Einsum nodes (a new user's model stopped at compile)."""
+    nodes = [h.make_node("Einsum", ["q", "k"], ["s"], name="node_einsum_1", equation="bhid,bhjd->bhij"),
+             h.make_node("Softmax", ["s"], ["p"], name="node_softmax_2", axis=-1),
+             h.make_node("Einsum", ["p", "k"], ["y"], name="node_einsum_3", equation="bhij,bhjd->bhid")]
+    p = save(make_model(nodes, {"q": ([2, 2, 5, 4], F32), "k": ([2, 2, 5, 4], F32)}, ["y"]), tmp_path / "e.onnx")
+    f = {"q": rand(2, 2, 5, 4, seed=1), "k": rand(2, 2, 5, 4, seed=2)}
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert [s.type for s in prog.steps].count("MatrixMultiply") == 2
 
 
 def test_symbolic_input_dim_is_refused(tmp_path):

@@ -109,6 +109,13 @@ def _matmul(ctx: NodeCtx) -> Runtime:
     return torch.matmul
 
 
+@op("Einsum", layer_type="MatrixMultiply")
+def _einsum(ctx: NodeCtx) -> Runtime:
+    eq = ctx.attr("equation")
+    eq = eq.decode() if isinstance(eq, bytes) else str(eq)
+    return lambda *xs: torch.einsum(eq, *xs)
+
+
 @op("Gemm", layer_type="MatrixMultiply")
 def _gemm(ctx: NodeCtx) -> Runtime:
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
