@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -22,6 +23,27 @@ def has_cuda() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+def _torchlib_signatures_parsed_once() -> None:
+    """Every ONNX export builds the exporter's registry of torchlib functions afresh, and for each of ~500
+    functions onnxscript's ``TracedOnnxFunction.function_ir`` parses the function's source again only for
+    the exporter to read the IR's ``domain``: about 0.85 s of every export on CI's cores, which the suite's
+    in-process prepares and autoloops (some hundreds of exports) pay each time. The IR is a pure function of
+    the function's source and module, so each function's is computed once per test process here; what the
+    exporter builds is unchanged. Applied once onnxscript has been imported (the first test that exports
+    imports it); nothing happens if onnxscript's internals have moved."""
+    values = sys.modules.get("onnxscript._internal.values")
+    cls = getattr(values, "TracedOnnxFunction", None)
+    prop = vars(cls).get("function_ir") if isinstance(cls, type) else None
+    if isinstance(prop, property) and prop.fget is not None and prop.fset is None:
+        once = functools.cached_property(prop.fget)
+        once.__set_name__(cls, "function_ir")
+        cls.function_ir = once
+
+
+def pytest_runtest_setup(item):  # type: ignore[no-untyped-def]
+    _torchlib_signatures_parsed_once()
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
