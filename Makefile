@@ -65,11 +65,12 @@ lint: $(TEST_STAMP)
 	    length(s) > 72 {print "commit subject over 72 characters (" length(s) "): " $$0; bad = 1} END {exit bad}'; \
 	else echo "lint: commit $(SUBJECTS_FROM) is not in this clone; commit subjects not checked"; fi
 
-# Two pytest workers (pytest-xdist), each test file whole on one of them (module fixtures are built once): on CI's
-# 2 cores the suite takes about 10 minutes instead of 15. TEST_JOBS=0 runs it in one process.
+# Two pytest workers (pytest-xdist), each test file whole on one of them (module fixtures are built once), taken
+# in collection order, where tests/conftest.py puts the longest files first (LONGEST_FIRST) so that short ones fill
+# the end. TEST_JOBS=0 runs it in one process.
 TEST_JOBS ?= 2
 test: $(STAMP) $(TEST_STAMP) $(ZOO_STAMP) $(TRT_HEADERS_STAMP) $(CROSS_CUDA_STAMP) cross-toolchain lint
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 autoloop: $(STAMP)
 	$(BIN)/ytk autoloop contrib/models/efficientvit_b1/model.py -a $(ARCH) -p fp16 --workdir $(WORKDIR)
