@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import copy
 import json
 import os
 import shutil
@@ -25,25 +25,36 @@ def has_cuda() -> bool:
         return False
 
 
-def _torchlib_signatures_parsed_once() -> None:
-    """Every ONNX export builds the exporter's registry of torchlib functions afresh, and for each of ~500
-    functions onnxscript's ``TracedOnnxFunction.function_ir`` parses the function's source again only for
-    the exporter to read the IR's ``domain``: about 0.85 s of every export on CI's cores, which the suite's
-    in-process prepares and autoloops (some hundreds of exports) pay each time. The IR is a pure function of
-    the function's source and module, so each function's is computed once per test process here; what the
-    exporter builds is unchanged. Applied once onnxscript has been imported (the first test that exports
-    imports it); nothing happens if onnxscript's internals have moved."""
-    values = sys.modules.get("onnxscript._internal.values")
-    cls = getattr(values, "TracedOnnxFunction", None)
-    prop = vars(cls).get("function_ir") if isinstance(cls, type) else None
-    if isinstance(prop, property) and prop.fget is not None and prop.fset is None:
-        once = functools.cached_property(prop.fget)
-        once.__set_name__(cls, "function_ir")
-        cls.function_ir = once
+def _onnx_registry_built_once() -> None:
+    """Every ONNX export builds torch.onnx's registry of torchlib functions afresh (``ONNXRegistry.from_torchlib``):
+    onnxscript parses the source of each of ~500 functions again and the exporter infers each one's signature,
+    about 1.1 s of every export on CI's cores, which the suite's in-process prepares, carves and autoloops (some
+    hundreds of exports) pay each time. The registry is built from torchlib's functions alone, so it is built
+    once per opset in each test process here and every export gets its own copy (its own lists, so an op
+    registered into one export's registry stays there; the entries, which an export only reads, are shared).
+    The exported graphs are byte for byte the same. Applied once the exporter has been imported (the first test
+    that exports imports it); nothing happens if torch's internals have moved."""
+    mod = sys.modules.get("torch.onnx._internal.exporter._registration")
+    cls = getattr(mod, "ONNXRegistry", None)
+    build = vars(cls).get("from_torchlib") if isinstance(cls, type) else None
+    if not isinstance(build, classmethod) or getattr(build.__func__, "ytk_built_once", False):
+        return
+    built: dict = {}  # type: ignore[type-arg]
+
+    def from_torchlib(klass, *args, **kwargs):  # type: ignore[no-untyped-def]
+        key = (klass, args, tuple(sorted(kwargs.items())))
+        if key not in built:
+            built[key] = build.__func__(klass, *args, **kwargs)
+        registry = copy.copy(built[key])
+        registry.functions = {op: list(decomps) for op, decomps in built[key].functions.items()}
+        return registry
+
+    from_torchlib.ytk_built_once = True  # type: ignore[attr-defined]
+    cls.from_torchlib = classmethod(from_torchlib)
 
 
 def pytest_runtest_setup(item):  # type: ignore[no-untyped-def]
-    _torchlib_signatures_parsed_once()
+    _onnx_registry_built_once()
 
 
 #: The test files that take longest on CI's 2 cores (CPU seconds measured 2026-12-06, their own and their
