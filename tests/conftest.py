@@ -57,15 +57,15 @@ def pytest_runtest_setup(item):  # type: ignore[no-untyped-def]
     _onnx_registry_built_once()
 
 
-#: The test files that take longest on CI's 2 cores (CPU seconds measured 2026-12-06, their own and their
+#: The test files that take longest on 2 cores (CPU seconds measured 2026-12-06, their own and their
 #: child processes'), longest first. ``make test`` runs whole files on two xdist workers in collection order
 #: (--dist loadfile --no-loadscope-reorder), so these start first and the many short files fill the end; by
 #: default xdist starts the files with the most tests first, and a long file of few tests (the docs, the
 #: zoo's table) could start last and leave the other worker idle. A file not named here only starts later.
 LONGEST_FIRST = (
-    "tests/autoloop/test_autoloop.py",  # ~180 s
+    "tests/autoloop/test_autoloop.py",  # ~185 s
     "tests/backends/templates/test_templates_emit.py",  # ~170 s (nvcc on both cores)
-    "tests/autoloop/test_drops.py",  # ~170 s
+    "tests/autoloop/test_drops.py",  # ~145 s
     "tests/zoo/test_zoo.py",  # ~105 s (the CI subset on both cores)
     "tests/frontend/test_carve.py",
     "tests/docs/test_docs_commands.py",
