@@ -547,6 +547,7 @@ def test_min_gain_as_a_share_of_the_baseline(tmp_path):
     assert line in r.stderr, r.stderr[-2000:]
     assert line in (w / "report" / "autoloop_report.md").read_text()
     r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--max-rounds", "3", "--min-gain-ms", "0.2ms", *MOCK)
+    assert r.code == 0, r.stderr[-2000:]  # a resume that failed would say nothing of limits either
     assert "limits changed" not in r.stderr
 
 
