@@ -498,6 +498,15 @@ def test_attention_reading_a_rotary_table_the_exporter_left_unfolded(tmp_path, t
     assert not [n for n in onnx.load(prep / "model.onnx").graph.node if n.op_type == "Split"]
 
 
+def _carve_model(tmp_path: Path, source: str, selector: str):  # type: ignore[no-untyped-def]
+    """Prepare the model.py ``source``, carve ``selector`` on it; the prepare dir and the selector's candidate."""
+    (tmp_path / "model.py").write_text(source)
+    r = prepare(tmp_path / "model.py", tmp_path / "plain")
+    assert r.code == 0, r.stderr
+    prep = _carved(tmp_path / "plain", tmp_path, selector)
+    return prep, _candidate(prep, selector.split("::", 1)[1].split("=", 1)[0])
+
+
 FAST_MHA_PY = '''
 import torch
 from torch import nn
@@ -537,11 +546,7 @@ def test_multihead_attention_without_weights_carves_at_batch_two(tmp_path):
     region makes q/k/v contiguous, selects each, then views it by heads. The canonical form once dropped that
     contiguous() as an identity (its direct users are selects, not views), and the rebuilt region failed to
     run: "internal carve error ... view size is not compatible" (a new user's finding)."""
-    (tmp_path / "model.py").write_text(FAST_MHA_PY)
-    r = prepare(tmp_path / "model.py", tmp_path / "plain")
-    assert r.code == 0, r.stderr
-    prep = _carved(tmp_path / "plain", tmp_path, "yasp::Mha=MultiheadAttention:around")
-    mha = _candidate(prep, "Mha")
+    prep, mha = _carve_model(tmp_path, FAST_MHA_PY, "yasp::Mha=MultiheadAttention:around")
     assert len(mha.sites) == 2 and "aten.scaled_dot_product_attention.default" in mha.op_inventory
     assert not any("left as traced" in n for n in mha.notes)
     _pt2_reproduces_every_site(prep)
@@ -607,12 +612,8 @@ def get_fwd_args():
 def test_attention_with_a_learned_mask_grows_around_its_sdpa(tmp_path):
     """sdpa whose attn_mask is a parameter (a learned bias) is attention, not a weighted dense layer: :around
     grows from it (a new user's finding: "the block has nothing :around grows from")."""
-    (tmp_path / "model.py").write_text(BIASED_SDPA_PY)
-    r = prepare(tmp_path / "model.py", tmp_path / "plain")
-    assert r.code == 0, r.stderr
     # each block's bias is its own baked constant: one plugin per site, as propose proposes it
-    prep = _carved(tmp_path / "plain", tmp_path, "yasp::Biased=BiasedAttention:around@where=blocks.0")
-    cand = _candidate(prep, "Biased")
+    prep, cand = _carve_model(tmp_path, BIASED_SDPA_PY, "yasp::Biased=BiasedAttention:around@where=blocks.0")
     assert len(cand.sites) == 1 and "aten.scaled_dot_product_attention.default" in cand.op_inventory
     assert "aten.linear.default" not in cand.op_inventory  # the projections stay outside, as for any attention
     _pt2_reproduces_every_site(prep)
