@@ -13,7 +13,7 @@ from typing import Any
 
 from .models import ArtifactError, Candidate, CandidatesFile, KernelGenRequest
 
-__all__ = ["CANDIDATES_FILE", "captured_site_inputs", "find_candidate", "request_candidate"]
+__all__ = ["CANDIDATES_FILE", "captured_io_npz", "captured_site_inputs", "find_candidate", "request_candidate"]
 
 CANDIDATES_FILE = "candidates.json"
 
@@ -62,6 +62,15 @@ def request_candidate(request: KernelGenRequest) -> Candidate | None:
         return request.candidate
     return find_candidate(Path(request.reference), prepare_dir=request.prepare_dir,
                           plugin_name=request.plugin_name)[0]
+
+
+def captured_io_npz(request: KernelGenRequest, candidate: Candidate | None) -> Path | None:
+    """The capture file a job's region names (``files.io_npz``, under the request's prepare dir, else beside the
+    region folder of its ``.pt2``); None when it names none."""
+    if candidate is None or not candidate.files.io_npz:
+        return None
+    root = Path(request.prepare_dir) if request.prepare_dir else Path(request.reference).parent.parent
+    return root / candidate.files.io_npz
 
 
 def captured_site_inputs(io_npz: Path | None) -> list[list[Any]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ytk_hookspecs.candidates import request_candidate
+from ytk_hookspecs.candidates import captured_io_npz, request_candidate
 from ytk_hookspecs.errors import StageError, UnsupportedRegion
 from ytk_hookspecs.kernel_source import KernelSource, report_path
 from ytk_hookspecs.models import (ArchSpec, ArchSpecError, Candidate, KernelGenRequest,
@@ -170,10 +170,7 @@ def _score_and_write(request: KernelGenRequest, ctx: Any, job_id: str, jobdir: P
     except UnsupportedRegion as e:
         return _failed(job_id, f"templates do not recognise region {name}: {e}")
     module = torch_region(region)
-    io_npz = None
-    if candidate is not None and candidate.files.io_npz:
-        root = Path(request.prepare_dir) if request.prepare_dir else graph_pt2.parent.parent
-        io_npz = root / candidate.files.io_npz
+    io_npz = captured_io_npz(request, candidate)
     with ctx.progress(f"{name}: references ({len(shapes)} shapes)", total=1) as task:
         cases = build_cases(region, module, shapes, device, io_npz)
         copy_gbs = copy_bandwidth_gbs(device)

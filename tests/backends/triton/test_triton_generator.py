@@ -171,8 +171,8 @@ def test_the_carves_captured_inputs_are_a_check_case_per_shape(tmp_path: Path) -
     from ytk_hookspecs.models import KernelGenRequest
 
     shapes = [[(2, 16, 4, 6), (8, 16, 1, 1)], [(3, 16, 2, 3), (8, 16, 1, 1)]]
-    x1 = np.full((3, 16, 2, 3), 1.0001, np.float32)  # not an fp16 value: the engine feeds it as 1.0
-    w = np.full((8, 16, 1, 1), 1.0001, np.float32)   # a lifted weight is fed as it is
+    x1 = np.full((3, 16, 2, 3), 1.0001, np.float32)  # as captured: the reference and the kernel's inputs round
+    w = np.full((8, 16, 1, 1), 2.0001, np.float32)   # what the contract declares fp16 themselves
     np.savez(tmp_path / "R.io.npz", **{"site0.in0": x1, "site0.in1": w})
     cand = candidate("R", tmp_path / "R.pt2", tmp_path, shapes, [(2, 8, 4, 6), (3, 8, 2, 3)],
                      ["activation", "weight"], {"conv2d": 1})
@@ -183,7 +183,8 @@ def test_the_carves_captured_inputs_are_a_check_case_per_shape(tmp_path: Path) -
     cand = cand.model_copy(update={"files": cand.files.model_copy(update={"io_npz": "R.io.npz"})})
     got = _captured(req, cand, logical)
     assert list(got) == [1]  # the captured site has the second shape case's shapes
-    assert float(got[1][0].max()) == 1.0 and float(got[1][1].max()) == np.float32(1.0001)
+    assert float(got[1][0].max()) == np.float32(1.0001) and float(got[1][1].max()) == np.float32(2.0001)
+    assert all(t.dtype == torch.float32 for t in got[1])
 
 
 def test_without_a_gpu_the_job_fails_with_the_reason(tmp_path: Path) -> None:
