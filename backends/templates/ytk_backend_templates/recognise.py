@@ -76,6 +76,8 @@ class RegionGraph:
     baked: list[str]
     ops: list[OpNode]
     outputs: list[str]
+    #: the baked parameters' shapes, by name (how a refusal names them: their names are the exporter's)
+    baked_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def by_name(self) -> dict[str, OpNode]:
         return {o.name: o for o in self.ops}
@@ -122,7 +124,7 @@ def load_graph(pt2: Path) -> RegionGraph:
             outs = n.args[0]
             outputs = [conv(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
     return RegionGraph(inputs=user, input_shapes=[shapes.get(u, ()) for u in user], baked=baked, ops=ops,
-                       outputs=outputs)
+                       outputs=outputs, baked_shapes={b: shapes[b] for b in baked if b in shapes})
 
 
 # -- depthwise convolution -------------------------------------------------------------------------
@@ -614,10 +616,14 @@ def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
     return LiteMLARegion(dim=d, eps=eps, joined=len(g.inputs) == 2, channels=ch)
 
 
-def _first_three(names: list[str]) -> str:
-    """``a, b, c`` (and ``, ... (N in all)`` when there are more)."""
-    more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
-    return ", ".join(names[:3]) + more
+def _baked_text(g: RegionGraph) -> str:
+    """``2 weight tensors (1000x768, 1000)``: the baked parameters by their shapes, the first three of them.
+    Their names (``b_const0``) are the exporter's and mean nothing to the user who wrote the model."""
+    n = len(g.baked)
+    dims = ["x".join(str(d) for d in g.baked_shapes[b]) or "scalar" if b in g.baked_shapes else "?"
+            for b in g.baked[:3]]
+    more = ", ..." if n > 3 else ""
+    return f"{n} weight tensor{'s' if n != 1 else ''} ({', '.join(dims)}{more})"
 
 
 def _baked_users(g: RegionGraph) -> list[OpNode]:
@@ -652,18 +658,19 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
             # the conv is lifted; what keeps its parameters is another op (a GroupNorm's affine, a scale), which
             # no carve option lifts: advising @lift would send the user after a fix that does not exist
             ops = sorted({o.target.removeprefix("aten.").removesuffix(".default") for o in users})
-            raise UnsupportedRegion(f"its {', '.join(ops)} keeps parameters inside the region "
-                                    f"({_first_three(g.baked)}); templates take a conv with its bias, a folded "
+            raise UnsupportedRegion(f"its {', '.join(ops)} keeps {_baked_text(g)} inside the region; templates "
+                                    "take a conv with its bias, a folded "
                                     "BatchNorm and an activation, and the carve lifts conv weights only")
-        raise UnsupportedRegion(f"the region uses parameters baked into it ({_first_three(g.baked)}) instead of "
+        raise UnsupportedRegion(f"the region uses {_baked_text(g)} baked into it instead of "
                                 "taking them as lifted inputs; carve it with weights lifted (@lift=fold_conv_bn)")
     if any("softmax" in o.target or "scaled_dot_product_attention" in o.target for o in g.ops):
         # the words propose's answer uses (supports.py), so a region is refused alike before and after its carve
         raise UnsupportedRegion("softmax attention: templates cover ReLU linear attention (LiteMLA) only")
     if g.baked:
         # the carve lifts conv weights only; a Linear / LayerNorm region keeps its parameters inside
-        raise UnsupportedRegion(f"no template for a region of {_ops_text(g)} (its parameters "
-                                f"{_first_three(g.baked)} stay baked: only conv weights are lifted)")
+        verb = "stays" if len(g.baked) == 1 else "stay"
+        raise UnsupportedRegion(f"no template for a region of {_ops_text(g)}: its {_baked_text(g)} {verb} baked, "
+                                "and the carve lifts conv weights only")
     if has_conv and _is_se(g):
         region: Region = _recognise_se(g)
     elif has_conv and _is_dwln(g):
