@@ -42,3 +42,27 @@ class Threshold:
         if not self.relative:
             return f"{self.value:g} ms"
         return f"{self.value:g}%" + (f" ({self.ms(total_ms):.3g} ms)" if total_ms is not None else "")
+
+
+#: how far the per-layer medians' sum may stray from the end-to-end median before a report says so
+PROFILE_AGREEMENT = 2.0
+
+
+def profile_disagreement(layers_sum_ms: float, end_to_end_ms: float | None,
+                         other_runs_ms: list[float] | tuple[float, ...] = ()) -> str | None:
+    """A warning when the per-layer profile of an engine agrees with none of its timed runs within
+    :data:`PROFILE_AGREEMENT` times either way, else ``None``. ``other_runs_ms``: the medians of the same
+    engine run another way (the torch engine's inductor mode also times its op-by-op run, which is what
+    its layers measure). Profiling per layer costs a little (a sum 10-30% over the end-to-end median is
+    usual); far more means the layers were timed on a busy host or a shared GPU, and everything ranked by
+    them (propose's shares, the slowest layers) is noise."""
+    if not end_to_end_ms or end_to_end_ms <= 0 or layers_sum_ms <= 0:
+        return None
+    for run in (end_to_end_ms, *other_runs_ms):
+        if run > 0 and 1 / PROFILE_AGREEMENT <= layers_sum_ms / run <= PROFILE_AGREEMENT:
+            return None
+    ratio = layers_sum_ms / end_to_end_ms
+    return (f"the per-layer medians sum to {layers_sum_ms:.3f} ms, {ratio:.2g}x the end-to-end median "
+            f"({end_to_end_ms:.3f} ms): the per-layer profile does not describe this engine's run (a busy host "
+            "or a GPU shared with other work?), and the time attributed to each region follows it; measure "
+            "again with the target to itself")

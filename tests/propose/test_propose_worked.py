@@ -151,3 +151,34 @@ def test_report_is_a_versioned_artifact(report, tmp_path):
     back = ProposeReport.read(p)
     assert back.schema_version == 2 and back.proposals[0].name == report.proposals[0].name
     assert json.loads(p.read_text())["options"]["min_ms"] == 1.0
+
+
+def test_a_profile_the_end_to_end_median_contradicts_is_flagged(worked, tmp_path):
+    """Per-layer medians that sum to ten times the end-to-end median (layers timed on a busy host) rank
+    regions by noise: the report says so. The worked bundle's own sum (within 2x) is not flagged above."""
+    prof = load_profile(worked)
+    for lay in prof["layers"]:
+        lay["median_ms"] *= 10
+        for k in ("average_ms", "mean_ms", "min_ms", "max_ms"):
+            if k in lay:
+                lay[k] *= 10
+    d = tmp_path / "base"
+    d.mkdir()
+    for f in ("model.onnx", "fx_nodes.json", "bundle_manifest.json", "layer_info.json"):
+        (d / f).symlink_to(worked / f)
+    bundle = make_bundle(d, d / "busy.tgz", profile=prof)
+    rep = propose(bundle, d / "model.onnx", d / "fx_nodes.json")
+    flagged = [w for w in rep.warnings if "per-layer medians sum to" in w]
+    assert len(flagged) == 1 and "x the end-to-end median (88.400 ms)" in flagged[0], rep.warnings
+
+
+def test_a_profile_that_agrees_with_another_timed_run_is_not_flagged():
+    """The torch engine's inductor mode times its compiled run end to end and its layers op by op; the layers
+    agree with the op-by-op run it also records, so the pair is not flagged. Off by 2x from every run, it is."""
+    from ytk_core.thresholds import profile_disagreement
+
+    assert profile_disagreement(10.0, 4.0, [9.0]) is None
+    assert profile_disagreement(10.0, 4.0) is not None and "2.5x the end-to-end median (4.000 ms)" in \
+        profile_disagreement(10.0, 4.0)  # type: ignore[operator]
+    assert profile_disagreement(1.0, 4.0, [3.0]) is not None  # under half of every run: timed wrong the other way
+    assert profile_disagreement(5.0, 4.0) is None and profile_disagreement(5.0, None) is None

@@ -9,6 +9,7 @@ from ytk_hookspecs.models import ArchSpec, ArchSpecError, FxNodesFile, GpuProper
 from ytk_hookspecs.models.base import sha256_file
 
 from ..errors import UsageError
+from ..thresholds import profile_disagreement
 from .attribution import attribute
 from .given import given_tables
 from .measurement import Measurement, load_measurement
@@ -71,6 +72,9 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
     att = attribute(m.layers, graph, mods, pnodes, m.precision, m.layer_info)
     if opts.min_pct is not None:  # --min-ms 2%: a share of this profile's time
         opts = opts.model_copy(update={"min_ms": opts.min_pct / 100.0 * att.total_ms})
+    disagree = profile_disagreement(att.total_ms, m.end_to_end_ms, m.other_runs_ms)
+    if disagree:
+        warnings.append(disagree)
     lost = sum(att.glue.get(c, [0.0])[0] for c in ("unresolved-layer", "unmapped-onnx-node"))
     if att.total_ms > 0 and lost > 0.2 * att.total_ms:
         warnings.append(f"{100 * lost / att.total_ms:.0f}% of the time is in layers that match no ONNX node owned by "

@@ -37,6 +37,8 @@ class Measurement:
     arch: str | None = None
     precision: str = "fp16"
     end_to_end_ms: float | None = None
+    #: the medians of the same engine timed another way (the bundle benchmark's alternatives)
+    other_runs_ms: tuple[float, ...] = ()
     onnx_sha256: str | None = None
     #: layer name -> its detailed layer-info object (empty for names-only layer info)
     layer_info: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -103,10 +105,11 @@ def _from_bundle(p: Path) -> Measurement:
         if PROFILE not in got:
             raise UsageError(f"{p}: the bundle has no {PROFILE}; it was not profiled")
         prof = LayerProfile.model_validate_json(got[PROFILE])
-        e2e = None
+        e2e, others = None, ()
         if BENCHMARK in got:
-            its = BenchmarkRecord.model_validate_json(got[BENCHMARK]).iterations_ms
-            e2e = float(statistics.median(its)) if its else None
+            bench = BenchmarkRecord.model_validate_json(got[BENCHMARK])
+            e2e = float(statistics.median(bench.iterations_ms)) if bench.iterations_ms else None
+            others = tuple(float(statistics.median(v)) for v in bench.alternatives.values() if v)
         info = json.loads(got[LAYER_INFO]) if LAYER_INFO in got else None
     except UsageError:
         raise
@@ -115,7 +118,7 @@ def _from_bundle(p: Path) -> Measurement:
     m = Measurement(layers=list(prof.layers), source=p, label=p.name, engine=man.engine_backend,
                     engine_version=man.engine_version, simulated=bool(man.simulated or prof.simulated),
                     device=man.device or prof.device, arch=man.arch, precision=man.precision, end_to_end_ms=e2e,
-                    onnx_sha256=man.onnx_sha256 or None)
+                    other_runs_ms=others, onnx_sha256=man.onnx_sha256 or None)
     if info is not None:
         m.layer_info = _layer_info_index(info, p)
     return m

@@ -26,6 +26,7 @@ from ..bundle import (BENCHMARK, BUILD_LOG, ENGINE, LAYER_INFO, OUTPUTS, PROFILE
 from ytk_hookspecs.nodes import CustomNode, PluginFile, custom_nodes, match_plugins, plugin_label
 from ..errors import BackendError, UsageError, YtkError
 from ..runtime import runtime
+from ..thresholds import profile_disagreement
 from .inputs import bundle_label, existing_file, output_file, parse_arch, parse_precision
 
 
@@ -182,6 +183,12 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
             raise BackendError(f"engine backend {sel.name!r} returned {type(pres).__name__} from profile, "
                                "not a ProfileResult")
         _check_honest(sel.name, sel.backend.info.simulated, cres, pres, iterations)
+        disagree = profile_disagreement(sum(lay.median_ms for lay in pres.layers),
+                                        statistics.median(pres.iterations_ms) if pres.iterations_ms else None,
+                                        [statistics.median(v) for v in pres.alternatives.values() if v])
+        if disagree:
+            rt.warn_once(disagree)
+            warnings.append(disagree)
         _check_outputs(onnx, Path(pres.outputs), sel.name)
         manifest = BundleManifest(
             arch=target.spec, precision=prec, engine_backend=cres.backend, engine_version=cres.backend_version,
