@@ -364,3 +364,35 @@ def test_family_times_file_every_layer_once(tmp_path: Path) -> None:
                    ("outside regions", "LayerNormalization"): 3.0, ("glue", "glue"): 0.5,
                    ("proposed", "plugged already"): 0.25}
     assert next(f for f in fams if f.family == "DwConv3x3s1").taken is False
+
+
+def test_compare_names_what_changed_between_two_runs(tmp_path: Path) -> None:
+    """benchmarks/zoo_compare.py: a proposal that stops carving, a new miss and a reworded reason are each named;
+    two runs that differ in wall time only compare equal (exit 0)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from zoo_results import CandidateRun, ModelRun, ZooReport
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+    def report(carved: bool, reason: str, wall: float) -> Path:
+        run = ModelRun(name="m", source="timm", family="F", depthwise=True, attention="none", size="1x64x96",
+                       workdir=str(tmp_path), status="done", proposals=1, wall_s=wall)
+        run.candidates.append(CandidateRun(name="C", selector="yasp::C=Conv2d@where=a", carved=carved))
+        run.miss("templates", reason, "yasp::C=Conv2d@where=a")
+        if not carved:
+            run.miss("carve", "not convex", "yasp::C=Conv2d@where=a")
+        path = tmp_path / f"r{carved}{len(reason)}{wall}.json"
+        ZooReport(arch="a", precision="fp16", backends={}, size_kind="small", jobs=1, timeout_s=1, propose={},
+                  workdir=str(tmp_path), wall_s=wall, models=[run]).write(path)
+        return path
+
+    same = subprocess.run([sys.executable, str(REPO / "benchmarks" / "zoo_compare.py"), str(report(True, "r1", 1)),
+                           str(report(True, "r1", 9))], capture_output=True, text=True)
+    assert same.returncode == 0 and "0 difference(s)" in same.stdout, same.stdout + same.stderr
+    diff = subprocess.run([sys.executable, str(REPO / "benchmarks" / "zoo_compare.py"), str(report(True, "r1", 1)),
+                           str(report(False, "r22", 1)), "--reasons"], capture_output=True, text=True)
+    assert diff.returncode == 1, diff.stdout + diff.stderr
+    assert "m: yasp::C=Conv2d@where=a: carved True -> False" in diff.stdout
+    assert "m: miss new: carve yasp::C=Conv2d@where=a: not convex" in diff.stdout
+    assert "reworded: templates yasp::C=Conv2d@where=a: 'r1' -> 'r22'" in diff.stdout

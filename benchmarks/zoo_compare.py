@@ -1,0 +1,93 @@
+"""Compare two ``benchmarks/zoo.py --json`` reports model by model: what a change did to the corpus.
+
+    python benchmarks/zoo_compare.py runs/zoo_session17.json runs/zoo_session18.json [--reasons]
+
+For each model: status, proposal count, and per proposal (keyed by selector) whether it carved, whether
+the templates recognised it (and as what), and its carved op inventory; the misses keyed by (stage,
+selector). Wall times are left out: they differ on every run. ``--reasons`` also lists misses whose
+reason text changed (the same miss, reworded). Exit 0 when nothing but wall time (and, without
+``--reasons``, reason wording) differs, 1 otherwise, 2 when a report does not read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from zoo_results import ModelRun, ZooReport  # noqa: E402
+
+
+def _candidates(run: ModelRun) -> dict[str, tuple]:  # type: ignore[type-arg]
+    return {c.selector: (c.carved, c.recognised, c.recognised_as, tuple(sorted(c.op_inventory.items())))
+            for c in run.candidates}
+
+
+def _misses(run: ModelRun) -> dict[tuple[str, str], str]:
+    return {(m.stage, m.selector or ""): m.reason for m in run.misses}
+
+
+def compare(old: ZooReport, new: ZooReport, reasons: bool) -> list[str]:
+    """One line per difference, ``model: what`` (empty: the runs agree)."""
+    out: list[str] = []
+    a, b = {r.name: r for r in old.models}, {r.name: r for r in new.models}
+    for name in sorted(a.keys() - b.keys()):
+        out.append(f"{name}: only in the old report")
+    for name in sorted(b.keys() - a.keys()):
+        out.append(f"{name}: only in the new report")
+    for name in sorted(a.keys() & b.keys()):
+        ra, rb = a[name], b[name]
+        if (ra.status, ra.proposals) != (rb.status, rb.proposals):
+            out.append(f"{name}: status {ra.status} -> {rb.status}, proposals {ra.proposals} -> {rb.proposals}")
+        ca, cb = _candidates(ra), _candidates(rb)
+        for sel in sorted(ca.keys() - cb.keys()):
+            out.append(f"{name}: proposal gone: {sel}")
+        for sel in sorted(cb.keys() - ca.keys()):
+            out.append(f"{name}: proposal new: {sel} (carved {cb[sel][0]}, recognised {cb[sel][1]})")
+        for sel in sorted(ca.keys() & cb.keys()):
+            if ca[sel] != cb[sel]:
+                (c0, r0, as0, inv0), (c1, r1, as1, inv1) = ca[sel], cb[sel]
+                what = []
+                if c0 != c1:
+                    what.append(f"carved {c0} -> {c1}")
+                if (r0, as0) != (r1, as1):
+                    what.append(f"recognised {r0} {as0!r} -> {r1} {as1!r}")
+                if inv0 != inv1:
+                    what.append("op inventory changed")
+                out.append(f"{name}: {sel}: {', '.join(what)}")
+        ma, mb = _misses(ra), _misses(rb)
+        for key in sorted(ma.keys() - mb.keys()):
+            out.append(f"{name}: miss gone: {key[0]} {key[1] or '(model)'}: {ma[key]}")
+        for key in sorted(mb.keys() - ma.keys()):
+            out.append(f"{name}: miss new: {key[0]} {key[1] or '(model)'}: {mb[key]}")
+        if reasons:
+            for key in sorted(ma.keys() & mb.keys()):
+                if ma[key] != mb[key]:
+                    out.append(f"{name}: reworded: {key[0]} {key[1] or '(model)'}: {ma[key]!r} -> {mb[key]!r}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old", type=Path)
+    ap.add_argument("new", type=Path)
+    ap.add_argument("--reasons", action="store_true", help="also list misses whose reason was reworded")
+    args = ap.parse_args(argv)
+    try:
+        old, new = (ZooReport.model_validate_json(p.read_text()) for p in (args.old, args.new))
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read a zoo report: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    lines = compare(old, new, args.reasons)
+    for line in lines:
+        print(line)
+    n_old, n_new = len(old.models), len(new.models)
+    print(f"{n_old} / {n_new} models; {len(lines)} difference(s) beyond wall time"
+          + ("" if args.reasons else " and reason wording"))
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
