@@ -33,6 +33,17 @@ def test_small_families_fold_into_one_dynamic_remainder():
     assert [f.default_name for f in small] == ["DwConv3x3s2C64"]      # alone and under --min-ms
 
 
+def test_a_pooled_vector_and_a_feature_map_never_share_a_remainder():
+    """torch.export specialises a dimension of size 1, so a 1x1 conv on a pooled vector (channel attention's
+    fc) and one on a feature map need programs of their own: folded together, the carve refused propose's own
+    selector ("its sites need programs of their own"). Each kind folds with its own kind only."""
+    rs = [_dw("fc_a", 16, 0.4, hw=1), _dw("fc_b", 32, 0.4, hw=1), _dw("map_a", 64, 0.5), _dw("map_b", 128, 0.6)]
+    worth, _small = fold(group_families(rs), own_kernel_ms=2.0, min_ms=0.5, merge=False)
+    assert sorted(sorted(r.path for r in f.regions) for f in worth) == [["fc_a", "fc_b"], ["map_a", "map_b"]]
+    worth, _small = fold(group_families(rs), own_kernel_ms=2.0, min_ms=0.5, merge=True)
+    assert sorted(sorted(r.path for r in f.regions) for f in worth) == [["fc_a", "fc_b"], ["map_a", "map_b"]]
+
+
 def test_remainder_under_min_ms_is_not_worth_it():
     worth, small = fold(group_families([_dw("a", 16, 0.3), _dw("b", 32, 0.4)]), own_kernel_ms=2, min_ms=1, merge=False)
     assert worth == [] and len(small) == 1 and small[0].dynamic

@@ -427,3 +427,64 @@ def test_a_head_shared_by_two_levels_is_two_sites_of_one_proposal(tmp_path):
     for p in props:
         assert sorted(s.module_path for s in cands[p.name].sites) == sorted(s.module_path for s in p.sites), p.name
     assert cands[dw.name].op_inventory.get("aten.gelu.default") == 1
+
+
+_CHANNEL_ATTENTION = '''
+import torch
+from torch import nn
+
+
+class ChannelAttention(nn.Module):  # CBAM's: one shared MLP of 1x1 convs on the avg- and max-pooled vectors
+    def __init__(self, c):
+        super().__init__()
+        self.fc1 = nn.Conv2d(c, c // 4, 1)
+        self.fc2 = nn.Conv2d(c // 4, c, 1)
+
+    def forward(self, x):
+        a = self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True))))
+        m = self.fc2(torch.relu(self.fc1(x.amax((2, 3), keepdim=True))))
+        return x * torch.sigmoid(a + m)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, padding=1)
+        self.ca1 = ChannelAttention(32)
+        self.lat = nn.Conv2d(32, 48, 1)
+        self.ca2 = ChannelAttention(48)
+        self.head = nn.Conv2d(48, 16, 1)
+
+    def forward(self, x):
+        y = self.lat(self.ca1(torch.relu(self.stem(x))))
+        return self.head(self.ca2(y))
+
+
+def get_fwd_args():
+    torch.manual_seed(0)
+    return (torch.randn(1, 3, 32, 48),)
+'''
+
+
+@pytest.mark.slow
+def test_convs_on_pooled_vectors_and_on_feature_maps_are_separate_proposals(tmp_path):
+    """A new user's detection model: propose folded the 1x1 convs of a channel attention (on 1x1 pooled
+    vectors) into one dynamic remainder with the 1x1 convs on feature maps, and the carve refused the
+    selector propose had written: 'its sites need programs of their own'. With every family merged (the
+    strongest folding), each proposal still carves with its sites."""
+    model = tmp_path / "model.py"
+    model.write_text(_CHANNEL_ATTENTION)
+    base = tmp_path / "base"
+    assert prepare(model, base, size="1x32x48").code == 0
+    r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", base / "model.onnx", "--npz",
+                   base / "model.npz", "-o", base / "base.tgz", YTK_ENGINE="mock")
+    assert r.code == 0, r.stderr
+    report = propose(base / "base.tgz", base / "model.onnx", base / "fx_nodes.json",
+                     options=ProposeOptions(min_ms=0, launch_ms=0, merge_shape_families=True))
+    pw = [p for p in report.candidates if p.selector and p.name.startswith("Conv1x1")]
+    paths = [sorted(s.module_path for s in p.sites) for p in pw]
+    assert any(all(".fc" in m for m in ms) for ms in paths), paths
+    assert not any(any(".fc" in m for m in ms) and any(".fc" not in m for m in ms) for ms in paths), paths
+    carved = tmp_path / "carved"
+    r = prepare(model, carved, [p.selector for p in pw], size="1x32x48")
+    assert r.code == 0, r.stderr

@@ -134,16 +134,30 @@ def fold(families: list[Family], *, own_kernel_ms: float, min_ms: float, merge: 
             continue
         fams = _join_calls(fams)
         own = [] if merge else [f for f in fams if f.ms >= own_kernel_ms and f.ms >= min_ms]
-        rest = [f for f in fams if f not in own]
         worth += own
-        if len(rest) >= 2:
-            members = [m for f in rest for m in (f.members or [f])]
-            rem = Family(kind=rest[0].kind, cls=rest[0].cls, around=rest[0].around,
-                         regions=[r for f in rest for r in f.regions], members=members)
-            (worth if rem.ms >= min_ms else small).append(rem)
-        elif rest:
-            (worth if rest[0].ms >= min_ms else small).append(rest[0])
+        by_ones: dict[tuple[bool, ...], list[Family]] = defaultdict(list)
+        for f in fams:
+            if f not in own:
+                by_ones[_unit_dims(f)].append(f)
+        for rest in by_ones.values():
+            if len(rest) >= 2:
+                members = [m for f in rest for m in (f.members or [f])]
+                rem = Family(kind=rest[0].kind, cls=rest[0].cls, around=rest[0].around,
+                             regions=[r for f in rest for r in f.regions], members=members)
+                (worth if rem.ms >= min_ms else small).append(rem)
+            else:
+                (worth if rest[0].ms >= min_ms else small).append(rest[0])
     return worth, small
+
+
+def _unit_dims(f: Family) -> tuple[bool, ...]:
+    """Which of a family's channel and spatial extents are 1. torch.export specialises a dimension of size 1
+    (its 0/1 rule), so one dynamic program cannot serve a 1x1 pooled vector and a feature map: the carve
+    refuses such a selector ("its sites need programs of their own"). A remainder folds only families alike
+    here. A family already joined from calls of one module keeps its first member's answer."""
+    s = (f.members[0] if f.members else f).sig
+    dims = [s.get("C"), s.get("Cout"), *(s.get("spatial") or ())]
+    return tuple(isinstance(d, int) and d == 1 for d in dims)
 
 
 def _join_calls(fams: list[Family]) -> list[Family]:
