@@ -59,8 +59,8 @@ def _unsupported(node: Node, origin: str) -> StageError:
     dom = f" (domain {node.domain!r})" if node.domain not in ("", "ai.onnx") else ""
     return StageError(
         f"{origin}: node {node.name!r} ({node.op_type}{dom}) is an op the torch engine does not execute. "
-        "Carve it out as a plugin (prepare --plugin) or use another engine backend; supported ops are listed "
-        "by ytk_backend_torch.ops.OPS.")
+        "Carve it out as a plugin (prepare --plugin) or use another engine backend; docs/guide.md lists the "
+        "ops it runs (\"The ONNX ops the torch engine runs\").")
 
 
 def fold_graph(graph: Graph, bindings: dict[str, PluginBinding], origin: str = "model.onnx",

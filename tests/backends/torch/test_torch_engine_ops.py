@@ -204,3 +204,40 @@ def test_cumsum_every_mode(tmp_path):
     inits = {"ax1": np.array(1, np.int64), "ax3": np.array(-1, np.int64)}
     outs = [n.output[0] for n in nodes]
     check(tmp_path, nodes, {"x": ([2, 5, 3, 7], F32)}, outs, inits)
+
+
+def test_transposed_convolutions(tmp_path):
+    """ConvTranspose as decoders write it: even pads (torch's own call), uneven pads, output_padding, a bias
+    past the full output, auto_pad SAME_UPPER / SAME_LOWER, output_shape, groups and dilation."""
+    inits = {"w": rand(4, 6, 3, 3, seed=1), "b": rand(6, seed=2), "wg": rand(6, 2, 2, 2, seed=3),
+             "bg": rand(6, seed=4), "w4": rand(6, 3, 4, 4, seed=5)}
+    nodes = [
+        h.make_node("ConvTranspose", ["x", "w", "b"], ["a"], name="even", strides=[2, 2], pads=[1, 1, 1, 1],
+                    output_padding=[1, 1]),
+        h.make_node("ConvTranspose", ["a", "wg", "bg"], ["g"], name="grouped", group=3, strides=[2, 2],
+                    dilations=[2, 1]),
+        h.make_node("ConvTranspose", ["a", "w4"], ["u"], name="uneven", strides=[2, 2], pads=[0, 1, 2, 0]),
+        h.make_node("ConvTranspose", ["a", "w4", "b3"], ["ug"], name="uneven_grown", strides=[2, 2],
+                    pads=[0, 1, 1, 0], output_padding=[1, 1]),
+        h.make_node("ConvTranspose", ["a", "w4", "b3"], ["s"], name="same_upper", strides=[2, 2],
+                    auto_pad="SAME_UPPER"),
+        h.make_node("ConvTranspose", ["a", "w4", "b3"], ["sl"], name="same_lower", strides=[2, 2],
+                    auto_pad="SAME_LOWER"),
+        h.make_node("ConvTranspose", ["a", "w4", "b3"], ["o"], name="output_shape", strides=[2, 2],
+                    output_shape=[21, 25]),
+        h.make_node("ConvTranspose", ["a", "w4", "b3"], ["p"], name="bias_past_full", strides=[3, 3],
+                    output_padding=[2, 1], pads=[0, 0, 0, 0]),
+    ]
+    inits["b3"] = rand(3, seed=6)
+    check(tmp_path, nodes, {"x": ([1, 4, 5, 6], F32)}, ["g", "u", "ug", "s", "sl", "o", "p"], inits)
+
+
+def test_depth_to_space_both_modes_and_space_to_depth(tmp_path):
+    """PixelShuffle (CRD, what torch exports), DCR (ONNX's default, what TensorFlow converters write) and
+    SpaceToDepth: a segmentation head's upsampling."""
+    nodes = [
+        h.make_node("DepthToSpace", ["x"], ["crd"], name="crd", blocksize=2, mode="CRD"),
+        h.make_node("DepthToSpace", ["x"], ["dcr"], name="dcr", blocksize=2),
+        h.make_node("SpaceToDepth", ["dcr"], ["back"], name="s2d", blocksize=2),
+    ]
+    check(tmp_path, nodes, {"x": ([2, 8, 3, 5], F32)}, ["crd", "dcr", "back"], opset=13)

@@ -66,6 +66,61 @@ def _conv(ctx: NodeCtx) -> Runtime:
     return lambda x, *_: conv(F.pad(x, tpad), w, b, strides, 0, dil, groups)
 
 
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+@op("ConvTranspose", weights=(1, 2), layer_type="Deconvolution")
+def _conv_transpose(ctx: NodeCtx) -> Runtime:
+    """ONNX ConvTranspose: ``pads`` (or ``auto_pad`` with ``output_shape``) crop the full transposed
+    convolution, ``output_padding`` extends it at the end. torch takes one padding per dimension for both
+    ends, so uneven pads run the full convolution and crop; rows past the full output hold the bias only."""
+    nsp = ctx.rank(0) - 2
+    if nsp not in _CONV_T:
+        raise ctx.error(f"{nsp}-D transposed convolution is not supported (1-D to 3-D are)")
+    spatial = ctx.shape(0)[2:]
+    kernel = list(ctx.attr("kernel_shape", list(ctx.shape(1)[2:])))
+    strides = list(ctx.attr("strides", [1] * nsp))
+    dil = list(ctx.attr("dilations", [1] * nsp))
+    groups = int(ctx.attr("group", 1))
+    out_pad = list(ctx.attr("output_padding", [0] * nsp))
+    full = [(spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 for i in range(nsp)]
+    auto = ctx.attr("auto_pad", "NOTSET")
+    out_shape = ctx.attr("output_shape", None)
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = list(out_shape)[-nsp:] if out_shape is not None else [spatial[i] * strides[i] for i in range(nsp)]
+        total = [full[i] + out_pad[i] - want[i] for i in range(nsp)]
+        if any(t < 0 for t in total):
+            raise ctx.error(f"output_shape {want} is larger than the transposed convolution's output")
+        # ONNX: SAME_UPPER puts the larger half at the start for ConvTranspose (the inverse of Conv)
+        begin = [t - t // 2 if auto != "SAME_LOWER" else t // 2 for t in total]
+        end = [total[i] - begin[i] for i in range(nsp)]
+    elif auto == "VALID":
+        begin, end = [0] * nsp, [0] * nsp
+    elif auto in ("NOTSET", ""):
+        pads = list(ctx.attr("pads", [0] * (2 * nsp)))
+        begin, end = pads[:nsp], pads[nsp:]
+    else:
+        raise ctx.error(f"auto_pad={auto!r} is not supported")
+    w = ctx.weight(1)
+    b = ctx.weight(2) if ctx.has(2) else None
+    conv = _CONV_T[nsp]
+    if begin == end and all(0 <= p < max(s, d) for p, s, d in zip(out_pad, strides, dil)):
+        pad = tuple(begin)
+        return lambda x, *_: conv(x, w, b, strides, pad, out_pad, groups, dil)
+    sizes = [full[i] + out_pad[i] - begin[i] - end[i] for i in range(nsp)]
+    bias_shape = (1, -1) + (1,) * nsp
+
+    def run(x: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
+        y = conv(x, w, None, strides, 0, 0, groups, dil)
+        grow = [max(0, begin[i] + sizes[i] - full[i]) for i in range(nsp)]
+        if any(grow):
+            y = F.pad(y, _torch_pad([0] * nsp, grow))
+        for i in range(nsp):
+            y = y.narrow(2 + i, begin[i], sizes[i])
+        return y if b is None else y + b.reshape(bias_shape)
+    return run
+
+
 @op("BatchNormalization", params=(1, 2, 3, 4), layer_type="Scale")
 def _batchnorm(ctx: NodeCtx) -> Runtime:
     if len([o for o in ctx.node.outputs if o]) > 1:

@@ -91,6 +91,37 @@ def _flatten(ctx: NodeCtx) -> Runtime:
     return lambda x: x.reshape(target)
 
 
+@op("DepthToSpace", layer_type="Shuffle")
+def _depth_to_space(ctx: NodeCtx) -> Runtime:
+    """ONNX DepthToSpace; mode CRD is torch's pixel_shuffle, DCR (the default) takes the block first."""
+    if ctx.rank(0) != 4:
+        raise ctx.error(f"needs a 4-D input, not {ctx.rank(0)}-D")
+    bs = int(ctx.attr("blocksize"))
+    mode = ctx.attr("mode", "DCR")
+    n, c, hh, ww = ctx.shape(0)
+    if c % (bs * bs):
+        raise ctx.error(f"{c} channels do not divide into blocks of {bs}x{bs}")
+    if mode == "CRD":
+        return lambda x: F.pixel_shuffle(x, bs)
+    if mode != "DCR":
+        raise ctx.error(f"mode={mode!r} is not supported (DCR and CRD are)")
+    co = c // (bs * bs)
+    return lambda x: (x.reshape(n, bs, bs, co, hh, ww).permute(0, 3, 4, 1, 5, 2)
+                      .reshape(n, co, hh * bs, ww * bs))
+
+
+@op("SpaceToDepth", layer_type="Shuffle")
+def _space_to_depth(ctx: NodeCtx) -> Runtime:
+    if ctx.rank(0) != 4:
+        raise ctx.error(f"needs a 4-D input, not {ctx.rank(0)}-D")
+    bs = int(ctx.attr("blocksize"))
+    n, c, hh, ww = ctx.shape(0)
+    if hh % bs or ww % bs:
+        raise ctx.error(f"spatial size {hh}x{ww} does not divide into blocks of {bs}")
+    return lambda x: (x.reshape(n, c, hh // bs, bs, ww // bs, bs).permute(0, 3, 5, 1, 2, 4)
+                      .reshape(n, c * bs * bs, hh // bs, ww // bs))
+
+
 @op("Transpose", layer_type="Shuffle")
 def _transpose(ctx: NodeCtx) -> Runtime:
     perm = list(ctx.attr("perm", list(reversed(range(ctx.rank(0))))))
