@@ -104,6 +104,29 @@ def test_templates_refuse_what_their_kernel_layout_cannot_carry():
     assert "30 channels" in no.why and "multiple of 8" in no.why
 
 
+def test_templates_check_every_shape_family_s_channels_before_the_carve():
+    """A new user's 1x1 convs to 5 and 4 channels (detection heads) were 'likely' in propose, then refused at
+    --dry-run with "channels 32 -> 5: templates need multiples of 8": propose's answer never looked at a 1x1
+    conv's channels, nor at a dynamic remainder's members (whose channels_in is None)."""
+    def ask(**kw):  # type: ignore[no-untyped-def]
+        return _templates(SupportRequest(sketch=RegionSketch(kind="conv", kernel=[1, 1], stride=[1, 1],
+                                                             onnx_ops={"Conv": 1}, **kw)))
+
+    closed = ask(channels_in=32, channels_out=5, channels=[(32, 5)])
+    assert not closed.supported
+    assert closed.why == "channels 32 -> 5: templates need multiples of 8 (16-byte fp16 vectors)"
+    dyn = ask(channels=[(96, 32), (32, 4), (64, 16)])
+    assert not dyn.supported and "channels 32 -> 4" in dyn.why
+    assert ask(channels=[(96, 32), (64, 16)]).supported
+    grouped = _templates(SupportRequest(sketch=RegionSketch(kind="grouped_conv", kernel=[1, 1], stride=[1, 1],
+                                                            groups=4, channels_in=48, channels_out=48,
+                                                            onnx_ops={"Conv": 1})))
+    assert not grouped.supported and grouped.why == "12 -> 12 channels per group: templates need multiples of 8"
+    dw = _templates(SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[3, 3], stride=[1, 1],
+                                                       onnx_ops={"Conv": 1}, channels=[(64, 64), (42, 42)])))
+    assert not dw.supported and "42 channels" in dw.why
+
+
 def test_dry_run_needs_no_output_and_an_unanswered_question_is_not_a_refusal(monkeypatch, tmp_path):
     """--dry-run writes nothing, so it needs no -o; a generator that fails to answer is reported as such
     (not as "would refuse ... not certain"), exit 3; compile without --dry-run still needs -o."""

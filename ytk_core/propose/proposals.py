@@ -145,7 +145,8 @@ def sketch_of(f: Family) -> RegionSketch:
                         groups=sig.get("groups") if isinstance(sig.get("groups"), int) else None,
                         channels_in=None if f.dynamic else dim(sig.get("C")),
                         channels_out=None if f.dynamic else dim(sig.get("Cout")),
-                        onnx_ops=dict(sig.get("ops") or ()))
+                        onnx_ops=dict(sig.get("ops") or ()),
+                        channels=[(dim(m.sig.get("C")), dim(m.sig.get("Cout"))) for m in (f.members or [f])])
 
 
 def _avoid(name: str, taken: set[str]) -> str:

@@ -91,8 +91,9 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         if s.pads and any(p != k[0] // 2 for p in s.pads):
             return no(f"padding {s.pads}: templates cover 'same' padding k//2 (the carve moves a symmetric pad "
                       "into the conv, an asymmetric one stays)")
-        if isinstance(s.channels_in, int) and s.channels_in % 8:
-            return no(f"{s.channels_in} channels: the templates' kernels take fp16 kHWC8 activations, whose "
+        odd = _odd_channels(s)
+        if odd:
+            return no(f"{odd[0]} channels: the templates' kernels take fp16 kHWC8 activations, whose "
                       "channels must be a multiple of 8")
         if s.onnx_ops.get("LayerNormalization"):
             return _channel_norm_sketch(s)
@@ -101,9 +102,19 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
             return no(f"a dense {'x'.join(map(str, s.kernel))} conv: templates cover depthwise kxk and 1x1 convs")
         if s.stride and any(d != 1 for d in s.stride):
             return no("a strided 1x1 conv: templates cover stride 1")
+        for c, co in _pairs(s):  # the recogniser's words (recognise.py)
+            if isinstance(c, int) and isinstance(co, int) and (c % 8 or co % 8):
+                return no(f"channels {c} -> {co}: templates need multiples of 8 (16-byte fp16 vectors)")
+        if isinstance(s.groups, int) and s.groups > 1 and isinstance(s.channels_in, int) \
+                and isinstance(s.channels_out, int) and s.channels_in % s.groups == 0 \
+                and s.channels_out % s.groups == 0:
+            gin, gout = s.channels_in // s.groups, s.channels_out // s.groups
+            if gin % 8 or gout % 8:
+                return no(f"{gin} -> {gout} channels per group: templates need multiples of 8")
     elif s.kind == "squeeze_excite":
-        if isinstance(s.channels_in, int) and s.channels_in % 8:
-            return no(f"{s.channels_in} channels: the templates' kernels take fp16 kHWC8 activations, whose "
+        odd = _odd_channels(s)
+        if odd:
+            return no(f"{odd[0]} channels: the templates' kernels take fp16 kHWC8 activations, whose "
                       "channels must be a multiple of 8")
         return SupportAnswer(supported=True, certain=False, backend=NAME,
                              why="squeeze-excite: the carved program decides the activation, the gate (sigmoid, "
@@ -122,6 +133,16 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         why += (", and whether its Add adds the conv's own input (a residual, fused at stride 1) or something "
                 "else (refused)")
     return SupportAnswer(supported=True, certain=False, backend=NAME, why=why)
+
+
+def _pairs(s: RegionSketch) -> list[tuple[int | str | None, int | str | None]]:
+    """Every shape family's (input, output) channels: a dynamic remainder's members too."""
+    return list(s.channels) or [(s.channels_in, s.channels_out)]
+
+
+def _odd_channels(s: RegionSketch) -> list[int]:
+    """The input channel counts, over the region's shape families, that are not a multiple of 8."""
+    return [c for c, _ in _pairs(s) if isinstance(c, int) and c % 8]
 
 
 def _channel_norm_sketch(s: RegionSketch) -> SupportAnswer:

@@ -214,6 +214,10 @@ class RegionSketch(BaseModel):
     channels_in: int | str | None = None
     channels_out: int | str | None = None
     onnx_ops: dict[str, int] = Field(default_factory=dict, description="ONNX op type -> count inside the region")
+    channels: list[tuple[int | str | None, int | str | None]] = Field(
+        default_factory=list, description="(input, output) channels of each shape family the region serves: one "
+                                          "pair for a closed family, every member's for a dynamic remainder "
+                                          "(whose channels_in / channels_out are None)")
 
 
 class SupportRequest(Versioned):
