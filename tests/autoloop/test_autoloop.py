@@ -871,3 +871,18 @@ def test_the_report_names_outputs_as_the_model_returns_them(tmp_path):
     md = (tmp_path / "w" / "report" / "autoloop_report.md").read_text()
     table = md.split("## Numerics against torch", 1)[1].split("## Rounds", 1)[0]
     assert all(f"['{k}'] (" in table for k in ("cls_p1", "reg_p1", "cls_p2", "reg_p2")), table
+
+
+def test_a_real_engine_with_only_simulated_generators_stops_before_round_one(tmp_path):
+    """A new user's torch engine on CPU with the automatic (simulated) generator: the loop generated and built
+    17 plugins, dropped every one at the admission gate (a real engine loads only admitted plugins) and then
+    said "numerics pass". Every candidate is impossible there, so it stops first, in one line, exit 2."""
+    cfg = tmp_path / "ytk.toml"
+    cfg.write_text('[backends.torch]\ndevice = "cpu"\n')
+    w = tmp_path / "al"
+    r = cli("autoloop", MODEL, "-a", ORIN, "--workdir", w, "--engine", "torch", "--kernelgen", "mock",
+            "--builder", "mock", YTK_CONFIG=str(cfg))
+    assert r.code == 2, r.stderr[-2000:]
+    line = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert line and "the engine torch is real" in line[0] and "--engine mock" in line[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not (w / "round0").exists()

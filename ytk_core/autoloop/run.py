@@ -268,7 +268,27 @@ def resolve_backends(arch: str, flags: BackendChoice, remote_engine: str | None 
     for role, (name, why) in choose_backends(arch, flags, remote_engine).items():
         out[role] = name  # never None: choose_backends raises without keep_going
         rt.log.info(f"autoloop {role}: {name}", why=why)
+    if remote_engine is None:  # a worker's engine is the worker's to check (it says which one it runs)
+        _check_plugins_can_load(out["engine"], out["kernelgen"], ArchSpec.parse(arch))
     return AutoloopBackends(**out)
+
+
+def _check_plugins_can_load(engine: str, kernelgens: str, spec: ArchSpec) -> None:
+    """A real engine loads only plugins the admission gate admitted, and a simulated generator's plugins carry
+    no GPU code to admit: with only simulated generators, every round would generate and build plugins that
+    are all dropped at the gate, and the summary would show a loop that found nothing. Stop before it."""
+    mgr = runtime().manager
+    eng = mgr.get(engine)
+    if eng is None or eng.info.simulated or not mgr.all_simulated(kernelgens.split(",")):
+        return
+    real = [c for c in mgr.for_role("kernelgen") if not c.info.simulated]
+    why = "; ".join(f"{c.name}: {c.availability(spec).reason}" for c in sorted(real, key=lambda c: c.name))
+    raise UsageError(
+        f"the engine {engine} is real, and the only kernel generator for it here is {kernelgens} (simulated): a "
+        "real engine loads only plugins the admission gate runs on a GPU, so every candidate would be dropped. "
+        + (f"Real generators installed: {why}. " if why else "")
+        + "Run where a real generator is available (templates and triton need a CUDA GPU), or simulate the "
+          "whole target with the mock engine (--engine mock).")
 
 
 def choose_backends(arch: str, flags: BackendChoice, remote_engine: str | None = None,
