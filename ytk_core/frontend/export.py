@@ -156,7 +156,7 @@ def _eager_failure(model: Any, args: tuple[Any, ...], model_path: Path) -> Usage
         raise
     except Exception as e:  # noqa: BLE001  -- the model's own error, reported as such
         text = _ANSI.sub("", str(e)).strip()
-        first = (text.splitlines() or [""])[0][:400]
+        first = (text.splitlines() or [""])[0][:400].rstrip(".")  # torch's messages end in one already
         loc = ""
         for fr in reversed(traceback.extract_tb(e.__traceback__)):
             if Path(fr.filename).resolve() == model_path.resolve():
