@@ -174,3 +174,14 @@ def test_a_depthwise_sketch_with_an_add_says_the_carve_decides_whether_it_is_a_r
     assert ans.supported and not ans.certain and "Add adds the conv's own input" in ans.why
     plain = _templates(SupportRequest(sketch=sketch.model_copy(update={"onnx_ops": {"Conv": 1, "Relu": 1}})))
     assert "Add" not in plain.why
+
+
+def test_a_runtime_channel_count_is_said_not_left_out():
+    """The dry run described a C=24 depthwise region as dwconv(k=3, stride=1, act=relu, has_bias=True): its
+    kernel takes the channels at run time, and the answer now says so instead of dropping the field."""
+    from ytk_backend_templates.regions import DwConvRegion
+    from ytk_backend_templates.supports import _describe
+
+    assert _describe(DwConvRegion(k=3, stride=1, act="relu", channels=None)) == \
+        "dwconv(k=3, stride=1, act=relu, channels=runtime, has_bias=True)"
+    assert "channels=64" in _describe(DwConvRegion(k=3, stride=2, act="hardswish", channels=64))
