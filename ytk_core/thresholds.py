@@ -62,7 +62,8 @@ def profile_disagreement(layers_sum_ms: float, end_to_end_ms: float | None,
         if run > 0 and 1 / PROFILE_AGREEMENT <= layers_sum_ms / run <= PROFILE_AGREEMENT:
             return None
     ratio = layers_sum_ms / end_to_end_ms
-    return (f"the per-layer medians sum to {layers_sum_ms:.3f} ms, {ratio:.2g}x the end-to-end median "
+    times = f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.2g}x"
+    return (f"the per-layer medians sum to {layers_sum_ms:.3f} ms, {times} the end-to-end median "
             f"({end_to_end_ms:.3f} ms): the per-layer profile does not describe this engine's run (a busy host "
             "or a GPU shared with other work?), and the time attributed to each region follows it; measure "
-            "again with the target to itself")
+            "again with nothing else running on the target")

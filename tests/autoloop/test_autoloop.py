@@ -884,5 +884,30 @@ def test_a_real_engine_with_only_simulated_generators_stops_before_round_one(tmp
             "--builder", "mock", YTK_CONFIG=str(cfg))
     assert r.code == 2, r.stderr[-2000:]
     line = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert line and "the engine torch is real" in line[0] and "--engine mock" in line[0], r.stderr[-2000:]
+    assert line and "the engine torch is real and the kernel generator mock is simulated" in line[0], r.stderr[-2000:]
+    assert "No real generator can run here (" in line[0] and "--engine mock" in line[0]
     assert "Traceback" not in r.stderr and not (w / "round0").exists()
+
+
+def test_with_a_real_generator_available_the_stop_names_it():
+    """Naming the simulated generator where a real one is available: the line says which to name instead, not
+    'run where a real generator is available'."""
+    from tests.helpers import backend_object, backend_plugin
+    from ytk_core.autoloop.run import _check_plugins_can_load
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+    from ytk_hookspecs.models import ArchSpec
+
+    engine = backend_object("realeng", ["engine"], compile=lambda r, c: None, profile=lambda r, c: None)
+    gen_methods = dict(submit=lambda r, c: None, fetch=lambda j, o, c: None, supports=lambda r, c: None)
+    gen = backend_object("realgen", ["kernelgen"], **gen_methods)
+    sim = backend_object("simgen", ["kernelgen"], simulated=True, **gen_methods)
+    reset_runtime()
+    runtime()._mgr = BackendManager(autoload=False, extra_plugins={"p": backend_plugin(engine, gen, sim)})
+    try:
+        with pytest.raises(UsageError) as e:
+            _check_plugins_can_load("realeng", "simgen", ArchSpec.parse(ORIN))
+        _check_plugins_can_load("realeng", "simgen,realgen", ArchSpec.parse(ORIN))  # a real one in the chain
+    finally:
+        reset_runtime()
+    assert "Name a real generator available here (--kernelgen realgen)" in str(e.value)

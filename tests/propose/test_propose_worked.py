@@ -182,3 +182,4 @@ def test_a_profile_that_agrees_with_another_timed_run_is_not_flagged():
         profile_disagreement(10.0, 4.0)  # type: ignore[operator]
     assert profile_disagreement(1.0, 4.0, [3.0]) is not None  # under half of every run: timed wrong the other way
     assert profile_disagreement(5.0, 4.0) is None and profile_disagreement(5.0, None) is None
+    assert "123x the end-to-end median" in profile_disagreement(123.0, 1.0)  # type: ignore[operator]

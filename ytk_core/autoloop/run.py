@@ -281,14 +281,18 @@ def _check_plugins_can_load(engine: str, kernelgens: str, spec: ArchSpec) -> Non
     eng = mgr.get(engine)
     if eng is None or eng.info.simulated or not mgr.all_simulated(kernelgens.split(",")):
         return
-    real = [c for c in mgr.for_role("kernelgen") if not c.info.simulated]
-    why = "; ".join(f"{c.name}: {c.availability(spec).reason}" for c in sorted(real, key=lambda c: c.name))
-    raise UsageError(
-        f"the engine {engine} is real, and the only kernel generator for it here is {kernelgens} (simulated): a "
-        "real engine loads only plugins the admission gate runs on a GPU, so every candidate would be dropped. "
-        + (f"Real generators installed: {why}. " if why else "")
-        + "Run where a real generator is available (templates and triton need a CUDA GPU), or simulate the "
-          "whole target with the mock engine (--engine mock).")
+    real = sorted((c for c in mgr.for_role("kernelgen") if not c.info.simulated), key=lambda c: c.name)
+    ready = [c.name for c in real if c.availability(spec).available]
+    head = (f"the engine {engine} is real and the kernel generator {kernelgens} is simulated: a real engine loads "
+            "only plugins the admission gate has run on a GPU, so every candidate would be dropped. ")
+    if ready:
+        raise UsageError(head + f"Name a real generator available here (--kernelgen {ready[0]}"
+                         + (f"; also {', '.join(ready[1:])}" if ready[1:] else "")
+                         + "), or simulate the whole target with the mock engine (--engine mock).")
+    why = "; ".join(f"{c.name}: {c.availability(spec).reason}" for c in real)
+    raise UsageError(head + (f"No real generator can run here ({why}). " if why else "")
+                     + "Run where one can (templates and triton need a CUDA GPU), or simulate the whole target "
+                       "with the mock engine (--engine mock).")
 
 
 def choose_backends(arch: str, flags: BackendChoice, remote_engine: str | None = None,

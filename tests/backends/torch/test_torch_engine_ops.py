@@ -229,7 +229,20 @@ def test_transposed_convolutions(tmp_path):
                     output_padding=[2, 1], pads=[0, 0, 0, 0]),
     ]
     inits["b3"] = rand(3, seed=6)
-    check(tmp_path, nodes, {"x": ([1, 4, 5, 6], F32)}, ["g", "u", "ug", "s", "sl", "o", "p"], inits)
+    # odd total paddings, where SAME_UPPER and SAME_LOWER differ (k=3, stride 2: one row to crop), and a 'same'
+    # that asks for more than the full output (k=1, stride 2: no padding at all)
+    inits["w3"], inits["w1"] = rand(6, 3, 3, 3, seed=7), rand(6, 3, 1, 1, seed=8)
+    nodes += [
+        h.make_node("ConvTranspose", ["a", "w3", "b3"], ["so"], name="same_upper_odd", strides=[2, 2],
+                    auto_pad="SAME_UPPER"),
+        h.make_node("ConvTranspose", ["a", "w3", "b3"], ["slo"], name="same_lower_odd", strides=[2, 2],
+                    auto_pad="SAME_LOWER"),
+        h.make_node("ConvTranspose", ["a", "w3"], ["oo"], name="output_shape_odd", strides=[2, 2],
+                    output_shape=[20, 24]),
+        h.make_node("ConvTranspose", ["a", "w1"], ["s1"], name="same_k1", strides=[2, 2], auto_pad="SAME_UPPER"),
+    ]
+    check(tmp_path, nodes, {"x": ([1, 4, 5, 6], F32)},
+          ["g", "u", "ug", "s", "sl", "o", "p", "so", "slo", "oo", "s1"], inits)
 
 
 def test_depth_to_space_both_modes_and_space_to_depth(tmp_path):

@@ -89,10 +89,14 @@ def _conv_transpose(ctx: NodeCtx) -> Runtime:
     if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         want = list(out_shape)[-nsp:] if out_shape is not None else [spatial[i] * strides[i] for i in range(nsp)]
         total = [full[i] + out_pad[i] - want[i] for i in range(nsp)]
-        if any(t < 0 for t in total):
-            raise ctx.error(f"output_shape {want} is larger than the transposed convolution's output")
-        # ONNX: SAME_UPPER puts the larger half at the start for ConvTranspose (the inverse of Conv)
-        begin = [t - t // 2 if auto != "SAME_LOWER" else t // 2 for t in total]
+        if out_shape is None:
+            total = [max(t, 0) for t in total]  # 'same' asks for more than the full output: no padding (as ORT)
+        elif any(t < 0 for t in total):
+            raise ctx.error(f"output_shape {want} is larger than the transposed convolution's full output "
+                            f"{[full[i] + out_pad[i] for i in range(nsp)]}")
+        # the ONNX spec: SAME_UPPER puts the smaller half at the start; SAME_LOWER (and output_shape alone) the
+        # larger
+        begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
         end = [total[i] - begin[i] for i in range(nsp)]
     elif auto == "VALID":
         begin, end = [0] * nsp, [0] * nsp
