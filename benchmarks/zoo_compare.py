@@ -21,12 +21,26 @@ from zoo_results import ModelRun, ZooReport  # noqa: E402
 
 
 def _candidates(run: ModelRun) -> dict[str, tuple]:  # type: ignore[type-arg]
-    return {c.selector: (c.carved, c.recognised, c.recognised_as, tuple(sorted(c.op_inventory.items())))
-            for c in run.candidates}
+    """Per selector (a repeated one numbered, ``sel #2``), what its carve and recognition gave."""
+    out: dict[str, tuple] = {}  # type: ignore[type-arg]
+    for c in run.candidates:
+        key, k = c.selector, 2
+        while key in out:
+            key, k = f"{c.selector} #{k}", k + 1
+        out[key] = (c.carved, c.recognised, c.recognised_as, tuple(sorted(c.op_inventory.items())))
+    return out
 
 
 def _misses(run: ModelRun) -> dict[tuple[str, str], str]:
-    return {(m.stage, m.selector or ""): m.reason for m in run.misses}
+    """Per (stage, selector) the miss's reason; several for one key (model-level misses have no selector)
+    are numbered in the order the run recorded them."""
+    out: dict[tuple[str, str], str] = {}
+    for m in run.misses:
+        key, k = (m.stage, m.selector or ""), 2
+        while key in out:
+            key, k = (m.stage, f"{m.selector or '(model)'} #{k}"), k + 1
+        out[key] = m.reason
+    return out
 
 
 def compare(old: ZooReport, new: ZooReport, reasons: bool) -> list[str]:

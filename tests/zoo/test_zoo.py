@@ -375,14 +375,16 @@ def test_compare_names_what_changed_between_two_runs(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
 
-    def report(carved: bool, reason: str, wall: float) -> Path:
+    def report(carved: bool, reason: str, wall: float, model_misses: int = 0) -> Path:
         run = ModelRun(name="m", source="timm", family="F", depthwise=True, attention="none", size="1x64x96",
                        workdir=str(tmp_path), status="done", proposals=1, wall_s=wall)
+        for k in range(model_misses):  # model-level misses have no selector: several share one key
+            run.miss("compile", f"warning {k}")
         run.candidates.append(CandidateRun(name="C", selector="yasp::C=Conv2d@where=a", carved=carved))
         run.miss("templates", reason, "yasp::C=Conv2d@where=a")
         if not carved:
             run.miss("carve", "not convex", "yasp::C=Conv2d@where=a")
-        path = tmp_path / f"r{carved}{len(reason)}{wall}.json"
+        path = tmp_path / f"r{carved}{len(reason)}{wall}{model_misses}.json"
         ZooReport(arch="a", precision="fp16", backends={}, size_kind="small", jobs=1, timeout_s=1, propose={},
                   workdir=str(tmp_path), wall_s=wall, models=[run]).write(path)
         return path
@@ -396,3 +398,7 @@ def test_compare_names_what_changed_between_two_runs(tmp_path: Path) -> None:
     assert "m: yasp::C=Conv2d@where=a: carved True -> False" in diff.stdout
     assert "m: miss new: carve yasp::C=Conv2d@where=a: not convex" in diff.stdout
     assert "reworded: templates yasp::C=Conv2d@where=a: 'r1' -> 'r22'" in diff.stdout
+    fewer = subprocess.run([sys.executable, str(REPO / "benchmarks" / "zoo_compare.py"),
+                            str(report(True, "r1", 1, model_misses=2)), str(report(True, "r1", 1, model_misses=1))],
+                           capture_output=True, text=True)
+    assert fewer.returncode == 1 and "miss gone: compile (model) #2: warning 1" in fewer.stdout, fewer.stdout
