@@ -732,6 +732,9 @@ def test_a_round_under_the_minimum_gain_is_not_shipped(tmp_path):
     assert not [c for c in rnd.candidates if c.status == "kept"]
     assert any("not worth shipping" in c.reason for c in rnd.candidates if c.dropped_at == "decide")
     assert st.best.round == 0 and not st.best.plugins
+    # the rounds table shows this round's (faster, unshipped) p50: its note says nothing was kept
+    assert rnd.note.startswith("nothing kept: the gain is under --min-gain-ms") and "best stays" in rnd.note
+    assert "nothing kept: the gain is under --min-gain-ms" in (w / "report" / "autoloop_report.md").read_text()
 
 
 def test_the_report_names_the_simulated_device_of_the_asked_target(tmp_path):

@@ -36,6 +36,10 @@ def decide_round(ws: Workspace, engines: EngineCompiler, rnd: RoundRecord) -> No
                     f"{rnd.result_ms:.3f} ms), under --min-gain-ms {ws.state.min_gain_label()}: not worth shipping")
         ws.event(f"round {rnd.index}: " + ("no gain" if gain <= 0 else f"{gain:.3f} ms is under --min-gain-ms")
                  + f"; best stays {best.ms:.3f} ms")
+        if winners and not rnd.note:  # the rounds table's p50 is this round's engine, which is not shipped
+            rnd.note = ("nothing kept: no gain" if gain <= 0 else
+                        f"nothing kept: the gain is under --min-gain-ms {ws.state.min_gain_label()}") \
+                + f"; best stays {best.ms:.3f} ms"
     rnd.stage = "done"
     ws.save()
     if gain < min_gain:
