@@ -185,3 +185,6 @@ def test_a_runtime_channel_count_is_said_not_left_out():
     assert _describe(DwConvRegion(k=3, stride=1, act="relu", channels=None)) == \
         "dwconv(k=3, stride=1, act=relu, channels=runtime, has_bias=True)"
     assert "channels=64" in _describe(DwConvRegion(k=3, stride=2, act="hardswish", channels=64))
+    from ytk_backend_templates.regions import Conv1x1Region
+
+    assert "cin=runtime, cout=runtime" in _describe(Conv1x1Region(act="relu", cin=None, cout=None))

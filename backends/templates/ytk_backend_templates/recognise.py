@@ -617,13 +617,12 @@ def _recognise_litemla(g: RegionGraph) -> LiteMLARegion:
 
 
 def _baked_text(g: RegionGraph) -> str:
-    """``2 weight tensors (1000x768, 1000)``: the baked parameters by their shapes, the first three of them.
-    Their names (``b_const0``) are the exporter's and mean nothing to the user who wrote the model."""
+    """``2 parameters (shapes [1000, 768], [1000])``: the baked parameters by their shapes, the first three of
+    them. Their names (``b_const0``) are the exporter's and mean nothing to the user who wrote the model."""
     n = len(g.baked)
-    dims = ["x".join(str(d) for d in g.baked_shapes[b]) or "scalar" if b in g.baked_shapes else "?"
-            for b in g.baked[:3]]
+    dims = [str(list(g.baked_shapes[b])) if b in g.baked_shapes else "?" for b in g.baked[:3]]
     more = ", ..." if n > 3 else ""
-    return f"{n} weight tensor{'s' if n != 1 else ''} ({', '.join(dims)}{more})"
+    return f"{n} parameter{'s' if n != 1 else ''} (shape{'s' if n != 1 else ''} {', '.join(dims)}{more})"
 
 
 def _baked_users(g: RegionGraph) -> list[OpNode]:

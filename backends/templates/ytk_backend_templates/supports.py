@@ -67,9 +67,10 @@ def _sm(arch: str | None) -> int:
 
 def _describe(region: object) -> str:
     # a residual is named where there is one (the form every other region's answer keeps)
-    # channels None: a runtime extent (the kernel takes them as an argument); said, not left out
-    fields = {k: ("runtime" if k == "channels" and v is None else v) for k, v in vars(region).items()
-              if (v is not None or k == "channels") and k != "kind" and (k != "residual" or v)}
+    # a None extent (channels, cin / cout, a squeeze-excite's reduced width) is a runtime one: the kernel takes
+    # it as an argument; said, not left out
+    fields = {k: ("runtime" if v is None else v) for k, v in vars(region).items()
+              if k != "kind" and (k != "residual" or v)}
     return f"{getattr(region, 'kind', type(region).__name__)}({', '.join(f'{k}={v}' for k, v in fields.items())})"
 
 

@@ -338,7 +338,7 @@ def test_a_norm_keeping_its_parameters_is_named_not_sent_to_lift():
 
     with pytest.raises(UnsupportedRegion) as e:
         recognise(graph(weight_baked=False))
-    assert "its group_norm keeps 2 weight tensors (8, 8) inside the region" in str(e.value)
+    assert "its group_norm keeps 2 parameters (shapes [8], [8]) inside the region" in str(e.value)
     assert "@lift" not in str(e.value)
     with pytest.raises(UnsupportedRegion, match="carve it with weights lifted"):
         recognise(graph(weight_baked=True))
@@ -441,5 +441,5 @@ def test_a_region_no_template_covers_is_named_by_its_computing_ops(tmp_path: Pat
         recognise(load_graph(pt2))
     # the baked parameters named by their shapes: the exporter's names for them (p_fc_weight, b_const0) mean
     # nothing to the user who wrote the model
-    assert str(e.value) == ("no template for a region of linear, gelu: its 2 weight tensors (32x16, 32) stay baked, "
-                            "and the carve lifts conv weights only"), str(e.value)
+    assert str(e.value) == ("no template for a region of linear, gelu: its 2 parameters (shapes [32, 16], [32]) "
+                            "stay baked, and the carve lifts conv weights only"), str(e.value)
