@@ -36,7 +36,7 @@ def test_json_is_the_versioned_report(ytk, worked):
     r = ytk(*_args(worked), "--json")
     assert r.code == 0, r.stderr
     rep = ProposeReport.model_validate_json(r.stdout)
-    assert rep.schema_version == 2 and rep.candidates and rep.simulated
+    assert rep.schema_version == 3 and rep.candidates and rep.simulated
     # asked the mock (a simulator): what the real chain would take of the same rows is in the document too
     assert rep.real_support is not None and rep.real_support.chain == "templates"
     assert set(rep.real_support.takes) | set(rep.real_support.refuses) == {p.name for p in rep.candidates}

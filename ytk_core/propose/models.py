@@ -174,9 +174,10 @@ class RealSupport(_Model):
 
 
 class ProposeReport(Versioned):
-    """What propose measured, attributed and recommends. Schema 2 added ``real_support``."""
+    """What propose measured, attributed and recommends. Schema 2 added ``real_support``; 3, each sketch's
+    ``channels`` (every shape family's)."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     source: str = Field(description="the bundle or profile file measured")
     source_label: str

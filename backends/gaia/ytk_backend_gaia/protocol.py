@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import PurePosixPath
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, field_validator
 
@@ -165,7 +165,10 @@ class ServiceInfo(Versioned):
 
 
 class SupportQuery(Versioned):
-    """``POST /v1/kernelgen/supports``: what propose or the autoloop knows of a region (no ``.pt2``)."""
+    """``POST /v1/kernelgen/supports``: what propose or the autoloop knows of a region (no ``.pt2``). Schema 2
+    added the sketch's ``channels``: an older service refuses the query as written by a newer ytk."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     generator: str | None = None
     sketch: RegionSketch | None = None
