@@ -220,9 +220,9 @@ def _scalar(name: str, consts: dict[str, torch.Tensor]) -> float | None:
 
 def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas: dict[str, torch.Tensor],
                     outputs: list[str], opset: int) -> tuple[list[Layer], int]:
-    """Fuse ``MatMul(a, b) -> [Mul|Div by a constant scalar] -> [Add mask] -> Softmax(last axis) -> MatMul(., v)``
-    into one attention layer (``YtkAttention``), as TensorRT fuses it: run op by op, the scores tensor
-    ([..., L, S]) is written and read three times, which on a ViT at 8160 tokens made the engine 9x slower
+    """Fuse ``MatMul(a, b) -> [Mul|Div by a constant scalar] -> [Add mask | Where(cond, -inf)] -> Softmax(last
+    axis) -> MatMul(., v)`` into one attention layer (``YtkAttention``), as TensorRT fuses it: run op by op, the
+    scores tensor ([..., L, S]) is written and read three times, which on a ViT at 8160 tokens made the engine 9x slower
     than torch (docs/benchmarks.md). Only a chain whose intermediates nothing else reads is fused; the
     fused layer keeps every ONNX node's name, so per-layer time still maps back to the model."""
     if opset < 13:  # Softmax's axis meant a 2-D coercion before opset 13
@@ -241,6 +241,20 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
         t = metas.get(name, consts.get(name))
         return tuple(t.shape) if t is not None and t.is_floating_point() else None
 
+    def bool_shape(name: str) -> tuple[int, ...] | None:
+        t = metas.get(name, consts.get(name))
+        return tuple(t.shape) if t is not None and t.dtype == torch.bool else None
+
+    def broadcasts(ms: tuple[int, ...] | None, scores: tuple[int, ...]) -> bool:
+        return ms is not None and len(ms) <= len(scores) and all(m in (1, d) for m, d in
+                                                                 zip(reversed(ms), reversed(scores)))
+
+    def scores_side(ins: list[str], sides: tuple[int, ...], scores: tuple[int, ...]) -> list[int]:
+        """The inputs among ``sides`` that carry the scores: a MatMul's (maybe scaled) output of their shape."""
+        return [i for i in sides if producer.get(ins[i]) is not None and ins[i] not in consts
+                and shape(ins[i]) == scores and only(ins[i]) is not None
+                and only(ins[i]).node.op_type in ("MatMul", "Mul", "Div")]  # type: ignore[union-attr]
+
     fused: dict[str, Layer] = {}  # the second MatMul's name -> the fused layer
     drop: set[str] = set()
     for m2 in layers:
@@ -252,20 +266,28 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
         scores = shape(sm.node.inputs[0])
         if scores is None or len(scores) < 3 or int(sm.node.attrs.get("axis", -1)) not in (-1, len(scores) - 1):
             continue
-        chain, mask, scale = [sm], None, 1.0
+        chain, mask, scale, mask_mode = [sm], None, 1.0, "add"
         cur = only(sm.node.inputs[0])
         if cur is not None and cur.node.op_type == "Add":
             ins = cur.node.inputs
-            mm_side = [i for i in (0, 1) if producer.get(ins[i]) is not None and ins[i] not in consts
-                       and shape(ins[i]) == scores and only(ins[i]) is not None
-                       and only(ins[i]).node.op_type in ("MatMul", "Mul", "Div")]  # type: ignore[union-attr]
+            mm_side = scores_side(ins, (0, 1), scores)
             other = ins[1 - mm_side[0]] if len(mm_side) == 1 else None
-            ms = shape(other) if other else None
-            if other is None or ms is None or len(scores) > 4 or len(ms) > len(scores) or \
-                    any(m not in (1, d) for m, d in zip(reversed(ms), reversed(scores))):
+            if other is None or len(scores) > 4 or not broadcasts(shape(other), scores):
                 continue  # no mask that broadcasts over the scores
             chain.append(cur)
             mask, cur = other, only(ins[mm_side[0]])
+        elif cur is not None and cur.node.op_type == "Where" and len(cur.node.inputs) == 3:
+            # masked_fill(cond, -inf): Where(cond, -inf, scores) attends where cond is False;
+            # Where(cond, scores, -inf) where it is True. A finite fill is not a mask: a row it fills whole
+            # softmaxes to a uniform row, which no mask gives, so it stays op by op
+            ins = cur.node.inputs
+            fill = [i for i in (1, 2) if _scalar(ins[i], consts) == -math.inf]
+            mm_side = scores_side(ins, (1, 2), scores)
+            if len(fill) != 1 or mm_side != [3 - fill[0]] or len(scores) > 4 \
+                    or not broadcasts(bool_shape(ins[0]), scores):
+                continue
+            chain.append(cur)
+            mask, mask_mode, cur = ins[0], "fill_true" if fill[0] == 1 else "fill_false", only(ins[mm_side[0]])
         if cur is not None and cur.node.op_type in ("Mul", "Div"):
             ins = cur.node.inputs
             k = next((i for i in ((0, 1) if cur.node.op_type == "Mul" else (1,)) if _scalar(ins[i], consts)
@@ -291,7 +313,7 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
             continue
         parts = list(reversed(chain)) + [m2]
         node = Node(m2.node.name, "YtkAttention", "", [a, b, v] + ([mask] if mask else []), list(m2.node.outputs),
-                    {"scale": scale})
+                    {"scale": scale, "mask_mode": mask_mode})
         fused[m2.name] = Layer(" + ".join(p.name for p in parts), OPS["YtkAttention"].layer_type,
                                [n for p in parts for n in p.onnx_nodes], node)
         drop.update(p.name for p in chain)

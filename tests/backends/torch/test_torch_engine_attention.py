@@ -102,3 +102,69 @@ def test_the_fused_attention_on_the_gpu_in_fp16(tmp_path, rank, scale, mask):  #
     ref = ort_run(p, f)[0]
     assert "Attention" in {s.type for s in prog.steps}
     assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
+
+
+def where_chain(fill: float, keep_side: bool, runtime_cond: bool):  # type: ignore[no-untyped-def]
+    """Attention masked the way masked_fill exports it: Where(cond, fill, scores) (or Where(cond, scores, fill)
+    with ``keep_side``), cond a constant causal triangle or a runtime boolean input."""
+    B, H, L, d = 2, 3, 6, 4
+    inputs = {"q": ([B, H, L, d], F32), "kt": ([B, H, d, L], F32), "v": ([B, H, L, d], F32)}
+    inits: dict[str, np.ndarray] = {"c": np.array(0.5, np.float32), "fill": np.array(fill, np.float32)}
+    causal = np.triu(np.ones((L, L), bool), 1)  # True above the diagonal: the future, filled
+    if runtime_cond:
+        inputs["cond"] = ([B, 1, L, L], TensorProto.BOOL)
+    else:
+        inits["cond"] = ~causal if keep_side else causal
+    scores_fill = ["cond", "s1", "fill"] if keep_side else ["cond", "fill", "s1"]
+    nodes = [h.make_node("MatMul", ["q", "kt"], ["s0"], name="node_MatMul_1"),
+             h.make_node("Mul", ["s0", "c"], ["s1"], name="node_Mul_2"),
+             h.make_node("Where", scores_fill, ["s2"], name="node_Where_3"),
+             h.make_node("Softmax", ["s2"], ["p"], name="node_Softmax_4", axis=-1),
+             h.make_node("MatMul", ["p", "v"], ["y"], name="node_MatMul_5")]
+    return make_model(nodes, inputs, ["y"], inits)
+
+
+@pytest.mark.parametrize("keep_side,runtime_cond", [(False, False), (True, False), (False, True), (True, True)])
+def test_a_masked_fill_with_minus_infinity_is_fused_as_a_boolean_mask(tmp_path, keep_side, runtime_cond):  # type: ignore[no-untyped-def]
+    """Causal and padding masks as masked_fill(cond, -inf) writes them (an ONNX Where) ran op by op: the
+    scores tensor written and read three times. Fused now, either side of the Where, constant or runtime cond;
+    against onnxruntime."""
+    m = where_chain(-np.inf, keep_side, runtime_cond)
+    p = save(m, tmp_path / "w.onnx")
+    f = {k: v for k, v in feeds(m).items() if k != "cond"}
+    if runtime_cond:
+        rng = np.random.default_rng(3)
+        cond = rng.random((2, 1, 6, 6)) < 0.4
+        cond[..., 0] = keep_side  # every row keeps one key: a row masked whole is NaN in both
+        f["cond"] = cond
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert prog.plan.stats["attention_fused"] == 1
+    assert [s.type for s in prog.steps if s.type not in ("Reformat",)] == ["Attention"]
+    save_plan(tmp_path / "e.plan", prog.plan, *build_plan(p, "fp32", [])[1:])  # the mask's mode is in the plan
+    again = Program(*load_plan(tmp_path / "e.plan"), "cpu")
+    with torch.inference_mode():
+        out = again(again.prepare_inputs([f[t.name] for t in again.plan.inputs]))
+    np.testing.assert_array_equal(got[0], out[0].numpy())
+
+
+def test_a_masked_fill_with_a_finite_value_stays_op_by_op(tmp_path):  # type: ignore[no-untyped-def]
+    """A finite fill is no mask: a row it fills whole softmaxes to a uniform row. Left op by op, exact."""
+    m = where_chain(-1e4, False, False)
+    p = save(m, tmp_path / "w.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert prog.plan.stats["attention_fused"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("keep_side", [False, True])
+def test_the_masked_fill_attention_on_the_gpu_in_fp16(tmp_path, keep_side):  # type: ignore[no-untyped-def]
+    m = where_chain(-np.inf, keep_side, False)
+    p = save(m, tmp_path / "w.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f, "fp16", "cuda")
+    ref = ort_run(p, f)[0]
+    assert prog.plan.stats["attention_fused"] == 1
+    assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))

@@ -282,8 +282,15 @@ def _attention(ctx: NodeCtx) -> Runtime:
     scale = float(ctx.attr("scale"))
     r = ctx.rank(0)
     masked = ctx.has(3)
+    # add: a float mask added to the scores; fill_true / fill_false: a boolean condition whose True / False
+    # positions a Where filled with -inf (sdpa's boolean mask names the positions that attend)
+    mode = ctx.attr("mask_mode", "add")
+    if mode not in ("add", "fill_true", "fill_false"):
+        raise ctx.error(f"mask_mode={mode!r} is not one of add, fill_true, fill_false")
 
     def run(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is not None and mode != "add":
+            mask = ~mask if mode == "fill_true" else mask
         k = b.transpose(-1, -2).contiguous()  # the fused kernels read keys with unit stride in their last dim
         if r == 4:
             return F.scaled_dot_product_attention(a, k, v, attn_mask=mask, scale=scale)
