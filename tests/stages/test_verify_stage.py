@@ -11,6 +11,7 @@ from ytk_core.bundle import (BENCHMARK, ENGINE, OUTPUTS, PROFILE, BenchmarkRecor
                              write_bundle)
 from ytk_core.stages.numerics import compare, tolerance_for
 from ytk_hookspecs.models import LayerTime
+from ytk_hookspecs.models.base import sha256_file
 
 
 def _bundle(path, outputs, times, precision="fp16", simulated=True, label=None,  # type: ignore[no-untyped-def]
@@ -121,7 +122,7 @@ def test_tolerance_is_per_precision(tmp_path, ref):
 
 def test_torch_host_row_times_the_prepared_model(ytk, fixture_dir):
     ref = dict(np.load(fixture_dir / "base" / "model.reference.npz"))
-    b = _bundle(fixture_dir / "base.tgz", ref, [1.0, 1.1])
+    b = _bundle(fixture_dir / "base.tgz", ref, [1.0, 1.1], npz_sha256=sha256_file(fixture_dir / "base" / "model.npz"))
     r = ytk("embedded", "verify", fixture_dir / "base" / "model.reference.npz", b, "--host-iterations", "3", "--json")
     assert r.code == 0, r.stderr
     host = r.json()["rows"][0]
@@ -144,7 +145,7 @@ def test_bad_inputs_are_clear(ytk, tmp_path, ref):
 
 def test_torch_host_row_stops_at_its_time_budget(ytk, fixture_dir):
     ref = dict(np.load(fixture_dir / "base" / "model.reference.npz"))
-    b = _bundle(fixture_dir / "base.tgz", ref, [1.0])
+    b = _bundle(fixture_dir / "base.tgz", ref, [1.0], npz_sha256=sha256_file(fixture_dir / "base" / "model.npz"))
     r = ytk("embedded", "verify", fixture_dir / "base" / "model.reference.npz", b, "--host-iterations", "50",
             "--host-budget", "0", "--json")
     assert r.code == 0, r.stderr
@@ -166,7 +167,7 @@ def test_a_moved_model_skips_the_torch_host_row_not_verify(ytk, fixture_dir, tmp
     data["model"] = str(tmp_path / "moved-away" / "model.py")
     (prep / "prepare.json").write_text(json.dumps(data))
     ref = dict(np.load(prep / "model.reference.npz"))
-    b = _bundle(tmp_path / "base.tgz", ref, [1.0])
+    b = _bundle(tmp_path / "base.tgz", ref, [1.0], npz_sha256=sha256_file(prep / "model.npz"))
     r = ytk("embedded", "verify", prep / "model.reference.npz", b, "--json")
     assert r.code == 0, r.stderr
     out = r.json()
@@ -226,7 +227,7 @@ def test_outputs_a_model_names_are_shown_by_its_names(ytk, tmp_path, out, labels
     for onnx_name, label in got.items():
         assert f"{label} = {onnx_name}" in r.stdout
     bad = {k: v + (0.5 * np.abs(v).max() if got.get(k) == "['seg']" else 0) for k, v in ref.items()}
-    b = _bundle(tmp_path / "b.tgz", bad, [1.0])
+    b = _bundle(tmp_path / "b.tgz", bad, [1.0], npz_sha256=sha256_file(p / "model.npz"))
     r = ytk("embedded", "verify", p / "model.reference.npz", b, "--no-host")
     if labels:
         seg, depth = (next(k for k, v in got.items() if v == f"['{key}']") for key in ("seg", "depth"))

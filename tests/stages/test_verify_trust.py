@@ -3,6 +3,8 @@ with exit 5 and one line naming the outputs; the error percentiles sit beside th
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -177,3 +179,13 @@ def test_a_reference_of_another_input_size_is_bad_input_not_numerics(ytk, tmp_pa
     (line, *_) = _error_lines(r.stderr)
     assert "was computed by a prepare whose inputs" in line and "model.reference.npz of the prepare" in line
     assert ytk("embedded", "verify", big / "model.reference.npz", bundle, "--no-host").code == 0
+    # inputs of the same shapes but other values (a new user's prepare with rand * 50): the shapes all agree,
+    # and the comparison failed as numerics (exit 5), or passed by chance where the outputs barely move
+    other = tmp_path / "other"
+    shutil.copytree(big, other)
+    with np.load(big / "model.npz") as z:
+        np.savez(other / "model.npz", **{k: z[k] * 50 for k in z.files})
+    r = ytk("embedded", "verify", other / "model.reference.npz", bundle, "--no-host")
+    assert r.code == 2, r.stderr[-1500:]
+    (line, *_) = _error_lines(r.stderr)
+    assert "was computed by a prepare whose inputs" in line and f"--npz {other / 'model.npz'}" in line
