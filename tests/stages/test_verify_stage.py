@@ -88,6 +88,11 @@ def test_table_output_names_columns_and_marks_simulated(ytk, tmp_path, ref):
     assert "│ trt " in r.stdout, "real bundles are not marked"
     assert "numerics vs torch reference" in r.stdout and "rel<=0.01, cos>=0.999 (fp16)" in r.stdout
     assert "Reformatting CopyNode" in r.stdout, "per-layer table is shown"
+    # a simulated Orin against a real machine is no speedup (a new user read "0.01x" as one): said so
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("base (simulated) -> trt:"))
+    assert "(not a speedup:" in line and "two machines" in line, line
+    r = ytk("embedded", "verify", tmp_path / "model.reference.npz", base, base, "--no-host", "--json")
+    assert [sp["other_device"] for sp in r.json()["speedups"]] == [""]
 
 
 def test_numerics_failure_exits_non_zero_with_the_output_named(ytk, tmp_path, ref):

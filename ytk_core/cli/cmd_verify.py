@@ -72,9 +72,15 @@ def render(rep, out) -> None:  # type: ignore[no-untyped-def]
                       "hardware", **p)
     if rep.host_note:
         out.print(f"note: {rep.host_note}", **p)
+    devices = {r.implementation: (r.device, r.simulated) for r in rep.rows}
     for s in rep.speedups:
-        out.print(f"{s.baseline} -> {s.implementation}: {s.baseline_p50_ms:.3f} ms -> {s.p50_ms:.3f} ms (p50), "
-                  f"{s.speedup:.2f}x" + ("  SIMULATED" if s.simulated else ""), **p)
+        line = (f"{s.baseline} -> {s.implementation}: {s.baseline_p50_ms:.3f} ms -> {s.p50_ms:.3f} ms (p50), "
+                f"{s.speedup:.2f}x" + ("  SIMULATED" if s.simulated else ""))
+        if s.other_device:
+            dev, sim = devices.get(s.implementation, ("?", False))
+            line += (f"  (not a speedup: {s.other_device} against {dev}{' (simulated)' if sim else ''}, two "
+                     "machines)")
+        out.print(line, **p)
     for bl in rep.layers:
         if not bl.layers:
             continue

@@ -60,6 +60,8 @@ class Speedup(BaseModel):
     p50_ms: float
     speedup: float
     simulated: bool
+    other_device: str = Field("", description="the baseline's device, when it is not the implementation's: "
+                                              "the ratio then compares two machines, not two engines")
 
 
 class BundleLayers(BaseModel):
@@ -75,9 +77,10 @@ class VerifyReport(Versioned):
     """What verify measured and scored; ``--json`` prints it, autoloop keeps it.
 
     Schema 2 added ``exposed_as``, ``exposure_note`` and ``untapped`` to each of ``taps`` (reports of schema 1 still
-    read, with none of them said); schema 3 each tap verdict's ``fusion_note``; schema 4 ``output_labels``."""
+    read, with none of them said); schema 3 each tap verdict's ``fusion_note``; schema 4 ``output_labels``; schema
+    5 each speedup's ``other_device``."""
 
-    SCHEMA_VERSION: ClassVar[int] = 4
+    SCHEMA_VERSION: ClassVar[int] = 5
 
     reference: str
     rows: list[LatencyRow]
@@ -345,9 +348,11 @@ def run_verify(reference: Path, bundle_paths: list[Path], host_iterations: int =
     if len(bundle_rows) > 1:
         for base in [bundle_rows[0], *alt_rows[0]]:
             for r in bundle_rows[1:]:
+                other = "" if (base.device, base.simulated) == (r.device, r.simulated) else \
+                    f"{base.device}{' (simulated)' if base.simulated else ''}"
                 speedups.append(Speedup(baseline=base.implementation, implementation=r.implementation,
                                         baseline_p50_ms=base.p50_ms, p50_ms=r.p50_ms, speedup=base.p50_ms / r.p50_ms,
-                                        simulated=base.simulated or r.simulated))
+                                        simulated=base.simulated or r.simulated, other_device=other))
     problems = _problems(Path(reference), ref, numerics, impls) + [v.problem for v in verdicts if v.problem]
     return VerifyReport(reference=str(reference), rows=rows, speedups=speedups, numerics=numerics,
                         layers=layer_tops, passed=bool(ref) and not problems and all(n.passed for n in numerics)
