@@ -163,6 +163,15 @@ def test_unknown_config_keys_are_refused_with_the_known_ones(tmp_path):
     assert "mock_bandwidth_fraction (" in r.stderr and "reoptimize (" in r.stderr
     r = ytk_inproc(*base, "--config", "mock_bandwidth_fraction=0.5")
     assert "not a key" not in r.stderr
+    # the dry run checks its command line as the job does: -g and -a (a new user's -g Foo passed --dry-run, then
+    # the job refused it), and a misspelt deployment_target is named (the required key was said to be missing)
+    r = ytk_inproc(*[a if a != "Orin" else "Foo" for a in base])
+    assert r.code == 2 and "-g/--gpu 'Foo' is no GPU ytk knows" in r.stderr, r.stderr
+    r = ytk_inproc(*[a if a != "Orin" else "H100" for a in base], "-a", "arm64-sm87-dos6010-cu114-trt86")
+    assert r.code == 2 and "is an sm_90 GPU but -a" in r.stderr, r.stderr
+    r = ytk_inproc("kernelgen", "compile", "-r", pt2, "-g", "Orin", "--config", "deployment_targt=tensorrt",
+                   "--dry-run")
+    assert r.code == 2 and "(--config deployment_targt=tensorrt: did you mean deployment_target?)" in r.stderr
 
 
 def test_a_depthwise_sketch_with_an_add_says_the_carve_decides_whether_it_is_a_residual():

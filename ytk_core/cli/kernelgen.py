@@ -53,7 +53,7 @@ def compile_(
     from ..stages.kernelgen import run_kernelgen_compile, run_kernelgen_dry_run
 
     if dry_run:
-        ans = run_kernelgen_dry_run(reference, config, kernelgen, arch, precision, candidates)
+        ans = run_kernelgen_dry_run(reference, config, kernelgen, arch, precision, candidates, gpu=gpu)
         if json_:
             emit_json(ans)
         else:

@@ -9,6 +9,8 @@ anyone spends a build on it.
 
 from __future__ import annotations
 
+import difflib
+
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -122,7 +124,10 @@ def core_settings(cfg: dict[str, str]) -> tuple[dict[str, str], Reoptimization |
     missing or wrong ``deployment_target`` (nothing is started) and an incomplete re-optimisation."""
     if cfg.get("deployment_target") != "tensorrt":
         got = cfg.get("deployment_target")
-        raise UsageError(DEPLOYMENT_TARGET_REQUIRED + (f" (got deployment_target={got})" if got else ""))
+        near = difflib.get_close_matches("deployment_target", [k for k in cfg if k != "deployment_target"], n=1)
+        hint = f" (got deployment_target={got})" if got else \
+            f" (--config {near[0]}={cfg[near[0]]}: did you mean deployment_target?)" if near else ""
+        raise UsageError(DEPLOYMENT_TARGET_REQUIRED + hint)
     own = {k: v for k, v in cfg.items() if k not in CORE_CONFIG_KEYS}
     flag = cfg.get("reoptimize", "0")
     if flag not in ("0", "1"):
@@ -273,14 +278,18 @@ def _run_one(sel: Any, req: KernelGenRequest, cand: Candidate | None, reference:
 
 def run_kernelgen_dry_run(reference: Path, config: list[str] | dict[str, str] | None, kernelgen: str | None = None,
                           arch: str | None = None, precision: str = "fp16",
-                          candidates: Path | None = None) -> "SupportAnswer":
-    """``kernelgen compile --dry-run``: what the selected generator would do with the region, no job."""
+                          candidates: Path | None = None, gpu: str | None = None) -> "SupportAnswer":
+    """``kernelgen compile --dry-run``: what the selected generator would do with the region, no job. The
+    arguments are checked as the job would check them (``-g`` too): a dry run that passes where the job
+    refuses its command line answers the wrong question."""
     from ..stages.supports import ask
 
     given = dict(config) if isinstance(config, dict) else parse_config(config)
     cfg, _reoptimize = core_settings(given)
     prec = parse_precision(precision)
     target = parse_arch(arch) if arch else None
+    if gpu is not None:
+        check_gpu(gpu, target)
     reference = _region_file(reference)
     cand, _prep = find_candidate(reference, candidates)
     chain = runtime().select_chain("kernelgen", kernelgen, target, need_available=False)
