@@ -793,6 +793,14 @@ def test_the_real_generators_line_counts_the_plugged_regions_and_groups_the_refu
     assert line.startswith("on a GPU the automatic kernel generator (templates) would take 1 of the 4 plugged "
                            "regions; not the rest: no template for a gemm region (2: B, C); softmax attention "
                            "(1: D)"), line
+    # five reasons: the line names three and counts the rest (it used to drop them without a word)
+    kept6 = kept + [PluginRecord(name=n, selector=f"yasp::{n}=X", origin_round=1, region_ms=1.0, sites=1)
+                    for n in ("E", "F")]
+    st.rounds[0].real_support = RealSupport(chain="templates", takes=["A"],
+                                            refuses={"B": "r1", "C": "r1", "D": "r2", "E": "r3", "F": "r4"})
+    assert real_gpu_line(st, kept6).startswith("on a GPU the automatic kernel generator (templates) would take 1 "
+                                               "of the 6 plugged regions; not the rest: r1 (2: B, C); r2 (1: D); "
+                                               "r3 (1: E); 1 other reason(s) for 1 more (F, ...)")
     st.rounds[0].real_support = RealSupport(chain="", refuses={n: "no real kernel generator is installed"
                                                                for n in "ABCD"})
     assert real_gpu_line(st, kept).startswith("no real kernel generator is installed: on a GPU none of the 4 ")

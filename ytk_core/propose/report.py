@@ -120,8 +120,12 @@ def real_support_line(real: RealSupport, names: list[str], what: str) -> str:
         for n in names:
             if n in real.refuses:
                 named.setdefault(real.refuses[n], []).append(n)
+        ranked = sorted(named.items(), key=lambda kv: -len(kv[1]))
         top = "; ".join(f"{w} ({len(ns)}: {', '.join(ns[:3])}{f', +{len(ns) - 3} more' if len(ns) > 3 else ''})"
-                        for w, ns in sorted(named.items(), key=lambda kv: -len(kv[1]))[:3])
+                        for w, ns in ranked[:3])
+        if len(ranked) > 3:  # never a silent cut: how many reasons and regions the line leaves out
+            rest = sum(len(ns) for _, ns in ranked[3:])
+            top += f"; {len(ranked) - 3} other reason(s) for {rest} more ({', '.join(ranked[3][1][:2])}, ...)"
         line += (f"; not the rest: {top}" if top else "") + other_generators(real.chain)
     return line
 
