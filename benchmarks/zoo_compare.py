@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -43,6 +44,13 @@ def _misses(run: ModelRun) -> dict[tuple[str, str], str]:
     return out
 
 
+def _gone_and_new(name: str, what: str, a: dict, b: dict, gone: Callable[[Any, Any], str],  # type: ignore[type-arg]
+                  new: Callable[[Any, Any], str]) -> list[str]:
+    """``name: <what> gone: ...`` for each key only in ``a``, ``name: <what> new: ...`` for each only in ``b``."""
+    return ([f"{name}: {what} gone: {gone(k, a[k])}" for k in sorted(a.keys() - b.keys())]
+            + [f"{name}: {what} new: {new(k, b[k])}" for k in sorted(b.keys() - a.keys())])
+
+
 def compare(old: ZooReport, new: ZooReport, reasons: bool) -> list[str]:
     """One line per difference, ``model: what`` (empty: the runs agree)."""
     out: list[str] = []
@@ -56,10 +64,8 @@ def compare(old: ZooReport, new: ZooReport, reasons: bool) -> list[str]:
         if (ra.status, ra.proposals) != (rb.status, rb.proposals):
             out.append(f"{name}: status {ra.status} -> {rb.status}, proposals {ra.proposals} -> {rb.proposals}")
         ca, cb = _candidates(ra), _candidates(rb)
-        for sel in sorted(ca.keys() - cb.keys()):
-            out.append(f"{name}: proposal gone: {sel}")
-        for sel in sorted(cb.keys() - ca.keys()):
-            out.append(f"{name}: proposal new: {sel} (carved {cb[sel][0]}, recognised {cb[sel][1]})")
+        out += _gone_and_new(name, "proposal", ca, cb, lambda sel, v: f"{sel}",
+                             lambda sel, v: f"{sel} (carved {v[0]}, recognised {v[1]})")
         for sel in sorted(ca.keys() & cb.keys()):
             if ca[sel] != cb[sel]:
                 (c0, r0, as0, inv0), (c1, r1, as1, inv1) = ca[sel], cb[sel]
@@ -72,10 +78,8 @@ def compare(old: ZooReport, new: ZooReport, reasons: bool) -> list[str]:
                     what.append("op inventory changed")
                 out.append(f"{name}: {sel}: {', '.join(what)}")
         ma, mb = _misses(ra), _misses(rb)
-        for key in sorted(ma.keys() - mb.keys()):
-            out.append(f"{name}: miss gone: {key[0]} {key[1] or '(model)'}: {ma[key]}")
-        for key in sorted(mb.keys() - ma.keys()):
-            out.append(f"{name}: miss new: {key[0]} {key[1] or '(model)'}: {mb[key]}")
+        miss = lambda key, reason: f"{key[0]} {key[1] or '(model)'}: {reason}"  # noqa: E731
+        out += _gone_and_new(name, "miss", ma, mb, miss, miss)
         if reasons:
             for key in sorted(ma.keys() & mb.keys()):
                 if ma[key] != mb[key]:
