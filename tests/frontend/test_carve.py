@@ -664,3 +664,7 @@ def test_a_module_that_is_never_called_is_said_to_be_so(tmp_path):
     r = prepare(model, tmp_path / "a", ["yasp::P=mod:out_proj"], size="1x12x16")
     assert r.code == 2
     assert "a module ending in 'out_proj' holds weights of the graph" in r.stderr and "never called" in r.stderr
+    # the class form said only "0 Linear module(s) ... none matches @where=*.out_proj" (a second user's trial)
+    r = prepare(model, tmp_path / "b", ["yasp::P=Linear@where=*.out_proj"], size="1x12x16")
+    assert r.code == 2
+    assert "a module ending in 'out_proj' holds weights of the graph" in r.stderr and "never called" in r.stderr

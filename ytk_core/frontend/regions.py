@@ -187,6 +187,29 @@ def _glob_ok(path: str, sel: Selector) -> bool:
     return not any(fnmatch.fnmatchcase(path, g) for g in exc)
 
 
+def _refuse_never_called_where(sel: Any, gi: Any) -> None:
+    """``Linear@where=*.out_proj``: the modules a literal ``@where`` suffix names may exist and never run (they
+    are among no class's instances); :func:`_refuse_never_called` for each such suffix."""
+    for inc in sel.includes:
+        suf = inc.removeprefix("*.")
+        if suf and not any(ch in suf for ch in "*?["):
+            _refuse_never_called(sel.text, suf, gi)
+
+
+def _refuse_never_called(text: str, suf: str, gi: Any) -> None:
+    """Refuse a selector naming a module that holds weights of the graph but never ran (its parent read them
+    itself: nn.MultiheadAttention calls F.linear with out_proj.weight), saying so; return otherwise."""
+    if any(p == suf or p.endswith("." + suf) for p in gi.instances):
+        return  # such a module ran: the selector misses it for another reason (its class), said by the caller
+    flat = "_" + suf.replace(".", "_") + "_"
+    held = sorted(w for w in gi.weights if flat in w)
+    if held:
+        raise UsageError(f"selector {text!r}: a module ending in {suf!r} holds weights of the graph "
+                         f"({', '.join(held[:2])}) but is never called: its parent uses them directly "
+                         "(nn.MultiheadAttention calls F.linear with out_proj.weight). Select the parent, "
+                         "or the op by its FX node name (fx_nodes.json lists them).")
+
+
 def _closest(word: str, pool: list[str], n: int = 5) -> str:
     pool = [p for p in pool if p]  # the root module's path is empty: no selector can name it by path
     close = difflib.get_close_matches(word, pool, n=n, cutoff=0.4)
@@ -211,10 +234,12 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
                                  "and no module class of that name. Closest fx nodes: "
                                  f"{_closest(sel.ops_name, [n.name for n in gi.calls])}.")
             if not paths:
+                _refuse_never_called_where(sel, gi)
                 raise UsageError(f"selector {sel.text!r}: no module of class {sel.ops_name!r} in the traced model. "
                                  f"Closest classes: {_closest(sel.ops_name, sorted(gi.classes()))}.")
             scoped = [p for p in paths if _glob_ok(p, sel)]
             if not scoped:
+                _refuse_never_called_where(sel, gi)
                 raise UsageError(f"selector {sel.text!r}: {len(paths)} {sel.ops_name} module(s) exist but none matches "
                                  f"@where={','.join(sel.where)}. Closest paths: "
                                  f"{_closest(sel.includes[0] if sel.includes else '', paths)}.")
@@ -222,13 +247,7 @@ def match_sites(sel: Selector, gi: GraphIndex) -> list[Site]:
             suf = sel.mod_suffix
             scoped = [p for p in gi.instances if p == suf or p.endswith("." + suf)]
             if not scoped:
-                flat = "_" + suf.replace(".", "_") + "_"
-                held = sorted(w for w in gi.weights if flat in w)
-                if held:  # its weights are in the graph, the module never ran: its parent read them itself
-                    raise UsageError(f"selector {sel.text!r}: a module ending in {suf!r} holds weights of the graph "
-                                     f"({', '.join(held[:2])}) but is never called: its parent uses them directly "
-                                     "(nn.MultiheadAttention calls F.linear with out_proj.weight). Select the parent, "
-                                     "or the op by its FX node name (fx_nodes.json lists them).")
+                _refuse_never_called(sel.text, suf, gi)
                 raise UsageError(f"selector {sel.text!r}: no module path ends with {suf!r}. Closest paths: "
                                  f"{_closest(suf, list(gi.instances))}.")
         # Keep only outermost instances: a class nested in itself is one site.
