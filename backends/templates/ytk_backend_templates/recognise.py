@@ -315,6 +315,22 @@ def _depthwise_geometry(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], i
     return a, c, kh, sh, has_bias
 
 
+def pointwise_channels_refusal(c: int, co: int, groups: int) -> str | None:
+    """Why a 1x1 conv of ``c -> co`` channels in ``groups`` groups has no template (its vectors are 8 fp16
+    channels wide), or None. Also propose's answer before the carve (supports.py): one rule, one wording."""
+    if c % 8 or co % 8:
+        return f"channels {c} -> {co}: templates need multiples of 8 (16-byte fp16 vectors)"
+    if groups > 1 and c % groups == 0 and co % groups == 0 and ((c // groups) % 8 or (co // groups) % 8):
+        return f"{c // groups} -> {co // groups} channels per group: templates need multiples of 8"
+    return None
+
+
+def kHWC8_refusal(channels: int) -> str:
+    """The refusal of an activation of ``channels`` (not a multiple of 8) in the templates' fp16 kHWC8 layout."""
+    return (f"{channels} channels: the templates' kernels take fp16 kHWC8 activations, whose channels must be a "
+            "multiple of 8")
+
+
 # -- pointwise convolution -------------------------------------------------------------------------
 def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region | DwConvRegion:
     conv = _the_conv(g)
@@ -332,11 +348,10 @@ def _recognise_conv1x1(g: RegionGraph) -> Conv1x1Region | DwConvRegion:
                                 f"{a['dilation']}: templates cover stride 1, no padding, dilation 1")
     if groups < 1 or c % groups or co % groups or wshape[1] * groups != c:
         raise UnsupportedRegion(f"groups={groups} do not divide input channels {c} / outputs {co}")
-    if c % 8 or co % 8:
-        raise UnsupportedRegion(f"channels {c} -> {co}: templates need multiples of 8 (16-byte fp16 vectors)")
+    why = pointwise_channels_refusal(c, co, groups)
+    if why:
+        raise UnsupportedRegion(why)
     gin, gout = (c // groups, co // groups) if groups > 1 else (0, 0)
-    if groups > 1 and (gin % 8 or gout % 8):
-        raise UnsupportedRegion(f"{gin} -> {gout} channels per group: templates need multiples of 8")
     act, _ = _conv_chain(g, conv)
     expected_inputs = [a["input"], a["weight"]] + ([a["bias"]] if has_bias else [])
     if g.inputs != expected_inputs:
@@ -700,8 +715,7 @@ def recognise(g: RegionGraph, candidate: Candidate | None = None) -> Region:
             region = _with_dynamic_channels(region)
     odd = sorted({abs(c) for c in channels if isinstance(c, int) and layout_error("kHWC8", [1, abs(c), 1, 1])})
     if odd:  # every template takes and gives fp16 kHWC8 activations (the contract's layout rule)
-        raise UnsupportedRegion(f"{'a site has ' if len(shapes) > 1 else ''}{odd[0]} channels: the templates' "
-                                "kernels take fp16 kHWC8 activations, whose channels must be a multiple of 8")
+        raise UnsupportedRegion(("a site has " if len(shapes) > 1 else "") + kHWC8_refusal(odd[0]))
     if isinstance(region, DwConvRegion) and region.channels and not emit_dwconv.variant_space(region):
         # no channel block tiles this C (they are 16..128 wide): the runtime-C kernels, whose partial
         # channel blocks are guarded, take it at one shape as they take a dynamic remainder's

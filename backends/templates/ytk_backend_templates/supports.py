@@ -75,6 +75,8 @@ def _describe(region: object) -> str:
 
 
 def _from_sketch(s: RegionSketch) -> SupportAnswer:
+    from .recognise import kHWC8_refusal, pointwise_channels_refusal
+
     def no(why: str) -> SupportAnswer:
         return SupportAnswer(supported=False, backend=NAME, why=why)
 
@@ -96,8 +98,7 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
                       "into the conv, an asymmetric one stays)")
         odd = _odd_channels(s)
         if odd:
-            return no(f"{odd[0]} channels: the templates' kernels take fp16 kHWC8 activations, whose "
-                      "channels must be a multiple of 8")
+            return no(kHWC8_refusal(odd[0]))
         if s.onnx_ops.get("LayerNormalization"):
             return _channel_norm_sketch(s)
     elif s.kind in ("conv", "grouped_conv"):
@@ -105,20 +106,16 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
             return no(f"a dense {'x'.join(map(str, s.kernel))} conv: templates cover depthwise kxk and 1x1 convs")
         if s.stride and any(d != 1 for d in s.stride):
             return no("a strided 1x1 conv: templates cover stride 1")
-        for c, co in _pairs(s):  # the recogniser's words (recognise.py)
-            if isinstance(c, int) and isinstance(co, int) and (c % 8 or co % 8):
-                return no(f"channels {c} -> {co}: templates need multiples of 8 (16-byte fp16 vectors)")
-        if isinstance(s.groups, int) and s.groups > 1 and isinstance(s.channels_in, int) \
-                and isinstance(s.channels_out, int) and s.channels_in % s.groups == 0 \
-                and s.channels_out % s.groups == 0:
-            gin, gout = s.channels_in // s.groups, s.channels_out // s.groups
-            if gin % 8 or gout % 8:
-                return no(f"{gin} -> {gout} channels per group: templates need multiples of 8")
+        # the recogniser's rule; the groups of a dynamic remainder's members are not known before the carve
+        groups = s.groups if isinstance(s.groups, int) and len(_pairs(s)) == 1 else 1
+        for c, co in _pairs(s):
+            why = pointwise_channels_refusal(c, co, groups) if isinstance(c, int) and isinstance(co, int) else None
+            if why:
+                return no(why)
     elif s.kind == "squeeze_excite":
         odd = _odd_channels(s)
         if odd:
-            return no(f"{odd[0]} channels: the templates' kernels take fp16 kHWC8 activations, whose "
-                      "channels must be a multiple of 8")
+            return no(kHWC8_refusal(odd[0]))
         return SupportAnswer(supported=True, certain=False, backend=NAME,
                              why="squeeze-excite: the carved program decides the activation, the gate (sigmoid, "
                                  "hardsigmoid) and that it gates the module's input")
