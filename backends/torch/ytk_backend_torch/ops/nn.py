@@ -289,8 +289,8 @@ def _attention(ctx: NodeCtx) -> Runtime:
         raise ctx.error(f"mask_mode={mode!r} is not one of add, fill_true, fill_false")
 
     def run(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if mask is not None and mode != "add":
-            mask = ~mask if mode == "fill_true" else mask
+        if mask is not None and mode == "fill_true":  # fill_false's condition already names who attends
+            mask = ~mask
         k = b.transpose(-1, -2).contiguous()  # the fused kernels read keys with unit stride in their last dim
         if r == 4:
             return F.scaled_dot_product_attention(a, k, v, attn_mask=mask, scale=scale)
