@@ -21,7 +21,7 @@ from .modules import ModuleIndex
 from .naming import op_label, remainder_label, spatial_suffix, unique, unique_labels
 from .onnx_graph import OnnxGraph
 from .regions import Region
-from .roofline import region_cost, roofline
+from .roofline import is_weighted, region_cost, roofline
 
 _GLUE_WHY = {
     "reformat": "reformats between regions",
@@ -106,14 +106,32 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
         rows.append(NotWorthRow(label=f"families under {j.options.min_ms:.3g} ms", category="under_threshold",
                                 sites=sum(len(f.regions) for f in small), ms=ms,
                                 reason="a kernelgen run cannot repay this", members=[f.label for f in small]))
-    if outside:
-        ms = sum(j.att.node_ms.get(n, 0.0) for n in outside)
-        owners = sorted({j.mods.owner_path(n) or "" for n in outside})
+    # a GEMM an attention block applies itself (nn.MultiheadAttention's F.linear projections) is heavy, yet no
+    # selector reaches it: the block's :around region leaves it out and it has no module of its own
+    unreached = [n for n in outside if (node := j.graph.by_name.get(n)) is not None and is_weighted(j.graph, node)]
+    if unreached:
+        ms = sum(j.att.node_ms.get(n, 0.0) for n in unreached)
+        owners = sorted({j.mods.owner_path(n) or "" for n in unreached})
+        rows.append(NotWorthRow(label="GEMMs no selector reaches", category="outside_regions", sites=len(owners),
+                                ms=ms, reason=_unreached_reason(j, unreached, owners), members=owners))
+    rest = [n for n in outside if n not in set(unreached)]
+    if rest:
+        ms = sum(j.att.node_ms.get(n, 0.0) for n in rest)
+        owners = sorted({j.mods.owner_path(n) or "" for n in rest})
         rows.append(NotWorthRow(label="ops outside any region", category="outside_regions", sites=len(owners),
-                                ms=ms, reason=_outside_reason(j, outside), members=owners))
+                                ms=ms, reason=_outside_reason(j, rest), members=owners))
     rows.append(glue_row(j.att))
     rows += _cannot_rows([r for r in regions if r.cannot is not None])
     return props, [r for r in rows if r.ms > 0 or r.category == "glue"]
+
+
+def _unreached_reason(j: Judge, nodes: list[str], owners: list[str]) -> str:
+    """Why weighted ops outside every region cannot be proposed: the module that applies them also holds an
+    attention product, and its :around region does not take them in."""
+    types = sorted({j.graph.by_name[n].op_type for n in nodes})
+    classes = sorted({j.mods.cls_of.get(o, "?") for o in owners})
+    return (f"{'/'.join(types)} with weights that {', '.join(classes)} applies itself (a functional call on its "
+            "weights: no module call to select, and its :around region leaves them out)")
 
 
 def _outside_reason(j: Judge, outside: list[str]) -> str:
