@@ -36,7 +36,7 @@ def test_json_is_the_versioned_report(ytk, worked):
     r = ytk(*_args(worked), "--json")
     assert r.code == 0, r.stderr
     rep = ProposeReport.model_validate_json(r.stdout)
-    assert rep.schema_version == 3 and rep.candidates and rep.simulated
+    assert rep.schema_version == 4 and rep.candidates and rep.simulated
     # asked the mock (a simulator): what the real chain would take of the same rows is in the document too
     assert rep.real_support is not None and rep.real_support.chain == "templates"
     assert set(rep.real_support.takes) | set(rep.real_support.refuses) == {p.name for p in rep.candidates}
@@ -275,6 +275,44 @@ def test_a_generator_refusing_every_proposal_hears_what_roofline_left_out(ytk, w
     assert r.code == 0 and "would also take" not in r.stdout and "takes none of" not in r.stdout
     real = [ln for ln in r.stdout.splitlines() if ln.startswith("mock is a simulator and takes every region; ")]
     assert len(real) == 1 and "on a GPU the automatic kernel generator (templates) would take " in real[0], r.stdout
+
+
+def test_a_generator_taking_some_roofline_families_is_not_said_to_take_the_row(ytk, worked):
+    """The roofline row "1x1 / dense GEMMs" holds several families: a generator taking one of them was said to
+    "also take 1x1 / dense GEMMs" with the whole row's time (a new user's Conv1d, which the templates refuse,
+    was counted in). The line names the families it takes, of how many."""
+    import json
+
+    from tests.helpers import simulated_plugin
+    from ytk_core.plugins import BackendManager
+    from ytk_core.runtime import reset_runtime, runtime
+    from ytk_hookspecs.models import SupportAnswer
+
+    def supports(request, ctx):  # type: ignore[no-untyped-def]
+        s = request.sketch
+        ok = (s is not None and s.kind == "conv" and s.kernel == [1, 1] and isinstance(s.channels_in, int)
+              and isinstance(s.channels_out, int) and s.channels_out > s.channels_in)
+        return SupportAnswer(supported=ok, certain=False, backend="expandonly",
+                             why="an expanding 1x1 conv" if ok else "not an expanding 1x1 conv")
+
+    def run(*extra):  # type: ignore[no-untyped-def]
+        reset_runtime()
+        gen = simulated_plugin("expandonly", "kernelgen", supports=supports, submit=lambda request, ctx: None)
+        runtime()._mgr = BackendManager(extra_plugins={"expandonly": gen})
+        try:
+            return ytk(*_args(worked), "--kernelgen", "expandonly", *extra)
+        finally:
+            reset_runtime()
+
+    j, r = run("--json"), run()
+    assert r.code == 0 and j.code == 0, r.stderr + j.stderr
+    row = next(x for x in json.loads(j.stdout)["not_worth"] if x["label"] == "1x1 / dense GEMMs")
+    taken = row["supported_members"]
+    assert 0 < len(taken) < len(row["members"]) and set(taken) <= set(row["members"]), row
+    hint = [ln for ln in r.stdout.splitlines() if ln.startswith("expandonly would also take")]
+    assert hint == [f"expandonly would also take 1x1 / dense GEMMs: {len(taken)} of its {len(row['members'])} "
+                    f"families ({', '.join(taken)}; an expanding 1x1 conv), left out below as at roofline: "
+                    "--roofline 1 lists it"], r.stdout
 
 
 def test_a_chain_of_generators_says_which_one_takes_each_row(ytk, worked):

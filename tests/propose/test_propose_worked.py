@@ -149,7 +149,7 @@ def test_report_is_a_versioned_artifact(report, tmp_path):
 
     p = report.write(tmp_path / "propose.json")
     back = ProposeReport.read(p)
-    assert back.schema_version == 3 and back.proposals[0].name == report.proposals[0].name
+    assert back.schema_version == 4 and back.proposals[0].name == report.proposals[0].name
     assert json.loads(p.read_text())["options"]["min_ms"] == 1.0
 
 

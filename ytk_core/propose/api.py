@@ -138,6 +138,7 @@ def _ask_kernelgen(props: list[Proposal], rows: list[NotWorthRow], kernelgen: st
         if answers:
             taken = [a for a in answers if a.supported]
             row.supported = bool(taken)
+            row.supported_members = [m for m, a in zip(row.members, answers) if a.supported]
             row.support_why, row.support_backend = (taken or answers)[0].why, (taken or answers)[0].backend
     if not all(s.backend.info.simulated for s in sel):
         return None

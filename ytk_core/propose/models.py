@@ -141,6 +141,8 @@ class NotWorthRow(_Model):
                                                      "family of this row (None: not asked)")
     support_why: str = ""
     support_backend: str = ""
+    supported_members: list[str] = Field(default_factory=list, description="at roofline: the families of this row "
+                                                                          "the generator would take")
 
 
 class ClassRow(_Model):
@@ -175,9 +177,9 @@ class RealSupport(_Model):
 
 class ProposeReport(Versioned):
     """What propose measured, attributed and recommends. Schema 2 added ``real_support``; 3, each sketch's
-    ``channels`` (every shape family's)."""
+    ``channels`` (every shape family's); 4, a roofline row's ``supported_members``."""
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     source: str = Field(description="the bundle or profile file measured")
     source_label: str

@@ -99,8 +99,12 @@ def support_lines(r: ProposeReport, top: int) -> list[str]:
     refused = not asked or any(not p.supported for p in asked)
     for row in r.not_worth if refused else []:
         if row.category == "roofline" and row.supported:
-            lines.append(f"{row.support_backend or 'the kernel generator'} would also take {row.label} "
-                         f"({row.ms:.3g} ms, {row.support_why}), left out below as at roofline: "
+            some = len(row.supported_members) < len(row.members)
+            what = (f": {len(row.supported_members)} of its {len(row.members)} families "
+                    f"({', '.join(row.supported_members)}; {row.support_why})" if some
+                    else f" ({row.ms:.3g} ms, {row.support_why})")
+            lines.append(f"{row.support_backend or 'the kernel generator'} would also take {row.label}{what}, "
+                         "left out below as at roofline: "
                          f"--roofline 1 lists it")
     return lines
 
