@@ -13,10 +13,13 @@ here; nothing is recorded or estimated.
 
     python benchmarks/kernels_templates.py [--regions A,B] [--out DIR]      # on a CUDA machine
     python benchmarks/kernels_templates.py --prebuild --arch SPEC --cache DIR  # CPU: fill the build cache
+    python benchmarks/kernels_templates.py --prebuild --carved-only --prepare-dir CARVE --arch SPEC --cache DIR
 
 ``--prebuild`` compiles every variant of the benchmark's and the GPU tests' regions for ``--arch`` into a build cache,
 so a GPU machine with the same nvcc
-spends its time scoring rather than compiling. It needs nvcc, not a GPU.
+spends its time scoring rather than compiling. It needs nvcc, not a GPU. With ``--carved-only``, only the regions
+of a ``prepare --plugin`` directory, every variant: what ``ytk autoloop`` will build for that model (a carve at the
+model's full size on a CPU host, e.g. ``benchmarks/zoo.py --size 4x1088x1920 --stop-after carve``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -62,37 +66,47 @@ def _request(root: Path, name: str, gpu: str, cfg: dict[str, str] | None = None)
                             plugin_name=name)
 
 
-def carved_requests(prep: Path, gpu: str) -> list[KernelGenRequest]:
+def carved_requests(prep: Path, gpu: str, all_variants: bool = False) -> list[KernelGenRequest]:
     """One request per region of a real ``prepare --plugin`` directory (its candidates.json)."""
     from ytk_hookspecs.models import CandidatesFile
 
     cands = CandidatesFile.read(prep / "candidates.json").candidates
     # Four variants each: this run checks the real flow (dynamic-shape .pt2, captured inputs, the final
-    # bundle build), not speed; the carve is small.
-    return [KernelGenRequest(reference=prep / c.files.pt2, gpu=gpu,
-                             config={"deployment_target": "tensorrt", "max_variants": "4", "allow_slower": "1"},
+    # bundle build), not speed; the carve is small. ``all_variants``: every variant, as an autoloop's job builds
+    config = {"deployment_target": "tensorrt"} if all_variants else \
+        {"deployment_target": "tensorrt", "max_variants": "4", "allow_slower": "1"}
+    return [KernelGenRequest(reference=prep / c.files.pt2, gpu=gpu, config=config,
                              output=prep / "sources" / f"{c.name}.module_source.py", candidate=c, prepare_dir=prep,
                              plugin_name=c.name) for c in cands if c.files.pt2]
 
 
-def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) -> None:
-    """Compile every variant of the benchmark's and the GPU tests' regions (and a carve's, if given)."""
-    from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_DWLN_REGIONS, GPU_LITEMLA_REGIONS,
-                                    GPU_PW_REGIONS, GPU_SE_REGIONS, dw_fixture, dwln_fixture, litemla_fixture,
-                                    pw_fixture, se_fixture)
-
-    from ytk_backend_templates.generate import JobPlan, build_job, check_final_build, plan_job
+def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None, carved_only: bool = False) -> None:
+    """Compile every variant of the benchmark's and the GPU tests' regions (and a carve's, if given).
+    ``carved_only``: only the carve's, every variant of each (what an autoloop on that model builds)."""
+    from ytk_backend_templates.generate import JobPlan, plan_job
 
     arch = ArchSpec.parse(arch_spec)
-    reqs: list[KernelGenRequest] = [_request(root / "bench", n, "any") for n in all_names()]
-    carved = carved_requests(prep, "any") if prep else []
+    reqs: list[KernelGenRequest] = [] if carved_only else [_request(root / "bench", n, "any") for n in all_names()]
+    carved = carved_requests(prep, "any", all_variants=carved_only) if prep else []
     def test_request(fixture: tuple, name: str, maxv: int = 0) -> KernelGenRequest:  # type: ignore[type-arg]
         pt2, cand = fixture
         return KernelGenRequest(reference=pt2, gpu="any", config={"deployment_target": "tensorrt",
                                 **({"max_variants": str(maxv)} if maxv else {})},
                                 output=root / "x.module_source.py", candidate=cand, plugin_name=name)
 
-    t = root / "tests"
+    if not carved_only:
+        reqs += _test_requests(root / "tests", test_request)
+    plans = [p for p in (plan_job(r, sm=arch.sm) for r in reqs + carved) if isinstance(p, JobPlan)]
+    return _prebuild_plans(plans, {r.plugin_name for r in carved}, arch, cache, root, prep)
+
+
+def _test_requests(t: Path, test_request: Any) -> list[KernelGenRequest]:
+    """The GPU tests' regions (tests/backends/templates fixtures), as prebuild requests."""
+    from templates_fixtures import (GPU_DW_REGIONS, GPU_DW_RESIDUAL_REGIONS, GPU_DWLN_REGIONS, GPU_LITEMLA_REGIONS,
+                                    GPU_PW_REGIONS, GPU_SE_REGIONS, dw_fixture, dwln_fixture, litemla_fixture,
+                                    pw_fixture, se_fixture)
+
+    reqs: list[KernelGenRequest] = []
     reqs += [test_request(dw_fixture(t, name, k, s, act, shapes, bias=bias), name, maxv)
              for name, k, s, act, _c, bias, shapes, maxv in GPU_DW_REGIONS]
     reqs += [test_request(dw_fixture(t, name, k, 1, act, shapes, residual="after"), name)
@@ -106,8 +120,14 @@ def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) 
     reqs += [test_request(dwln_fixture(t, name, k, s, shapes, bias=bias, closed=closed, native=native,
                                        dynamic=dynamic), name)
              for name, k, s, closed, bias, native, dynamic, shapes in GPU_DWLN_REGIONS]
-    plans = [p for p in (plan_job(r, sm=arch.sm) for r in reqs + carved) if isinstance(p, JobPlan)]
-    carved_names = {r.plugin_name for r in carved}
+    return reqs
+
+
+def _prebuild_plans(plans: list[Any], carved_names: set[str], arch: ArchSpec, cache: Path, root: Path,
+                    prep: Path | None) -> None:
+    """Compile every plan's variants into ``cache`` (and a carved region's final check builds)."""
+    from ytk_backend_templates.generate import build_job, check_final_build
+
     done: set[str] = set()
     t0 = time.perf_counter()
     for p in plans:
@@ -117,7 +137,7 @@ def prebuild(arch_spec: str, cache: Path, root: Path, prep: Path | None = None) 
         done.add(key)
         print(f"prebuild {p.name}: {len(p.variants)} variants", file=sys.stderr, flush=True)
         build_job(p, arch, root / "build" / p.name, cache)
-        if p.name in carved_names and p.graph_pt2.is_relative_to(prep):  # type: ignore[arg-type]
+        if prep is not None and p.name in carved_names and p.graph_pt2.is_relative_to(prep):
             for v in p.variants:  # the carve's runs keep the final check build: cache every candidate's
                 check_final_build(v, p.meta, arch, root / "build" / p.name, cache)
     print(f"prebuild done in {time.perf_counter() - t0:.0f} s -> {cache}", file=sys.stderr)
@@ -216,6 +236,8 @@ def main() -> int:
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--arch", default="x86_64-sm90-linux-cu130-trt10")
     ap.add_argument("--cache", type=Path, default=None)
+    ap.add_argument("--carved-only", action="store_true",
+                    help="--prebuild: only the --prepare-dir carve's regions, every variant (what an autoloop builds)")
     ap.add_argument("--prepare-dir", type=Path, default=None,
                     help="score the regions of this `prepare --plugin` directory instead of the worked example's")
     a = ap.parse_args()
@@ -223,7 +245,7 @@ def main() -> int:
 
     root = a.workdir or Path(tempfile.mkdtemp(prefix="ytk-kbench-"))
     if a.prebuild:
-        prebuild(a.arch, a.cache or root / "cache", root, a.prepare_dir)
+        prebuild(a.arch, a.cache or root / "cache", root, a.prepare_dir, carved_only=a.carved_only)
         return 0
     a.out.mkdir(parents=True, exist_ok=True)
     rows = run([n for n in a.regions.split(",") if n], root, a.out, a.prepare_dir)
