@@ -220,8 +220,9 @@ def _scalar(name: str, consts: dict[str, torch.Tensor]) -> float | None:
 
 def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas: dict[str, torch.Tensor],
                     outputs: list[str], opset: int) -> tuple[list[Layer], int]:
-    """Fuse ``MatMul(a, b) -> [Mul|Div by a constant scalar] -> [Add mask | Where(cond, -inf)] -> Softmax(last
-    axis) -> MatMul(., v)`` into one attention layer (``YtkAttention``), as TensorRT fuses it: run op by op, the
+    """Fuse ``MatMul(a, b) -> [Mul|Div by a constant scalar] -> [Add mask | Where(cond, -inf)] -> [Reshape to
+    [groups, windows, ...] -> Add window mask -> Reshape back] -> Softmax(last axis) -> MatMul(., v)`` into one
+    attention layer (``YtkAttention``), as TensorRT fuses it: run op by op, the
     scores tensor ([..., L, S]) is written and read three times, which on a ViT at 8160 tokens made the engine 9x slower
     than torch (docs/benchmarks.md). Only a chain whose intermediates nothing else reads is fused; the
     fused layer keeps every ONNX node's name, so per-layer time still maps back to the model."""
@@ -268,6 +269,23 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
             continue
         chain, mask, scale, mask_mode = [sm], None, 1.0, "add"
         cur = only(sm.node.inputs[0])
+        window, wmask = 0, None
+        if cur is not None and cur.node.op_type == "Reshape" and len(scores) == 4:
+            # a windowed attention's per-window mask (Swin's shifted windows): the scores viewed
+            # [groups, windows, heads, L, S], a mask added that broadcasts over that view, viewed back
+            view_add = only(cur.node.inputs[0])
+            if view_add is None or view_add.node.op_type != "Add":
+                continue
+            ins, view = view_add.node.inputs, shape(view_add.node.outputs[0])
+            into = [i for i in (0, 1) if (p := only(ins[i])) is not None and p.node.op_type == "Reshape"
+                    and shape(ins[i]) == view and shape(p.node.inputs[0]) == scores]
+            if view is None or len(view) != 5 or view[2:] != scores[1:] or view[0] * view[1] != scores[0] \
+                    or len(into) != 1 or not broadcasts(shape(ins[1 - into[0]]), view):
+                continue
+            view_in = only(ins[into[0]])
+            chain += [cur, view_add, view_in]  # type: ignore[list-item]
+            window, wmask = view[1], ins[1 - into[0]]
+            cur = only(view_in.node.inputs[0])  # type: ignore[union-attr]
         if cur is not None and cur.node.op_type == "Add":
             ins = cur.node.inputs
             mm_side = scores_side(ins, (0, 1), scores)
@@ -285,6 +303,8 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
             mm_side = scores_side(ins, (1, 2), scores)
             if len(fill) != 1 or mm_side != [3 - fill[0]] or len(scores) > 4 \
                     or not broadcasts(bool_shape(ins[0]), scores):
+                continue
+            if window:  # a boolean mask and a per-window additive one: left op by op (never seen)
                 continue
             chain.append(cur)
             mask, mask_mode, cur = ins[0], "fill_true" if fill[0] == 1 else "fill_false", only(ins[mm_side[0]])
@@ -306,14 +326,16 @@ def _fuse_attention(layers: list[Layer], consts: dict[str, torch.Tensor], metas:
         sa, sb, sv = shape(a), shape(b), shape(v)
         if sa is None or sb is None or sv is None or not len(sa) == len(sb) == len(sv) == len(scores) or \
                 any(n in consts for n in (a, b, v)) or not (sa[:-2] == sb[:-2] == sv[:-2]) or \
-                sa[-1] != sb[-2] or sb[-1] != sv[-2] or (mask is not None and len(sa) not in (3, 4)):
+                sa[-1] != sb[-2] or sb[-1] != sv[-2] or (mask is not None and len(sa) not in (3, 4)) or \
+                (window and len(sa) != 4):
             continue
         chain.append(cur)
         if any(p.name in fused or p.name in drop for p in chain):  # a chain inside another's (never seen)
             continue
         parts = list(reversed(chain)) + [m2]
-        node = Node(m2.node.name, "YtkAttention", "", [a, b, v] + ([mask] if mask else []), list(m2.node.outputs),
-                    {"scale": scale, "mask_mode": mask_mode})
+        masks = [mask or "", wmask] if wmask else [mask] if mask else []
+        node = Node(m2.node.name, "YtkAttention", "", [a, b, v, *masks], list(m2.node.outputs),
+                    {"scale": scale, "mask_mode": mask_mode, **({"windows": window} if window else {})})
         fused[m2.name] = Layer(" + ".join(p.name for p in parts), OPS["YtkAttention"].layer_type,
                                [n for p in parts for n in p.onnx_nodes], node)
         drop.update(p.name for p in chain)

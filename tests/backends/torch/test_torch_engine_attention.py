@@ -168,3 +168,84 @@ def test_the_masked_fill_attention_on_the_gpu_in_fp16(tmp_path, keep_side):  # t
     ref = ort_run(p, f)[0]
     assert prog.plan.stats["attention_fused"] == 1
     assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
+
+
+def window_chain(bias: str, per_group: bool):  # type: ignore[no-untyped-def]
+    """Swin's shifted-window attention as timm writes it (fused_attn off) and the exporter spells it: the scores
+    of [groups * windows, heads, L, L], plus a relative-position bias (``bias``: const [1, H, L, L], none), viewed
+    [groups, windows, heads, L, L] to add the per-window mask ([1, windows, 1, L, L]; ``per_group``: a runtime
+    [groups, windows, 1, L, L] one), viewed back, softmax, times v."""
+    G, W, H, L, d = 2, 3, 2, 5, 4
+    inputs = {"q": ([G * W, H, L, d], F32), "kt": ([G * W, H, d, L], F32), "v": ([G * W, H, L, d], F32)}
+    inits: dict[str, np.ndarray] = {"c": np.array(0.5, np.float32),
+                                    "to5": np.array([-1, W, H, L, L], np.int64),
+                                    "to4": np.array([-1, H, L, L], np.int64)}
+    rng = np.random.default_rng(5)
+    wmask = np.where(rng.random((1, W, 1, L, L)) < 0.3, -100.0, 0.0).astype(np.float32)
+    if per_group:
+        inputs["wm"] = ([G, W, 1, L, L], F32)
+    else:
+        inits["wm"] = wmask
+    nodes = [h.make_node("MatMul", ["q", "kt"], ["s0"], name="node_MatMul_1"),
+             h.make_node("Mul", ["s0", "c"], ["s1"], name="node_Mul_2")]
+    cur = "s1"
+    if bias == "const":
+        inits["bias"] = rand(1, H, L, L, seed=11)
+        nodes.append(h.make_node("Add", [cur, "bias"], ["s2"], name="node_Add_3"))
+        cur = "s2"
+    nodes += [h.make_node("Reshape", [cur, "to5"], ["s5"], name="node_view_4"),
+              h.make_node("Add", ["s5", "wm"], ["s6"], name="node_Add_5"),
+              h.make_node("Reshape", ["s6", "to4"], ["s7"], name="node_view_6"),
+              h.make_node("Softmax", ["s7"], ["p"], name="node_Softmax_7", axis=-1),
+              h.make_node("MatMul", ["p", "v"], ["y"], name="node_MatMul_8")]
+    return make_model(nodes, inputs, ["y"], inits)
+
+
+@pytest.mark.parametrize("bias,per_group", [("const", False), ("none", False), ("const", True)])
+def test_a_shifted_window_mask_between_two_views_is_fused(tmp_path, bias, per_group):  # type: ignore[no-untyped-def]
+    """Swin's shifted windows add their mask to the scores viewed [groups, windows, heads, L, L]: the two Reshapes
+    kept every such block's attention op by op. Fused now, with or without the relative-position bias, the mask
+    shared by every group or given per group; against onnxruntime, and through a saved plan."""
+    m = window_chain(bias, per_group)
+    p = save(m, tmp_path / "sw.onnx")
+    f = feeds(m)
+    if per_group:
+        f["wm"] = np.where(np.random.default_rng(6).random((2, 3, 1, 5, 5)) < 0.3, -100.0, 0.0).astype(np.float32)
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert prog.plan.stats["attention_fused"] == 1
+    assert [s.type for s in prog.steps if s.type not in ("Reformat",)] == ["Attention"]
+    fused = next(s for s in prog.steps if s.type == "Attention")
+    assert set(fused.onnx_nodes) == {n.name for n in m.graph.node}
+    save_plan(tmp_path / "e.plan", prog.plan, *build_plan(p, "fp32", [])[1:])
+    again = Program(*load_plan(tmp_path / "e.plan"), "cpu")
+    with torch.inference_mode():
+        out = again(again.prepare_inputs([f[t.name] for t in again.plan.inputs]))
+    np.testing.assert_array_equal(got[0], out[0].numpy())
+
+
+def test_a_view_that_does_not_split_the_rows_into_windows_stays_op_by_op(tmp_path):  # type: ignore[no-untyped-def]
+    """A 5-D view that splits the heads, not the rows, is no window mask: left op by op, exact."""
+    m = window_chain("none", False)
+    for t in m.graph.initializer:
+        if t.name == "to5":
+            t.CopyFrom(h.make_tensor("to5", TensorProto.INT64, [5], [6, 2, 1, 5, 5]))
+        if t.name == "wm":
+            t.CopyFrom(h.make_tensor("wm", F32, [1, 2, 1, 5, 5], rand(1, 2, 1, 5, 5, seed=4).ravel().tolist()))
+    p = save(m, tmp_path / "sw.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert prog.plan.stats["attention_fused"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias", ["const", "none"])
+def test_the_shifted_window_attention_on_the_gpu_in_fp16(tmp_path, bias):  # type: ignore[no-untyped-def]
+    m = window_chain(bias, False)
+    p = save(m, tmp_path / "sw.onnx")
+    f = feeds(m)
+    got, prog = engine_run(p, f, "fp16", "cuda")
+    ref = ort_run(p, f)[0]
+    assert prog.plan.stats["attention_fused"] == 1
+    assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))

@@ -282,6 +282,9 @@ def _attention(ctx: NodeCtx) -> Runtime:
     scale = float(ctx.attr("scale"))
     r = ctx.rank(0)
     masked = ctx.has(3)
+    windows = int(ctx.attr("windows", 0))
+    if windows:
+        return _windowed_attention(ctx, scale, windows)
     # add: a float mask added to the scores; fill_true / fill_false: a boolean condition whose True / False
     # positions a Where filled with -inf (sdpa's boolean mask names the positions that attend)
     mode = ctx.attr("mask_mode", "add")
@@ -303,3 +306,42 @@ def _attention(ctx: NodeCtx) -> Runtime:
     if masked:
         return run
     return lambda a, b, v, *_: run(a, b, v)
+
+
+def _windowed_attention(ctx: NodeCtx, scale: float, windows: int) -> Runtime:
+    """Attention over ``[groups * windows, heads, L, d]`` with a per-window additive mask (input 4, broadcast over
+    ``[groups, windows, heads, L, S]``) on top of the usual one (input 3, maybe absent): Swin's shifted windows.
+    When neither mask varies with the group, the windows are folded into the heads (``[groups, windows * heads,
+    L, d]``) so that one ``[1, windows * heads, L, S]`` mask serves every group; otherwise the mask is expanded to
+    the scores' shape."""
+    if ctx.attr("mask_mode", "add") != "add":
+        raise ctx.error("a per-window mask (windows=...) is additive: mask_mode must be add")
+    if ctx.rank(0) != 4:
+        raise ctx.error(f"a per-window mask needs rank-4 attention inputs, not rank {ctx.rank(0)}")
+    rows, heads, length = ctx.shape(0)[:3]
+    if rows % windows:
+        raise ctx.error(f"windows={windows} does not divide the {rows} rows of the attention")
+    groups, keys = rows // windows, ctx.shape(1)[-1]
+    view = (groups, windows, heads, length, keys)
+
+    def run(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+            wmask: torch.Tensor) -> torch.Tensor:
+        k = b.transpose(-1, -2).contiguous()
+        w5 = wmask.reshape((1,) * (5 - wmask.dim()) + tuple(wmask.shape))
+        m5 = w5
+        if mask is not None:
+            m4 = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+            if m4.shape[0] != 1:  # a mask per row: split its rows into (groups, windows)
+                m4 = m4.expand(rows, *m4.shape[1:])
+                m5 = w5 + m4.reshape(groups, windows, *m4.shape[1:])
+            else:
+                m5 = w5 + m4.unsqueeze(0)
+        if m5.shape[0] == 1:
+            fold = m5.expand(1, windows, heads, length, keys).reshape(1, windows * heads, length, keys)
+            q4, k4, v4 = (t.reshape(groups, windows * heads, *t.shape[-2:]) for t in (a, k, v))
+            y = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=fold, scale=scale)
+            return y.reshape(rows, heads, *y.shape[-2:])
+        full = m5.expand(view).reshape(rows, heads, length, keys)
+        return F.scaled_dot_product_attention(a, k, v, attn_mask=full, scale=scale)
+
+    return run
