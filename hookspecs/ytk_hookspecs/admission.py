@@ -468,8 +468,9 @@ def low_precision(program: Any, precision: str) -> Any:
 def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precision: str,
                             device: Any, dtypes: list[str]) -> tuple[list[Any], list[Any], str]:
     """For one case: the fp32 references (TF32 off) on the inputs as the engine feeds them, per-element
-    tolerances by :data:`BUDGET`, and why the case is unfair ('' when it is not): the region's own ops overflow
-    at the engine precision on these inputs. All on ``device``, where :func:`check_case` compares them.
+    tolerances by :data:`BUDGET`, and why the case is unfair ('' when it is not): the region's own ops are not
+    finite at the engine precision on these inputs (an overflow, or a 0/0), or not even in fp32. All on
+    ``device``, where :func:`check_case` compares them.
 
     ``dtypes`` are the dtypes the plugin's contract declares for its inputs (``meta.inputs[i].dtype``): at fp16
     an input declared ``float16`` is rounded to fp16 before the reference sees it, as the engine feeds it, and
@@ -496,8 +497,13 @@ def reference_and_tolerance(program: Any, low: Any, logical: list[Any], precisio
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
     e = _engine_precision_error(program, low, dev, ref, precision)
     overflow = ""
-    if not all(math.isfinite(v) for v in e) or not all(bool(torch.isfinite(r).all()) for r in ref):
-        overflow = f"skipped: the region's own ops overflow at {precision} on these inputs"
+    if not all(bool(torch.isfinite(r).all()) for r in ref):
+        overflow = "skipped: the region's own ops are not finite on these inputs, even in fp32"
+    elif not all(math.isfinite(v) for v in e):
+        # an overflow, or a 0/0 where the precision rounds a small epsilon to zero (LiteMLA's 1e-15 at fp16,
+        # on a query row that ReLU zeroes whole)
+        overflow = f"skipped: the region's own ops give inf or NaN at {precision} on these inputs (fp32 is finite)"
+    if overflow:
         e = [v if math.isfinite(v) else 0.0 for v in e]
     rel, ab = BUDGET[precision]
     tols = []

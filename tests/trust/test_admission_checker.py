@@ -195,3 +195,35 @@ def test_the_fingerprint_is_exact_whatever_its_slices_and_sees_order(monkeypatch
     bumped = t.contiguous().clone()
     bumped.view(torch.int16).view(-1)[100] += 1
     assert admission._fingerprint(bumped) != whole
+
+
+class _Normalised(torch.nn.Module):
+    """LiteMLA's division: ``relu(x) / (sum relu(x) + 1e-15)`` per row; a row that ReLU zeroes whole is 0/0 at fp16,
+    where the epsilon rounds to zero, and 0 in fp32."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = torch.relu(x)
+        return r / (r.sum(-1, keepdim=True) + 1e-15)
+
+
+class _Log(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(x)
+
+
+def test_a_case_the_regions_own_ops_cannot_compute_says_why() -> None:
+    """A case is skipped when the region's own ops are not finite on it; the reason told "overflow" for a LiteMLA
+    whose fp16 0/0 came from a rounded epsilon, and for a region not finite even in fp32."""
+    from ytk_hookspecs.admission import low_precision, reference_and_tolerance
+
+    x = torch.randn(4, 16)
+    x[1] = -x[1].abs()  # a row that ReLU zeroes whole
+    program = _Normalised()
+    _, _, why = reference_and_tolerance(program, low_precision(program, "fp16"), [x], "fp16", CPU, ["float16"])
+    assert why == "skipped: the region's own ops give inf or NaN at fp16 on these inputs (fp32 is finite)"
+    _, _, why = reference_and_tolerance(program, low_precision(program, "fp16"), [x.abs() + 0.1], "fp16", CPU,
+                                        ["float16"])
+    assert why == ""
+    program = _Log()
+    _, _, why = reference_and_tolerance(program, low_precision(program, "fp16"), [x], "fp16", CPU, ["float16"])
+    assert why == "skipped: the region's own ops are not finite on these inputs, even in fp32"

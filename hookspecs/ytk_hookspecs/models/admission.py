@@ -27,7 +27,7 @@ class AdmissionCaseRecord(BaseModel):
     max_rel_err: float = 0.0
     budget_used: float = Field(0.0, description="max |out - ref| / tolerance over the case (<= 1 passes)")
     problems: list[str] = Field(default_factory=list)
-    skipped: str = Field("", description="why a drawn case was not run (the region's own ops overflow on it)")
+    skipped: str = Field("", description="why a drawn case was not run (the region's own ops are not finite on it)")
 
 
 class AdmissionRecord(Versioned):
