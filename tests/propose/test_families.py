@@ -65,6 +65,14 @@ def test_names():
     assert family_name("conv", "ConvNormAct", {"k": [1, 1], "stride": [1, 1], "C": 128, "Cout": 512}) == \
         "Conv1x1s1C128to512"
     assert unique(["A", "A", "B"], ["H34W60", "H68W120", ""]) == ["AH34W60", "AH68W120", "B"]
+    # a depthwise conv with a channel multiplier (FastViT's downsample: [2C, 1, k, k]) says its output channels,
+    # and a Conv1d is not read as a 3x3 conv
+    mult = {**sig, "Cout": 128}
+    assert family_name("depthwise_conv", "ConvNormAct", mult) == "DwConv3x3s2C64to128"
+    assert family_label("depthwise_conv", "ConvNormAct", mult) == "depthwise 3x3 s2  (C=64->128)"
+    c1 = {"k": [3], "stride": [1], "dilation": [1], "C": 32, "Cout": 32}
+    assert family_label("conv", "Conv1d", c1) == "1-D conv 3 s1  (C=32->32)"
+    assert family_label("depthwise_conv", "Conv1d", {**c1, "groups": 32}) == "1-D depthwise 3 s1  (C=32)"
 
 
 def test_unique_adds_a_shape_suffix_once_and_only_where_it_tells_names_apart():
@@ -90,7 +98,8 @@ def test_op_of_inverts_the_derived_names():
     gw = {"k": [1, 1], "stride": [1, 1], "C": 384, "Cout": 384, "groups": 24}
     cases = [("depthwise_conv", "ConvNormAct", dw), ("conv", "ConvNormAct", pw), ("grouped_conv", "Conv2d", gw),
              ("gemm", "Linear", {"K": 64, "N": 32}), ("attention", "LiteMLA", {"C": 384}),
-             ("depthwise_conv", "ConvNormAct", {**dw, "dilation": [2, 2]})]
+             ("depthwise_conv", "ConvNormAct", {**dw, "dilation": [2, 2]}),
+             ("depthwise_conv", "ConvNormAct", {**dw, "Cout": 512})]
     for kind, cls, sig in cases:
         op = op_name(kind, cls, sig)
         assert op_of(family_name(kind, cls, sig)) == op_of(remainder_name(kind, cls, sig)) == op, (kind, op)

@@ -31,6 +31,7 @@ def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     dil = f" {_dil(sig)}" if _dil(sig) else ""
     dil += f" +{'+'.join(sig.get('extra_ops') or ())}" if tag else ""
     pre = "transposed " if sig.get("transpose") else ""
+    pre += {1: "1-D ", 3: "3-D "}.get(len(sig.get("k") or [0, 0]), "")  # a Conv1d's "conv 3 s1" read as a 3x3
     dil += {"Ln": " + LayerNorm", "LnNhwc": " + LayerNorm (NHWC out)"}.get(sig.get("norm") or "", "")
     if kind == "depthwise_conv":
         return f"{pre}depthwise {k} s{s}{dil}"
@@ -49,6 +50,8 @@ def channel_text(kind: str, sig: dict[str, Any]) -> str:
     if kind in ("conv", "grouped_conv"):
         g = f", g={sig['groups']}" if kind == "grouped_conv" else ""
         return f"C={sig.get('C')}->{sig.get('Cout')}{g}"
+    if kind == "depthwise_conv" and sig.get("Cout") not in (None, sig.get("C")):  # a channel multiplier
+        return f"C={sig.get('C')}->{sig.get('Cout')}"
     if kind == "gemm":
         return f"K={sig.get('K')}, N={sig.get('N')}"
     if kind == "squeeze_excite":
@@ -112,6 +115,8 @@ def family_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
         return _ident(f"{base}K{sig.get('K')}N{sig.get('N')}")
     if kind == "squeeze_excite":
         return _ident(f"{base}C{sig.get('C')}R{sig.get('CR')}")
+    if kind == "depthwise_conv" and sig.get("Cout") not in (None, sig.get("C")):  # a channel multiplier
+        return _ident(f"{base}C{sig.get('C')}to{sig.get('Cout')}")
     return _ident(f"{base}C{sig.get('C')}")
 
 
