@@ -127,6 +127,22 @@ def test_templates_check_every_shape_family_s_channels_before_the_carve():
     assert not dw.supported and "42 channels" in dw.why
 
 
+def test_a_depthwise_conv_with_a_channel_multiplier_is_refused_before_the_carve_as_after():
+    """A new user's nn.Conv2d(32, 64, 3, stride=2, groups=32) (FastViT's downsample too) was 'likely' in propose
+    and counted among what the templates would take, then refused for certain at --dry-run: "a grouped
+    (groups=32) 3x3 conv ... templates cover depthwise kxk and 1x1 convs". One rule and one wording now."""
+    from ytk_backend_templates.recognise import not_depthwise_refusal
+
+    mult = _templates(SupportRequest(sketch=RegionSketch(kind="depthwise_conv", kernel=[3, 3], stride=[2, 2],
+                                                         pads=[1, 1, 1, 1], groups=32, channels_in=32,
+                                                         channels_out=64, channels=[(32, 64)],
+                                                         onnx_ops={"Conv": 1})))
+    assert not mult.supported
+    assert mult.why == not_depthwise_refusal(32, 32, [64, 1, 3, 3]) == (
+        "a grouped (groups=32) 3x3 conv (input channels 32, weight [64, 1, 3, 3]): templates cover depthwise kxk "
+        "and 1x1 convs")
+
+
 def test_dry_run_needs_no_output_and_an_unanswered_question_is_not_a_refusal(monkeypatch, tmp_path):
     """--dry-run writes nothing, so it needs no -o; a generator that fails to answer is reported as such
     (not as "would refuse ... not certain"), exit 3; compile without --dry-run still needs -o."""

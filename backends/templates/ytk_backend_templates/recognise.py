@@ -295,10 +295,7 @@ def _depthwise_geometry(g: RegionGraph, conv: OpNode) -> tuple[dict[str, Any], i
     c = xshape[1]
     groups = _groups(g, a, c, wshape[0])
     if not (groups == c and wshape[0] == c and wshape[1] == 1):
-        # the same words as the answer before the carve (supports._from_sketch), with the program's numbers
-        form = "dense" if groups == 1 else f"grouped (groups={groups})"
-        raise UnsupportedRegion(f"a {form} {wshape[2]}x{wshape[3]} conv (input channels {c}, weight {list(wshape)}): "
-                                "templates cover depthwise kxk and 1x1 convs")
+        raise UnsupportedRegion(not_depthwise_refusal(groups, c, list(wshape)))
     kh, kw = wshape[2], wshape[3]
     sh, sw = _pair(a["stride"], 1)
     ph, pw = _pair(a["padding"], 0)
@@ -323,6 +320,15 @@ def pointwise_channels_refusal(c: int, co: int, groups: int) -> str | None:
     if groups > 1 and c % groups == 0 and co % groups == 0 and ((c // groups) % 8 or (co // groups) % 8):
         return f"{c // groups} -> {co // groups} channels per group: templates need multiples of 8"
     return None
+
+
+def not_depthwise_refusal(groups: int, c: int, wshape: list[int]) -> str:
+    """The refusal of a kxk conv that is not depthwise with one output per channel (dense, grouped, or
+    depthwise with a channel multiplier: FastViT's ``[2C, 1, k, k]``). Also propose's answer before the carve
+    (supports.py), with the sketch's numbers: one rule, one wording."""
+    form = "dense" if groups == 1 else f"grouped (groups={groups})"
+    return (f"a {form} {'x'.join(map(str, wshape[2:]))} conv (input channels {c}, weight {wshape}): templates cover "
+            "depthwise kxk and 1x1 convs")
 
 
 def kHWC8_refusal(channels: int) -> str:

@@ -75,7 +75,7 @@ def _describe(region: object) -> str:
 
 
 def _from_sketch(s: RegionSketch) -> SupportAnswer:
-    from .recognise import kHWC8_refusal, pointwise_channels_refusal
+    from .recognise import kHWC8_refusal, not_depthwise_refusal, pointwise_channels_refusal
 
     def no(why: str) -> SupportAnswer:
         return SupportAnswer(supported=False, backend=NAME, why=why)
@@ -96,6 +96,9 @@ def _from_sketch(s: RegionSketch) -> SupportAnswer:
         if s.pads and any(p != k[0] // 2 for p in s.pads):
             return no(f"padding {s.pads}: templates cover 'same' padding k//2 (the carve moves a symmetric pad "
                       "into the conv, an asymmetric one stays)")
+        for c, co in _pairs(s):  # a channel multiplier (FastViT's [2C, 1, k, k]) is no depthwise template's
+            if isinstance(c, int) and isinstance(co, int) and co != c:
+                return no(not_depthwise_refusal(s.groups if isinstance(s.groups, int) else c, c, [co, 1, *k]))
         odd = _odd_channels(s)
         if odd:
             return no(kHWC8_refusal(odd[0]))
