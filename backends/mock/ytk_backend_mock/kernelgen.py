@@ -39,7 +39,9 @@ def _sm(request: KernelGenRequest) -> int:
 
 def region_kind(cand: Candidate) -> str:
     ops = " ".join(cand.op_inventory).lower()
-    if "matmul" in ops or "bmm" in ops:
+    # a fused attention op (F.scaled_dot_product_attention as traced, its flash / efficient spellings) is
+    # attention too, not "a region without attention matmuls"
+    if "matmul" in ops or "bmm" in ops or "attention" in ops:
         return "attention"
     if "conv" in ops:
         return "conv"

@@ -136,3 +136,13 @@ def test_reoptimization_that_cannot_beat_the_plugged_kernel_fails(cand, tmp_path
     assert res.status == "failed" and "not faster than the bar" in res.message
     fast_bar = req.model_copy(update={"reoptimize": Reoptimization(ms_to_beat=1.0, kernel_ms_to_beat=mean * 2)})
     assert kernelgen.submit(fast_bar, ctx).status == "done"
+
+
+def test_a_fused_attention_op_is_priced_as_attention(cand):  # type: ignore[no-untyped-def]
+    """A carved nn.MultiheadAttention holds aten.scaled_dot_product_attention and no matmul: the mock said it
+    simulates "a region without convs or attention matmuls" and priced it as one, where propose calls it
+    attention."""
+    sdpa = cand.model_copy(update={"op_inventory": {"aten.view.default": 4,
+                                                    "aten.scaled_dot_product_attention.default": 1}})
+    assert kernelgen.region_kind(sdpa) == "attention"
+    assert kernelgen.region_kind(cand.model_copy(update={"op_inventory": {"aten.add.Tensor": 1}})) == "other"
