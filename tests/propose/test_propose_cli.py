@@ -126,9 +126,20 @@ def test_emit_prepare_writes_a_runnable_script(ytk, worked, tmp_path):
 def test_emit_prepare_with_nothing_to_carve_writes_nothing(ytk, worked, tmp_path):
     """Nothing worth a kernel is propose's answer, not bad input: the report prints, no script, exit 0."""
     script = tmp_path / "run_prepare.sh"
+    (tmp_path / "m.py").write_text("# stand-in\n")
     r = ytk(*_args(worked), "--model", tmp_path / "m.py", "--emit-prepare", script, "--min-ms", "1000")
     assert r.code == 0 and "no region to carve" in r.stderr and not script.exists()
     assert "(nothing)" in r.stdout
+
+
+def test_a_model_that_prepare_would_refuse_is_refused_now(ytk, worked, tmp_path):
+    """A new user passed --model base/model.onnx: propose wrote the script (exit 0), and only running it said
+    "is not a Python file". propose refuses it itself, as prepare would, and writes nothing."""
+    script = tmp_path / "run_prepare.sh"
+    for bad, words in ((worked / "model.onnx", "is not a Python file"), (tmp_path / "none.py", "does not exist")):
+        r = ytk(*_args(worked), "--model", bad, "--emit-prepare", script)
+        assert r.code == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not script.exists()
 
 
 def test_emit_prepare_reexports_the_size_prepare_recorded(ytk, small_base, tmp_path):

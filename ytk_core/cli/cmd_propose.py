@@ -68,6 +68,10 @@ def propose(
 
     if precision not in (None, "fp16", "fp32"):
         raise UsageError(f"--precision must be fp16 or fp32, not {precision!r}")
+    if model is not None:  # the emitted script runs prepare on it: refuse now what prepare would refuse then
+        from ..frontend.loader import check_model_path
+
+        check_model_path(model)
     from ..thresholds import Threshold
 
     min_t = Threshold.parse(min_ms, "--min-ms")
