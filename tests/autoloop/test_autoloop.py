@@ -61,6 +61,9 @@ def test_end_to_end(finished):
         assert (w / "report" / f).is_file()
     md = (w / "report" / "autoloop_report.md").read_text()
     assert "SIMULATED" in md and "## Rounds" in md and "| Implementation |" in md
+    # the result line is quoted on its own (a new user read it without the banner above it)
+    result = md.split("## Result")[1].split("\n## ")[0]
+    assert "x)** (SIMULATED) with " in result, result
     assert "![latency by round](latency.svg) ([PNG](latency.png))" in md
     svg = (w / "report" / "latency.svg").read_text()
     assert "<svg" in svg and "end-to-end latency, p50 (ms)" in svg and "SIMULATED" in svg
@@ -119,6 +122,10 @@ def test_rerun_of_a_finished_loop_does_no_work(finished):
     # the verdict too, saying what a pass of the simulated plugins checks, and what a GPU's generator would take
     assert "->" in r.stdout and "(SIMULATED), numerics pass (of the carve and plumbing: " in r.stdout, r.stdout
     assert "; stopped: " in r.stdout
+    dropped = sum(1 for x in after.rounds for c in x.candidates if c.status == "dropped")
+    # the table's "(decide)" says where, the report why: the summary points there (the worked example drops some)
+    assert dropped and f"dropped: {dropped} candidate(s), each with its reason in the report's \"Dropped " \
+        "candidates\"" in r.stdout, r.stdout
     note = next(ln for ln in r.stdout.splitlines() if ln.startswith("note: the simulated generator plugged"))
     assert "on a GPU the automatic kernel generator (templates) would take " in note, note
     st = state(w)

@@ -324,7 +324,8 @@ def build_report(state: AutoloopState, workdir: Path, simulated: bool, host_timi
     if on_gpu:
         md += [f"> The simulated generator plugged every region; {on_gpu}.", ""]
     if base and best:
-        md += ["## Result", "", f"**{base.ms:.3f} ms -> {best.ms:.3f} ms ({speedup:.2f}x)** with "
+        md += ["## Result", "", f"**{base.ms:.3f} ms -> {best.ms:.3f} ms ({speedup:.2f}x)**"
+               f"{' (SIMULATED)' if simulated else ''} with "
                f"{len(kept)} plugin(s): {', '.join(p.name for p in kept) or 'none'}.", ""]
     if verify is not None:
         md += ["## Benchmark (verify)", "", _md_table(

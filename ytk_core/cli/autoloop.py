@@ -98,6 +98,10 @@ def autoloop(
                             for c in r.candidates if c.status == "kept") or "-",
                   ", ".join(dropped_label(c) for c in r.candidates if c.status == "dropped") or "-")
     stdout.print(t)
+    n_dropped = sum(1 for r in st.rounds for c in r.candidates if c.status == "dropped")
+    if n_dropped:  # "(decide)" alone tells a new user nothing: the report has each one's reason
+        stdout.print(f"dropped: {n_dropped} candidate(s), each with its reason in the report's \"Dropped "
+                     f"candidates\" table ({rep.report_md})", markup=False, highlight=False, soft_wrap=True)
     if rep.baseline_ms and rep.final_ms:
         numerics = "" if rep.verify is None else (", numerics pass" if rep.verify.passed else ", numerics FAIL")
         if numerics and simulated_generator(st):
