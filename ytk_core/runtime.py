@@ -38,6 +38,9 @@ class _RichTask:
         self._p, self._id, self._log, self._desc = progress, task_id, log, description
 
     def advance(self, n: float = 1) -> None:
+        from . import interrupts
+
+        interrupts.check()  # a Ctrl-C a finalizer swallowed stops the work at its next step
         if self._p is not None:
             self._p.advance(self._id, n)
 
@@ -58,6 +61,9 @@ class CoreStageContext(StageContext):
 
     @contextlib.contextmanager
     def progress(self, description: str, total: float | None = None) -> Iterator[_RichTask]:
+        from . import interrupts
+
+        interrupts.check()
         t0 = time.perf_counter()
         if stderr.is_terminal and CoreStageContext._live is None:
             with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -79,6 +85,7 @@ class CoreStageContext(StageContext):
         else:
             self.log.info(f"{description} ...")
             yield _RichTask(None, None, self.log, description)
+        interrupts.check()
         self.log.info(f"{description}: done", seconds=round(time.perf_counter() - t0, 2))
 
 

@@ -263,3 +263,48 @@ def test_a_misspelled_workers_key_in_ytk_toml_is_refused_with_the_known_ones(tmp
     cfg.write_text('[workers]\nkronos_token = "t"\ngaia_api_key = "k"\n')
     r = run_cli(*compile_)  # now past the config, to the missing ONNX
     assert r.code == 2 and "[workers]" not in r.stderr and "m.onnx" in r.stderr, r.stderr
+
+
+_SWALLOWS_CTRL_C = '''
+import os
+import signal
+
+import torch
+from torch import nn
+
+
+class _Finalizer:
+    def __del__(self):  # the Ctrl-C lands inside a finalizer, as it did in torch's during an export
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100000):
+            pass
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_fwd_args():
+    _Finalizer()
+    return (torch.randn(1, 3, 16, 16),)
+'''
+
+
+def test_a_ctrl_c_a_finalizer_swallows_still_stops_the_command(tmp_path):
+    """A new user's Ctrl-C landed in torch's StorageWeakRef.__del__: Python printed "Exception ignored in ...",
+    the autoloop ran on and exited 0. The interrupt is recorded, and the command stops at its next step with
+    the one line and exit 130 of any Ctrl-C."""
+    model = tmp_path / "model.py"
+    model.write_text(_SWALLOWS_CTRL_C)
+    r = run_cli("embedded", "prepare", model, "--onnx-out", tmp_path / "b" / "model.onnx", "--npz-out",
+                tmp_path / "b" / "model.npz", "--reference-out", tmp_path / "b" / "model.reference.npz")
+    assert "Exception ignored" in r.stderr  # the interrupt really was swallowed once
+    assert r.code == 130, (r.code, r.stderr[-2000:])
+    assert r.stderr.rstrip().splitlines()[-1] == "interrupted"
+    assert not (tmp_path / "b" / "model.onnx").exists()  # all-or-nothing: nothing half-written is left

@@ -45,8 +45,11 @@ class Workspace:
         return bundle_write_seconds() + self.save_s
 
     def advance(self, rnd: RoundRecord, stage: RoundStage) -> None:
+        from ..interrupts import check
+
         rnd.stage = stage
         self.save()
+        check()  # saved first: a Ctrl-C something swallowed stops here, and the rerun resumes at this stage
 
     def prune_captures(self, rnd: RoundRecord) -> int:
         """A finished round's carves, except the best engine's, lose their captured region inputs and

@@ -168,6 +168,15 @@ def _main(args: list[str]) -> int:
 
 
 def _run(args: list[str]) -> int:
+    from .. import interrupts
+
+    with interrupts.watching():
+        return _run_watched(args)
+
+
+def _run_watched(args: list[str]) -> int:
+    from .. import interrupts
+
     configure(0, "auto")
     from .. import runtime as rt_mod
 
@@ -181,6 +190,8 @@ def _run(args: list[str]) -> int:
             rv = cmd.main(args=args, prog_name="ytk", standalone_mode=False)
             if isinstance(rv, int) and not isinstance(rv, bool) and rv:
                 return _interrupted(args) if rv == 130 else _json_error(args, f"exit status {rv}", rv)
+            if interrupts.pending():  # a Ctrl-C something swallowed (a finalizer) and no checkpoint re-raised
+                return _interrupted(args)
         except click.exceptions.NoArgsIsHelpError as e:  # `ytk` or a group alone: its help, as click shows it
             stdout.print(e.format_message(), markup=False, highlight=False, soft_wrap=True)
             return 0
