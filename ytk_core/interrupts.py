@@ -5,12 +5,13 @@ inside a finalizer (a ``__del__`` of torch's storage references during an export
 ignored in ..." with a traceback and goes on, and the command ran to its end with exit 0 although the user
 asked it to stop. The handler installed here also records the interrupt; :func:`check`, called at every
 progress step and stage boundary, raises it again, and the CLI's exit says "interrupted" (130) whatever
-swallowed the first one.
+swallowed the first one, without the "Exception ignored" traceback.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,8 +46,16 @@ def watching() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, _on_sigint)
+    hook = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:  # the swallowed Ctrl-C is ours to report: no "Exception ignored" traceback
+        if not (_pending and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            hook(unraisable)
+
+    sys.unraisablehook = quiet
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
         _pending = False
