@@ -72,3 +72,13 @@ def gpu_label(arch_spec: str, kernelgen: str) -> str:
     except Exception:
         pass
     return "Orin" if spec.sm == 87 else (spec.gpu.name if spec.gpu else f"sm{spec.sm}")
+
+
+def off_target_note(device: str, arch: str | None, simulated: bool = False) -> str | None:
+    """The caveat of a real measurement taken on a CPU (the torch engine with ``device = "cpu"``) for a GPU
+    target: the bundle carries the target's arch spec, and its figures read like the target's. None when the
+    measurement is simulated or on a GPU."""
+    if simulated or not device.startswith("CPU"):
+        return None  # every arch spec names a GPU (sm): a CPU measurement is never the target's
+    return (f"measured on this machine's {device}, not on {f'{arch}' + chr(39) + 's' if arch else 'the target'} "
+            "GPU: these timings are the CPU's, good for checking numerics, not for judging what to plug")

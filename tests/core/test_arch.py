@@ -36,3 +36,14 @@ def test_x86_spec_fields():
 def test_malformed_specs_name_the_field(spec, field):
     with pytest.raises(ArchSpecError, match=field):
         ArchSpec.parse(spec)
+
+
+def test_a_cpu_measurement_for_a_gpu_target_is_said_to_be_the_cpus():
+    from ytk_core.target import off_target_note
+
+    orin = "arm64-sm87-dos6010-cu114-trt86"
+    note = off_target_note("CPU (x86_64)", orin)
+    assert note is not None and note.startswith(f"measured on this machine's CPU (x86_64), not on {orin}'s GPU")
+    assert "not on the target GPU" in (off_target_note("CPU (x86_64)", None) or "")
+    assert off_target_note("NVIDIA H100 80GB HBM3", orin) is None  # a GPU's figures: no caveat here
+    assert off_target_note("CPU (x86_64)", orin, simulated=True) is None  # SIMULATED says it already

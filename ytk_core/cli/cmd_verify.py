@@ -66,10 +66,14 @@ def render(rep, out) -> None:  # type: ignore[no-untyped-def]
         devices = sorted({r.device for r in sims})
         out.print(f"(simulated): SIMULATED figures from the engine's cost model on {', '.join(devices)}; "
                   "not a measurement", **p)
+    from ..target import off_target_note
+
     for r in rep.rows:
         if r.kind == "torch-host":
             out.print(f"{r.implementation}: this machine, not the target; ignore it when the two are different "
                       "hardware", **p)
+        elif (off := off_target_note(r.device, None, r.simulated)) is not None:
+            out.print(f"{r.implementation}: {off}", **p)
     if rep.host_note:
         out.print(f"note: {rep.host_note}", **p)
     devices = {r.implementation: (r.device, r.simulated) for r in rep.rows}

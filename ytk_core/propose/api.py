@@ -97,6 +97,11 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
     real = None
     if opts.kernelgen is not None and not opts.plugins:
         real = _ask_kernelgen(props, rows, opts.kernelgen, m.arch, m.precision, warnings)
+    from ..target import off_target_note
+
+    off = off_target_note(m.device, m.arch, m.simulated)
+    if off:
+        warnings.append(off)
     cand_ms = sum(p.ms for p in props if not p.already_plugged)
     plugged_ms = sum(p.ms for p in props if p.already_plugged)
     return ProposeReport(
