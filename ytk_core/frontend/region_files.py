@@ -39,15 +39,20 @@ def _check_every_site(sel: Selector, program: Any, site_inputs: list[list[Any]])
 
     from ..errors import UsageError
 
+    def shapes(ins: list[Any]) -> str:
+        return ", ".join("x".join(map(str, t.shape)) for t in ins if hasattr(t, "shape"))
+
     mod = program.module()
     for k, ins in enumerate(site_inputs[1:], start=1):
         try:
             with torch.no_grad():
                 mod(*ins)
         except Exception as e:  # a failed guard is an AssertionError; a shape error a RuntimeError
-            raise UsageError(f"selector {sel.text!r}: its region's program, exported once for all sites, does not run "
-                             f"at site {k} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); its sites need "
-                             "programs of their own: split the selector by shape (@where)") from None
+            detail = str(e).splitlines()[0][:160]
+            raise UsageError(f"selector {sel.text!r}: its sites differ in a size the region's program fixes (site 0 "
+                             f"takes {shapes(site_inputs[0])}, site {k} {shapes(ins)}), so one program cannot serve "
+                             "both; split the selector by shape (@where) so that each gets a program of its own "
+                             f"(torch.export: {type(e).__name__}: {detail})") from None
 
 
 def _atomic(path: Path, write: Any, suffix: str = ".tmp") -> None:
