@@ -553,6 +553,15 @@ def test_multihead_attention_without_weights_carves_at_batch_two(tmp_path):
     _engine_matches_reference(prep, tmp_path)
 
 
+def test_an_around_region_says_what_of_its_module_it_leaves_outside(tmp_path):
+    """A new user's TransformerEncoderLayer:around carved only the attention core under the layer's name, with no
+    word about the norms and projections left in the engine. The carve's note names them."""
+    _, blk = _carve_model(tmp_path, FAST_MHA_PY, "yasp::B=Block:around")
+    note = next((n for n in blk.notes if n.startswith(":around took the attention core of blocks.0")), None)
+    assert note is not None, blk.notes
+    assert "layer_norm" in note and "stay outside, in the engine" in note and "without :around" in note, note
+
+
 def test_a_canonical_rewrite_that_breaks_a_region_leaves_it_as_traced(zoo, tmp_path, monkeypatch):
     """The carve checks the canonical form against the model's captured outputs; where a rewrite made the region
     fail (to run or to match), the region is kept as traced, and its notes say so."""

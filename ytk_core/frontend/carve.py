@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ class SitePlan:
 class PluginPlan:
     sel: Selector
     sites: list[SitePlan]
+    notes: list[str] = field(default_factory=list)
 
 
 def carve_artifact_paths(prep_dir: Path, keep: set[str] | None = None) -> list[Path]:
@@ -144,8 +145,34 @@ def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: On
     plans = []
     for sel in sels:
         with _named_failures(sel):
-            plans.append(PluginPlan(sel=sel, sites=_plan_selector(sel, ctx, claimed)))
+            sites = _plan_selector(sel, ctx, claimed)
+            plans.append(PluginPlan(sel=sel, sites=sites, notes=_around_note(sel, sites[0], gi) if sites else []))
     return plans
+
+
+#: ops an :around region leaves outside that hold real work (not plumbing): named in its note
+_WORK_OPS = ("linear", "addmm", "mm", "conv", "layer_norm", "group_norm", "batch_norm", "native_layer_norm",
+             "gelu", "relu", "silu", "softmax", "dropout")
+
+
+def _around_note(sel: Selector, first: SitePlan, gi: GraphIndex) -> list[str]:
+    """What an :around region of a module leaves outside (its projections, norms, MLP): a new user selected
+    ``TransformerEncoderLayer:around`` and got the attention core under the layer's name, with no word."""
+    from .regions import op_name
+
+    if not sel.around or not first.site.module_path:
+        return []
+    inside = {n.name for n in first.site.nodes}
+    calls = [c for c in gi.calls_of(first.site.module_path) if inside & {n.name for n in c}]
+    left = [n for n in (calls[0] if calls else []) if n.op == "call_function" and n.name not in inside]
+    work = Counter(op_name(n).split(".")[0].lstrip("_") for n in left
+                   if any(op_name(n).split(".")[0].lstrip("_").startswith(w) for w in _WORK_OPS))
+    if not work:
+        return []
+    named = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in sorted(work.items()))
+    return [f":around took the attention core of {first.site.module_path} ({len(inside)} of its "
+            f"{len(inside) + len(left)} ops); {named} stay outside, in the engine. Select the module without "
+            ":around to carve all of it"]
 
 
 @contextmanager
@@ -514,7 +541,8 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                      ops_name=sel.ops_name or sel.kind, around=sel.around, lift=plan.sites[0].lift,  # type: ignore[arg-type]
                      input_roles=roles, sites=infos, op_inventory=_inventory(modules[0]),  # type: ignore[arg-type]
                      ops=merged_region_ops(modules, site_inputs),
-                     constant_axes=constant_axes, dynamic_dims=dynamic, files=files, notes=canon_notes + notes)
+                     constant_axes=constant_axes, dynamic_dims=dynamic, files=files,
+                     notes=plan.notes + canon_notes + notes)
     entry = PluginEntry(name=sel.name, namespace=sel.namespace, version="1", op_type=sel.name, selector=sel.text,
                         sites=len(plan.sites), site_nodes=[s.onnx_node for s in infos], kernelgen_input=files.pt2)
     return cand, entry, futures
