@@ -152,7 +152,7 @@ def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: On
 
 #: ops an :around region leaves outside that hold real work (not plumbing): named in its note
 _WORK_OPS = ("linear", "addmm", "mm", "conv", "layer_norm", "group_norm", "batch_norm", "native_layer_norm",
-             "gelu", "relu", "silu", "softmax", "dropout")
+             "native_batch_norm", "gelu", "relu", "silu", "softmax", "dropout")
 
 
 def _around_note(sel: Selector, first: SitePlan, gi: GraphIndex) -> list[str]:
