@@ -82,37 +82,6 @@ def test_a_squeeze_excite_module_is_one_region_not_two_tiny_convs(tmp_path):
         assert _carve_sites(d, p.selector) == sorted(s.module_path for s in p.sites), p.selector
 
 
-_MHA = '''
-import torch
-from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self, d=64):
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
-
-    def forward(self, x):
-        h = self.norm(x)
-        return x + self.attn(h, h, h, need_weights=False)[0]
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.stem = nn.Conv2d(3, 64, 4, 4)
-        self.blocks = nn.Sequential(Block(), Block())
-
-    def forward(self, x):
-        return self.blocks(self.stem(x).flatten(2).transpose(1, 2))
-
-
-def get_fwd_args():
-    torch.manual_seed(0)
-    return (torch.randn(1, 3, 64, 64),)
-'''
 
 
 @pytest.mark.slow
@@ -120,12 +89,13 @@ def test_projections_an_attention_module_applies_itself_are_not_called_light(tmp
     """nn.MultiheadAttention applies its in/out projections with F.linear on its own weights: no selector
     reaches them, and its :around region leaves them out. propose said their time had "no heavy op to build a
     kernel around"; they get a row of their own that says why they cannot be proposed."""
+    from tests.frontend.test_attention_carve import FAST_MHA_PY
     from tests.helpers import prepare, ytk_inproc
 
     model = tmp_path / "model.py"
-    model.write_text(_MHA)
+    model.write_text(FAST_MHA_PY)
     base = tmp_path / "base"
-    assert prepare(model, base, size="1x64x64").code == 0
+    assert prepare(model, base).code == 0
     r = ytk_inproc("embedded", "compile", "-a", "arm64-sm87-dos6010-cu114-trt86", "-p", "fp16", "--onnx",
                    base / "model.onnx", "--npz", base / "model.npz", "-o", base / "base.tgz", YTK_ENGINE="mock")
     assert r.code == 0, r.stderr
@@ -133,7 +103,7 @@ def test_projections_an_attention_module_applies_itself_are_not_called_light(tmp
                      options=ProposeOptions(min_ms=0, launch_ms=0))
     rows = [x for x in report.not_worth if x.category == "outside_regions"]
     gemm = next(x for x in rows if x.label == "GEMMs no selector reaches")
-    assert gemm.members == ["blocks.0.attn", "blocks.1.attn"] and gemm.ms > 0
+    assert gemm.members == ["blocks.0.mha", "blocks.1.mha"] and gemm.ms > 0
     assert "MultiheadAttention applies itself" in gemm.reason
     light = [x for x in rows if x.label == "ops outside any region"]
     assert all("MatMul" not in x.reason and "Gemm" not in x.reason for x in light), light

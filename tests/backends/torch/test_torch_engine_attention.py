@@ -51,24 +51,30 @@ def feeds(model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     return out
 
 
-@pytest.mark.parametrize("rank,scale,mask", [(4, "mul", "const"), (3, "div", "none"), (4, "none", "input"),
-                                             (3, "mul", "input"), (4, "div", "none")])
-def test_the_attention_chain_runs_as_one_layer(tmp_path, rank, scale, mask):  # type: ignore[no-untyped-def]
-    m = chain(rank, scale, mask)
-    p = save(m, tmp_path / "a.onnx")
-    f = feeds(m)
+def fused_and_reloaded(m, p, f, tmp_path):  # type: ignore[no-untyped-def]
+    """The engine runs ONNX model ``m`` (saved at ``p``) on feeds ``f`` as one Attention layer that keeps every
+    ONNX node's name, matches onnxruntime, and computes the same from a saved and reloaded plan (the fused op's
+    attributes are part of the plan file)."""
     got, prog = engine_run(p, f)
     np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert prog.plan.stats["attention_fused"] == 1
     assert [s.type for s in prog.steps if s.type not in ("Reformat",)] == ["Attention"]
     fused = next(s for s in prog.steps if s.type == "Attention")
     # every ONNX node of the chain is still named (per-layer time maps back to the model through them)
     assert set(fused.onnx_nodes) == {n.name for n in m.graph.node}
-    # the fused op is part of the plan file: a reloaded engine computes the same
     save_plan(tmp_path / "e.plan", prog.plan, *build_plan(p, "fp32", [])[1:])
     again = Program(*load_plan(tmp_path / "e.plan"), "cpu")
     with torch.inference_mode():
         out = again(again.prepare_inputs([f[t.name] for t in again.plan.inputs]))
     np.testing.assert_array_equal(got[0], out[0].numpy())
+
+
+@pytest.mark.parametrize("rank,scale,mask", [(4, "mul", "const"), (3, "div", "none"), (4, "none", "input"),
+                                             (3, "mul", "input"), (4, "div", "none")])
+def test_the_attention_chain_runs_as_one_layer(tmp_path, rank, scale, mask):  # type: ignore[no-untyped-def]
+    m = chain(rank, scale, mask)
+    p = save(m, tmp_path / "a.onnx")
+    fused_and_reloaded(m, p, feeds(m), tmp_path)
 
 
 def test_attention_whose_probabilities_are_read_elsewhere_runs_op_by_op(tmp_path):  # type: ignore[no-untyped-def]
@@ -137,15 +143,7 @@ def test_a_masked_fill_with_minus_infinity_is_fused_as_a_boolean_mask(tmp_path, 
         cond = rng.random((2, 1, 6, 6)) < 0.4
         cond[..., 0] = keep_side  # every row keeps one key: a row masked whole is NaN in both
         f["cond"] = cond
-    got, prog = engine_run(p, f)
-    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
-    assert prog.plan.stats["attention_fused"] == 1
-    assert [s.type for s in prog.steps if s.type not in ("Reformat",)] == ["Attention"]
-    save_plan(tmp_path / "e.plan", prog.plan, *build_plan(p, "fp32", [])[1:])  # the mask's mode is in the plan
-    again = Program(*load_plan(tmp_path / "e.plan"), "cpu")
-    with torch.inference_mode():
-        out = again(again.prepare_inputs([f[t.name] for t in again.plan.inputs]))
-    np.testing.assert_array_equal(got[0], out[0].numpy())
+    fused_and_reloaded(m, p, f, tmp_path)  # the mask's mode is in the plan
 
 
 def test_a_masked_fill_with_a_finite_value_stays_op_by_op(tmp_path):  # type: ignore[no-untyped-def]
@@ -211,17 +209,7 @@ def test_a_shifted_window_mask_between_two_views_is_fused(tmp_path, bias, per_gr
     f = feeds(m)
     if per_group:
         f["wm"] = np.where(np.random.default_rng(6).random((2, 3, 1, 5, 5)) < 0.3, -100.0, 0.0).astype(np.float32)
-    got, prog = engine_run(p, f)
-    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
-    assert prog.plan.stats["attention_fused"] == 1
-    assert [s.type for s in prog.steps if s.type not in ("Reformat",)] == ["Attention"]
-    fused = next(s for s in prog.steps if s.type == "Attention")
-    assert set(fused.onnx_nodes) == {n.name for n in m.graph.node}
-    save_plan(tmp_path / "e.plan", prog.plan, *build_plan(p, "fp32", [])[1:])
-    again = Program(*load_plan(tmp_path / "e.plan"), "cpu")
-    with torch.inference_mode():
-        out = again(again.prepare_inputs([f[t.name] for t in again.plan.inputs]))
-    np.testing.assert_array_equal(got[0], out[0].numpy())
+    fused_and_reloaded(m, p, f, tmp_path)
 
 
 def test_a_view_that_does_not_split_the_rows_into_windows_stays_op_by_op(tmp_path):  # type: ignore[no-untyped-def]
