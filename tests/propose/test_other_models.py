@@ -82,8 +82,6 @@ def test_a_squeeze_excite_module_is_one_region_not_two_tiny_convs(tmp_path):
         assert _carve_sites(d, p.selector) == sorted(s.module_path for s in p.sites), p.selector
 
 
-
-
 @pytest.mark.slow
 def test_projections_an_attention_module_applies_itself_are_not_called_light(tmp_path):
     """nn.MultiheadAttention applies its in/out projections with F.linear on its own weights: no selector
