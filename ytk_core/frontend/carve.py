@@ -150,23 +150,19 @@ def _plan(sels: list[Selector], gi: GraphIndex, ep: Any, fx: FxNodesFile, og: On
     return plans
 
 
-#: ops an :around region leaves outside that hold real work (not plumbing): named in its note
-_WORK_OPS = ("linear", "addmm", "mm", "conv", "layer_norm", "group_norm", "batch_norm", "native_layer_norm",
-             "native_batch_norm", "gelu", "relu", "silu", "softmax", "dropout")
-
-
 def _around_note(sel: Selector, first: SitePlan, gi: GraphIndex) -> list[str]:
     """What an :around region of a module leaves outside (its projections, norms, MLP): a new user selected
     ``TransformerEncoderLayer:around`` and got the attention core under the layer's name, with no word."""
-    from .regions import op_name
+    from .regions import IDENTITY_OPS, PLUMBING_OPS, _is, op_name
 
     if not sel.around or not first.site.module_path:
         return []
     inside = {n.name for n in first.site.nodes}
     calls = [c for c in gi.calls_of(first.site.module_path) if inside & {n.name for n in c}]
     left = [n for n in (calls[0] if calls else []) if n.op == "call_function" and n.name not in inside]
+    # what :around would not absorb itself (its plumbing rule): the GEMMs, convs and norms left to the engine
     work = Counter(op_name(n).split(".")[0].lstrip("_") for n in left
-                   if any(op_name(n).split(".")[0].lstrip("_").startswith(w) for w in _WORK_OPS))
+                   if n.target is not operator.getitem and not _is(n, PLUMBING_OPS + IDENTITY_OPS))
     if not work:
         return []
     named = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in sorted(work.items()))
