@@ -25,6 +25,11 @@ def _dil(sig: dict[str, Any]) -> str:
     return "" if all(x == 1 for x in d) else f"d{_stride(d)}"
 
 
+def _multiplied(kind: str, sig: dict[str, Any]) -> bool:
+    """A depthwise conv with a channel multiplier (FastViT's ``[2C, 1, k, k]``): more outputs than inputs."""
+    return kind == "depthwise_conv" and sig.get("Cout") not in (None, sig.get("C"))
+
+
 def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     """The op part of a label, without channels: ``depthwise 3x3 s1``."""
     k, s = _dims(sig.get("k")), _stride(sig.get("stride"))
@@ -50,7 +55,7 @@ def channel_text(kind: str, sig: dict[str, Any]) -> str:
     if kind in ("conv", "grouped_conv"):
         g = f", g={sig['groups']}" if kind == "grouped_conv" else ""
         return f"C={sig.get('C')}->{sig.get('Cout')}{g}"
-    if kind == "depthwise_conv" and sig.get("Cout") not in (None, sig.get("C")):  # a channel multiplier
+    if _multiplied(kind, sig):
         return f"C={sig.get('C')}->{sig.get('Cout')}"
     if kind == "gemm":
         return f"K={sig.get('K')}, N={sig.get('N')}"
@@ -115,7 +120,7 @@ def family_name(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
         return _ident(f"{base}K{sig.get('K')}N{sig.get('N')}")
     if kind == "squeeze_excite":
         return _ident(f"{base}C{sig.get('C')}R{sig.get('CR')}")
-    if kind == "depthwise_conv" and sig.get("Cout") not in (None, sig.get("C")):  # a channel multiplier
+    if _multiplied(kind, sig):
         return _ident(f"{base}C{sig.get('C')}to{sig.get('Cout')}")
     return _ident(f"{base}C{sig.get('C')}")
 

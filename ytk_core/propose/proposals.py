@@ -114,8 +114,8 @@ def build_tables(j: Judge, regions: list[Region], outside: list[str],
         owners = sorted({j.mods.owner_path(n) or "" for n in unreached})
         rows.append(NotWorthRow(label="GEMMs no selector reaches", category="outside_regions", sites=len(owners),
                                 ms=ms, reason=_unreached_reason(j, unreached, owners), members=owners))
-    reached_not = set(unreached)
-    rest = [n for n in outside if n not in reached_not]
+    unreached_set = set(unreached)
+    rest = [n for n in outside if n not in unreached_set]
     if rest:
         ms = sum(j.att.node_ms.get(n, 0.0) for n in rest)
         owners = sorted({j.mods.owner_path(n) or "" for n in rest})

@@ -10,7 +10,6 @@ anyone spends a build on it.
 from __future__ import annotations
 
 import difflib
-
 import os
 import shutil
 from dataclasses import dataclass, field
