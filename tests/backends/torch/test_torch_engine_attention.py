@@ -69,6 +69,23 @@ def fused_and_reloaded(m, p, f, tmp_path):  # type: ignore[no-untyped-def]
     np.testing.assert_array_equal(got[0], out[0].numpy())
 
 
+def fused_on_the_gpu_in_fp16(p, f):  # type: ignore[no-untyped-def]
+    """The engine on the GPU at fp16 runs the chain saved at ``p`` as one fused layer, within fp16's error of
+    onnxruntime's fp32 on feeds ``f``."""
+    got, prog = engine_run(p, f, "fp16", "cuda")
+    ref = ort_run(p, f)[0]
+    assert prog.plan.stats["attention_fused"] == 1
+    assert "Attention" in {s.type for s in prog.steps}
+    assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
+
+
+def left_op_by_op(p, f):  # type: ignore[no-untyped-def]
+    """The engine leaves the chain saved at ``p`` unfused, and matches onnxruntime on feeds ``f``."""
+    got, prog = engine_run(p, f)
+    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
+    assert prog.plan.stats["attention_fused"] == 0
+
+
 @pytest.mark.parametrize("rank,scale,mask", [(4, "mul", "const"), (3, "div", "none"), (4, "none", "input"),
                                              (3, "mul", "input"), (4, "div", "none")])
 def test_the_attention_chain_runs_as_one_layer(tmp_path, rank, scale, mask):  # type: ignore[no-untyped-def]
@@ -102,12 +119,7 @@ def test_a_scale_that_is_not_a_constant_scalar_is_not_fused(tmp_path):  # type: 
 @pytest.mark.parametrize("rank,scale,mask", [(4, "mul", "const"), (4, "none", "none"), (3, "div", "input")])
 def test_the_fused_attention_on_the_gpu_in_fp16(tmp_path, rank, scale, mask):  # type: ignore[no-untyped-def]
     m = chain(rank, scale, mask)
-    p = save(m, tmp_path / "a.onnx")
-    f = feeds(m)
-    got, prog = engine_run(p, f, "fp16", "cuda")
-    ref = ort_run(p, f)[0]
-    assert "Attention" in {s.type for s in prog.steps}
-    assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
+    fused_on_the_gpu_in_fp16(save(m, tmp_path / "a.onnx"), feeds(m))
 
 
 def where_chain(fill: float, keep_side: bool, runtime_cond: bool):  # type: ignore[no-untyped-def]
@@ -149,23 +161,14 @@ def test_a_masked_fill_with_minus_infinity_is_fused_as_a_boolean_mask(tmp_path, 
 def test_a_masked_fill_with_a_finite_value_stays_op_by_op(tmp_path):  # type: ignore[no-untyped-def]
     """A finite fill is no mask: a row it fills whole softmaxes to a uniform row. Left op by op, exact."""
     m = where_chain(-1e4, False, False)
-    p = save(m, tmp_path / "w.onnx")
-    f = feeds(m)
-    got, prog = engine_run(p, f)
-    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
-    assert prog.plan.stats["attention_fused"] == 0
+    left_op_by_op(save(m, tmp_path / "w.onnx"), feeds(m))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("keep_side", [False, True])
 def test_the_masked_fill_attention_on_the_gpu_in_fp16(tmp_path, keep_side):  # type: ignore[no-untyped-def]
     m = where_chain(-np.inf, keep_side, False)
-    p = save(m, tmp_path / "w.onnx")
-    f = feeds(m)
-    got, prog = engine_run(p, f, "fp16", "cuda")
-    ref = ort_run(p, f)[0]
-    assert prog.plan.stats["attention_fused"] == 1
-    assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
+    fused_on_the_gpu_in_fp16(save(m, tmp_path / "w.onnx"), feeds(m))
 
 
 def window_chain(bias: str, per_group: bool):  # type: ignore[no-untyped-def]
@@ -220,20 +223,11 @@ def test_a_view_that_does_not_split_the_rows_into_windows_stays_op_by_op(tmp_pat
             t.CopyFrom(h.make_tensor("to5", TensorProto.INT64, [5], [6, 2, 1, 5, 5]))
         if t.name == "wm":
             t.CopyFrom(h.make_tensor("wm", F32, [1, 2, 1, 5, 5], rand(1, 2, 1, 5, 5, seed=4).ravel().tolist()))
-    p = save(m, tmp_path / "sw.onnx")
-    f = feeds(m)
-    got, prog = engine_run(p, f)
-    np.testing.assert_allclose(got[0], ort_run(p, f)[0], atol=1e-5, rtol=1e-4)
-    assert prog.plan.stats["attention_fused"] == 0
+    left_op_by_op(save(m, tmp_path / "sw.onnx"), feeds(m))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bias", ["const", "none"])
 def test_the_shifted_window_attention_on_the_gpu_in_fp16(tmp_path, bias):  # type: ignore[no-untyped-def]
     m = window_chain(bias, False)
-    p = save(m, tmp_path / "sw.onnx")
-    f = feeds(m)
-    got, prog = engine_run(p, f, "fp16", "cuda")
-    ref = ort_run(p, f)[0]
-    assert prog.plan.stats["attention_fused"] == 1
-    assert np.abs(got[0] - ref).max() <= 2e-3 * max(1.0, float(np.abs(ref).max()))
+    fused_on_the_gpu_in_fp16(save(m, tmp_path / "sw.onnx"), feeds(m))
