@@ -73,11 +73,6 @@ def print_summary(out, top: int = 5) -> None:  # type: ignore[no-untyped-def]
                  highlight=False, markup=False)
     if m.simulated:
         stdout.print(SIMULATED_NOTE, highlight=False, markup=False)
-    from ..target import off_target_note
-
-    off = off_target_note(m.device, m.arch, m.simulated)
-    if off:
-        stdout.print(f"note     {off}", highlight=False, markup=False)
     stdout.print(f"latency  median {t['median_ms']:.3f} ms  (min {t['min_ms']:.3f}, max {t['max_ms']:.3f} over "
                  f"{t['iterations']} iterations){sim}", highlight=False, markup=False)
     stdout.print(f"layers   {t['layers']} (per-layer medians sum to {t['layers_sum_ms']:.3f} ms; "

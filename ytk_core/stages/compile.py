@@ -189,6 +189,12 @@ def run_compile(arch: str, precision: str, onnx: Path, npz: Path, output: Path,
         if disagree:
             rt.warn_once(disagree)
             warnings.append(disagree)
+        from ..target import off_target_note
+
+        off = off_target_note(pres.device, target.spec, pres.simulated)  # a CPU's timings under a GPU target's arch
+        if off:
+            rt.warn_once(off)
+            warnings.append(off)
         _check_outputs(onnx, Path(pres.outputs), sel.name)
         manifest = BundleManifest(
             arch=target.spec, precision=prec, engine_backend=cres.backend, engine_version=cres.backend_version,
