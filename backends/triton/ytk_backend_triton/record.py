@@ -48,7 +48,8 @@ class Recorder:
             from triton.compiler.compiler import CompiledKernel
 
             for o in gc.get_objects():
-                if isinstance(o, CompiledKernel) and getattr(o, "function", None) is not None:
+                # by type(o), never isinstance: isinstance dereferences a weak proxy, and gc lists dead ones
+                if issubclass(type(o), CompiledKernel) and getattr(o, "function", None) is not None:
                     self.kernels.setdefault(int(o.function), o)
         ck = self.kernels.get(handle)
         if ck is None:

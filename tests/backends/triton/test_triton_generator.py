@@ -408,3 +408,23 @@ def test_a_cached_kernel_naming_a_gone_triton_install_still_compiles_for_another
     ck.metadata = ck.metadata._replace(extern_libs=gone)
     (kb,) = kernel_binaries({"h9": ck}, sms=[87, 90], local_sm=90)
     assert sorted(kb.cubins) == [87, 90] and kb.cubin(87)
+
+
+def test_a_dead_weak_proxy_among_the_live_objects_does_not_stop_the_kernel_search() -> None:
+    """gc lists weak proxies; isinstance() on one whose object is gone raises ReferenceError (CI saw it)."""
+    import gc
+    import weakref
+
+    from ytk_backend_triton.record import Recorder
+
+    class Gone:
+        pass
+
+    obj = Gone()
+    proxies = [weakref.proxy(obj)]
+    del obj
+    gc.collect()
+    assert any(type(o) is weakref.ProxyType for o in gc.get_objects())
+    with pytest.raises(UnsupportedRegion, match="cannot be found"):
+        Recorder().kernel(0xDEAD)
+    del proxies
