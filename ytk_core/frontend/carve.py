@@ -450,6 +450,10 @@ def _reproduces(gm: Any, ins: list[Any], outs: list[Any]) -> str:
     return ""
 
 
+def _signatures(spec: RegionSpec) -> list[tuple[Any, ...]]:
+    return [conv_signature(c, spec) for c in spec.convs]
+
+
 def _rebuilt_region(spec: Any, weights: dict[str, Any], ins: list[Any], outs: list[Any],
                     where: str) -> tuple[Any, list[str]]:
     """The region as a module in canonical form (checked against the model's own captured outputs), or, where a
@@ -488,12 +492,12 @@ def _carve_plugin(plan: PluginPlan, values: dict[str, Any], weights: dict[str, A
                              f"{_site_label(plan.sites[0], sp)} runs {_inventory(modules[0])} but "
                              f"{_site_label(sp, plan.sites[0])} runs {_inventory(gm)}. One plugin needs one kind of "
                              f"region: {_split_advice(sel, plan.sites[0], sp)}.")
-        if k and [conv_signature(c) for c in sp.spec.convs] != [conv_signature(c) for c in plan.sites[0].spec.convs]:
+        sig0, sig = _signatures(plan.sites[0].spec), _signatures(sp.spec)
+        if k and sig != sig0:
             raise UsageError(f"selector {sel.text!r} matches convolutions of different kinds: "
-                             f"{_site_label(plan.sites[0], sp)} has "
-                             f"{[conv_signature(c) for c in plan.sites[0].spec.convs]} "
-                             f"(kernel, stride, padding, dilation, depthwise) but {_site_label(sp, plan.sites[0])} has "
-                             f"{[conv_signature(c) for c in sp.spec.convs]}. {_split_advice(sel, plan.sites[0], sp)}.")
+                             f"{_site_label(plan.sites[0], sp)} has {sig0} (kernel, stride, padding, dilation, "
+                             f"depthwise) but {_site_label(sp, plan.sites[0])} has {sig}. "
+                             f"{_split_advice(sel, plan.sites[0], sp)}.")
         if k and len(ins) != len(site_inputs[0]):
             raise UsageError(f"selector {sel.text!r}: sites differ in input count "
                              f"({len(site_inputs[0])} vs {len(ins)})")

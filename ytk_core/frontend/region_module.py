@@ -4,7 +4,9 @@ The module takes the node's inputs in the custom-op node's order (activations, t
 (weight, bias) pair per lifted conv, then one (weight, bias) pair per LayerNorm a lifting region holds)
 and returns its outputs. BatchNorm following a lifted conv is folded into that pair, exactly as the
 engine will see the weights, and so is a layer scale (a per-channel ``[C, 1, 1]`` parameter multiplied in
-right after the conv or its BatchNorm).
+right after the conv or its BatchNorm). Parallel branches summed over one input (a RepVGG / MobileOne block
+written out, region_rules.branch_sums) are merged into one conv and its one pair, as re-parameterising the
+block would.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .region_rules import LN_BASES, FactGraph, baked_weights, folded_scale
+from .region_rules import LN_BASES, FactGraph, baked_weights, branch_sums, folded_scale
 from .regions import is_conv, is_transposed_conv, op_name
 
 
@@ -30,6 +32,21 @@ class RegionSpec:
     norms: list[Any] = field(default_factory=list)       # LayerNorms whose (weight, bias) are lifted, in call order
     folded_scale: dict[Any, tuple[Any, Any]] = field(default_factory=dict)  # conv -> (mul node, [C,1,1] weight)
     baked: list[Any] = field(default_factory=list)       # weight placeholders kept inside the region
+    sums: dict[Any, "MergedSum"] = field(default_factory=dict)  # root node -> the branch sum one conv computes
+
+
+@dataclass
+class MergedSum:
+    """A branch sum (region_rules.BranchSum) as the FX nodes it merges and the one conv it becomes."""
+
+    x: Any
+    convs: list[Any]
+    members: list[Any]
+    kernel: tuple[int, ...]      # the merged kernel: each dimension's largest
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]     # the merged conv's: centred like every branch
+    dilation: tuple[int, ...]
+    groups: int
 
 
 def _spatial_dims(c: Any) -> int:
@@ -66,8 +83,12 @@ def _is_depthwise(conv: Any, groups: Any) -> bool:
     return val is not None and val.dim() >= 3 and int(groups) > 1 and int(val.shape[1]) == int(groups)
 
 
-def conv_signature(conv: Any) -> tuple[Any, ...]:
-    """What must agree between sites of one plugin: kernel size, stride, padding, dilation, depthwise."""
+def conv_signature(conv: Any, spec: RegionSpec | None = None) -> tuple[Any, ...]:
+    """What must agree between sites of one plugin: kernel size, stride, padding, dilation, depthwise (of the
+    merged conv, for a branch sum's root)."""
+    m = spec.sums.get(conv) if spec is not None else None
+    if m is not None:
+        return (m.kernel, m.stride, m.padding, m.dilation, _is_depthwise(m.convs[0], m.groups))
     _, w, _, stride, padding, dilation, groups = _conv_parts(conv)
     wval = getattr(w, "meta", {}).get("val")
     k = tuple(int(d) for d in wval.shape[2:]) if wval is not None else ()
@@ -121,11 +142,15 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
                                                         not facts.folded(n.name))]
     convs = [n for n in nodes if is_conv(n)]
     transposed = [c for c in convs if is_transposed_conv(c)]
+    by_name = {n.name: n for n in nodes}
+    sums = [] if transposed or lift == "none" else branch_sums(list(by_name), facts)
+    in_sums = {by_name[c] for b in sums for c in b.convs}
+    units = len(sums) + len([c for c in convs if c not in in_sums])  # lifted pairs: one per sum, one per conv
     if lift:
         mode = lift
     elif not convs or transposed:
         mode = "none"  # a transposed conv's weights stay baked: a conv lift cannot rebuild them
-    elif len(convs) == 1:
+    elif units == 1:
         mode = "fold_conv_bn"
     else:
         # several convs (an MLP of 1x1 convs, a whole inverted residual): one folded pair each
@@ -138,14 +163,19 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
         raise UsageError(f"region {where or '<root>'} has no convolution; @lift={mode} lifts a conv's (weight, bias) "
                          "and has nothing to lift here. Drop the @lift (its weights stay as they are) or use "
                          "@lift=none.")
-    if mode == "fold_conv_bn" and len(convs) > 1:
+    if mode == "fold_conv_bn" and units > 1:
         raise UsageError(f"region {where or '<root>'} contains {len(convs)} convolutions; fold_conv_bn lifts exactly "
                          "one (weight, bias) pair, which cannot describe several convolutions. Add "
                          "@lift=fold_conv_bn_seq (one folded pair per conv, in call order) or @lift=none.")
     baked = [weights[w] for w in baked_weights([n.name for n in nodes], facts, lift=mode != "none")]
     spec = RegionSpec(nodes=nodes, activations=acts, outputs=outs, baked=baked)
     if mode != "none":
+        merged = {by_name[b.root]: _merged_sum(b, by_name, where) for b in sums}
+        spec.sums = merged
+        skip = {m for ms in merged.values() for m in ms.members}
         for c in convs:
+            if c in in_sums:
+                continue
             _, w, _, _, _, _, _ = _conv_parts(c)
             if not (hasattr(w, "op") and w.op == "placeholder" and w.name in weight_names):
                 raise UsageError(f"region {where}: conv {c.name} takes its weight from a computed tensor, so it cannot "
@@ -156,14 +186,121 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
                 spec.folded_bn[c] = users[0]
             scale = folded_scale(c.name, {n.name for n in nodes}, facts)
             if scale is not None:
-                by_name = {n.name: n for n in nodes}
                 spec.folded_scale[c] = (by_name[scale[0]], weights[scale[1]])
+        # each sum's pair where its value is computed, in call order with the convs' own
+        spec.convs = sorted(spec.convs + list(merged), key=nodes.index)
+        if skip:
+            spec.folded_bn = {c: bn for c, bn in spec.folded_bn.items() if c not in skip}
         # region_rules.lifted_norm on the traced graph: a LayerNorm whose weight is a parameter
         for n in nodes:
             w = _norm_parts(n)[0] if is_layer_norm(n) else None
             if w is not None and getattr(w, "op", "") == "placeholder" and w.name in weight_names:
                 spec.norms.append(n)
     return spec, mode
+
+
+def _merged_sum(b: Any, by_name: dict[str, Any], where: str) -> MergedSum:
+    """The one conv a branch sum becomes, refused (with why) where its branches do not line up exactly: the
+    facts propose decides on hold shapes, the traced convs their stride, padding and dilation."""
+    convs = [by_name[c] for c in b.convs]
+    parts = [_conv_parts(c) for c in convs]
+    shapes = [tuple(int(d) for d in p[1].meta["val"].shape) for p in parts]
+    ks = [s[2:] for s in shapes]
+    kernel = tuple(max(k[d] for k in ks) for d in range(len(ks[0])))
+    strides = {tuple(int(v) for v in p[3]) for p in parts}
+    dilations = {tuple(int(v) for v in p[5]) for p in parts}
+    groups = {int(p[6]) for p in parts}
+    names = ", ".join(c.name for c in convs)
+    if any(isinstance(p[4], str) for p in parts):
+        pads = [tuple((k - 1) // 2 for k in kk) if p[4] == "same" else None for p, kk in zip(parts, ks)]
+    else:
+        pads = [tuple(int(v) for v in p[4]) for p in parts]
+    offsets = {tuple(pp[d] - kk[d] // 2 for d in range(len(kk))) if pp is not None else None
+               for pp, kk in zip(pads, ks)}
+    reads_x = any(by_name[m].op == "call_function" and b.x in {a.name for a in by_name[m].all_input_nodes}
+                  and by_name[m] not in convs for m in b.members)
+    why = None
+    if len(strides) > 1 or len(dilations) > 1 or len(groups) > 1:
+        why = "their strides, dilations or groups differ"
+    elif dilations != {tuple([1] * len(kernel))} and len(set(ks)) > 1:
+        why = "dilated kernels of different sizes do not nest"
+    elif None in offsets or len(offsets) > 1:
+        why = "their paddings do not centre them alike"
+    elif reads_x and offsets != {tuple([0] * len(kernel))}:
+        why = "an identity branch needs 'same' padding"
+    if why:
+        raise UsageError(f"region {where or '<root>'}: the parallel convs {names} are summed but cannot be merged "
+                         f"into one conv ({why}); use @lift=none")
+    off = next(iter(offsets))
+    return MergedSum(x=by_name[b.x] if b.x in by_name else convs[0].args[0], convs=convs,
+                     members=[by_name[m] for m in b.members], kernel=kernel, stride=next(iter(strides)),
+                     padding=tuple(kernel[d] // 2 + off[d] for d in range(len(kernel))),
+                     dilation=next(iter(dilations)), groups=next(iter(groups)))
+
+
+def _merged_pair(spec: RegionSpec, m: MergedSum, values: dict[str, Any]) -> tuple[Any, Any]:
+    """The (weight, bias) of the one conv a branch sum computes, in float64 then float32: each member's value
+    as ``conv(x, W) + b`` over the merged kernel, composed in graph order."""
+    import torch
+    import torch.nn.functional as F
+
+    w0 = values[_conv_parts(m.convs[0])[1].name]
+    cout, cpg = int(w0.shape[0]), int(w0.shape[1])
+    opg = cout // m.groups
+    dt = torch.float64
+    pairs: dict[Any, tuple[Any, Any]] = {}
+
+    def of(a: Any) -> tuple[Any, Any]:
+        if a is m.x:  # x itself (the sum's shapes agree, so x has cout channels): o reads o, at the centre
+            eye = torch.zeros(cout, cpg, *m.kernel, dtype=dt)
+            for o in range(cout):
+                eye[(o, o - (o // opg) * cpg, *[k // 2 for k in m.kernel])] = 1.0
+            return eye, torch.zeros(cout, dtype=dt)
+        if a in pairs:
+            return pairs[a]
+        # a number: a bias only
+        return torch.zeros(cout, cpg, *m.kernel, dtype=dt), torch.full((cout,), float(a), dtype=dt)
+
+    def vec(p: Any) -> Any:
+        return values[p.name].detach().to(dt).reshape(-1)
+
+    for n in m.members:
+        base = op_name(n).split(".")[0]
+        if n in m.convs:
+            _, w, b, _, _, _, _ = _conv_parts(n)
+            wt = values[w.name].detach().to(dt)
+            pad = []
+            for d in reversed(range(len(m.kernel))):
+                extra = (m.kernel[d] - wt.shape[2 + d]) // 2
+                pad += [extra, extra]
+            pairs[n] = (F.pad(wt, pad), vec(b) if b is not None else torch.zeros(cout, dtype=dt))
+        elif is_batch_norm(n):
+            wt, bt = of(n.args[0])
+            g, beta, mean, var, eps = _bn_parts(n)
+            scale = (vec(g) if g is not None else torch.ones(cout, dtype=dt)) / torch.sqrt(vec(var) + eps)
+            shift = vec(beta) if beta is not None else torch.zeros(cout, dtype=dt)
+            pairs[n] = (wt * scale.reshape(-1, *([1] * (wt.dim() - 1))), (bt - vec(mean)) * scale + shift)
+        elif n.target is operator.getitem:
+            if n.args[1] != 0:
+                raise UsageError(f"region uses BatchNorm statistics output {n.name}; it cannot be folded "
+                                 "(use @lift=none)")
+            pairs[n] = of(n.args[0])
+        elif base == "scalar_tensor":  # a number the exporter made a tensor of
+            pairs[n] = of(float(n.args[0]))
+        elif base in ("add", "sub"):
+            (wa, ba), (wb, bb) = of(n.args[0]), of(n.args[1])
+            sign = -1.0 if base == "sub" else 1.0
+            alpha = float(n.kwargs.get("alpha", 1)) * sign
+            pairs[n] = (wa + alpha * wb, ba + alpha * bb)
+        elif base == "mul":
+            a, p = (n.args[0], n.args[1]) if n.args[0] in pairs else (n.args[1], n.args[0])
+            wt, bt = of(a)
+            s = vec(p)
+            pairs[n] = (wt * s.reshape(-1, *([1] * (wt.dim() - 1))), bt * s)
+        else:  # an identity (eval dropout, clone)
+            pairs[n] = of(n.args[0])
+    wt, bt = pairs[m.members[-1]]
+    return wt.float().contiguous(), bt.float().contiguous()
 
 
 def folded_weights(spec: RegionSpec, values: dict[str, Any]) -> list[tuple[Any, Any]]:
@@ -174,7 +311,7 @@ def folded_weights(spec: RegionSpec, values: dict[str, Any]) -> list[tuple[Any, 
     pairs = []
     with torch.no_grad():
         for c in spec.convs:
-            pairs.append(_fold_one(spec, c, values))
+            pairs.append(_merged_pair(spec, spec.sums[c], values) if c in spec.sums else _fold_one(spec, c, values))
         for n in spec.norms:
             w, b = _norm_parts(n)
             wt = values[w.name].detach().float().contiguous()
@@ -206,9 +343,29 @@ def _fold_one(spec: RegionSpec, c: Any, values: dict[str, Any]) -> tuple[Any, An
 
 
 
+def _emit_conv(g: Any, conv: Any, x: Any, w: Any, b: Any, stride: list[int], padding: Any, dilation: list[int],
+               groups: int, per_group: int | None) -> Any:
+    """A conv with lifted (w, b) in graph ``g``, shaped like ``conv``: its groups tied to the input's channels
+    where that lets one program serve every site's width."""
+    import torch
+
+    groups_arg: Any = groups
+    if _is_depthwise(conv, groups):
+        # Depthwise: groups == channels. Tie it to the input so one program serves every C.
+        groups_arg = g.call_function(torch.ops.aten.sym_size.int, (x, 1))
+    elif groups > 1 and per_group is not None:
+        # Grouped: the group size is what the sites share (e.g. 16 -> 16 per group at 384 and
+        # 768 channels), so groups = C // (input channels per group), from the input.
+        c_in = g.call_function(torch.ops.aten.sym_size.int, (x, 1))
+        groups_arg = g.call_function(operator.floordiv, (c_in, per_group))
+    op = {1: torch.ops.aten.conv1d, 2: torch.ops.aten.conv2d, 3: torch.ops.aten.conv3d}[_spatial_dims(conv)]
+    # padding="same"/"valid": the overload that takes the word
+    overload = op.padding if isinstance(padding, str) else op.default
+    return g.call_function(overload, (x, w, b, stride, padding, dilation, groups_arg))
+
+
 def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
     """A GraphModule: forward(activations..., w0, b0, w1, b1, ...) -> outputs (conv pairs, then norm pairs)."""
-    import torch
     from torch import fx, nn
 
     g = fx.Graph()
@@ -224,34 +381,28 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
         env[p] = g.get_attr(f"const{j}")
     folded_bn = {bn: c for c, bn in spec.folded_bn.items()}
     scales = {mul: w for mul, w in spec.folded_scale.values()}  # each computes what its other operand holds
+    merged = {m for root, ms in spec.sums.items() for m in ms.members if m is not root}
     for n in spec.nodes:
-        if n in lifted and is_layer_norm(n):
+        if n in merged:
+            continue  # computed by its sum's one conv, at the sum's root
+        if n in spec.sums:
+            ms = spec.sums[n]
+            w, b = lifted[n]
+            wshape = _conv_parts(ms.convs[0])[1].meta["val"].shape
+            env[n] = _emit_conv(g, ms.convs[0], env[ms.x], w, b, list(ms.stride), list(ms.padding),
+                                list(ms.dilation), ms.groups, int(wshape[1]))
+        elif n in lifted and is_layer_norm(n):
             args = list(n.args) + [None] * max(0, 4 - len(n.args))
             args[0] = env[args[0]]
             args[2], args[3] = lifted[n]
             kwargs = {k: v for k, v in n.kwargs.items() if k not in ("weight", "bias")}
             env[n] = g.call_function(n.target, tuple(args), kwargs)
         elif n in lifted:
-            x, _, _, stride, padding, dilation, groups = _conv_parts(n)
-            w, b = lifted[n]
-            groups_arg: Any = int(groups)
-            if _is_depthwise(n, groups):
-                # Depthwise: groups == channels. Tie it to the input so one program serves every C.
-                groups_arg = g.call_function(torch.ops.aten.sym_size.int, (env[x], 1))
-            elif int(groups) > 1:
-                # Grouped: the group size is what the sites share (e.g. 16 -> 16 per group at 384 and
-                # 768 channels), so groups = C // (input channels per group), from the input.
-                wval = getattr(_conv_parts(n)[1], "meta", {}).get("val")
-                if wval is not None:
-                    c_in = g.call_function(torch.ops.aten.sym_size.int, (env[x], 1))
-                    groups_arg = g.call_function(operator.floordiv, (c_in, int(wval.shape[1])))
-            op = {1: torch.ops.aten.conv1d, 2: torch.ops.aten.conv2d, 3: torch.ops.aten.conv3d}[_spatial_dims(n)]
-            if isinstance(padding, str):  # padding="same"/"valid": the overload that takes the word
-                env[n] = g.call_function(op.padding, (env[x], w, b, list(stride), padding, list(dilation),
-                                                      groups_arg))
-            else:
-                env[n] = g.call_function(op.default, (env[x], w, b, list(stride), list(padding), list(dilation),
-                                                      groups_arg))
+            x, wnode, _, stride, padding, dilation, groups = _conv_parts(n)
+            wval = getattr(wnode, "meta", {}).get("val")
+            env[n] = _emit_conv(g, n, env[x], *lifted[n], list(stride),
+                                padding if isinstance(padding, str) else list(padding), list(dilation), int(groups),
+                                int(wval.shape[1]) if wval is not None else None)
         elif n in folded_bn:
             env[n] = ("folded", folded_bn[n])
         elif n in scales:

@@ -363,11 +363,136 @@ CONV_BASES = ("conv2d", "convolution", "_convolution", "conv1d", "conv3d")
 BN_BASES = ("_native_batch_norm_legit_no_training", "batch_norm", "_native_batch_norm_legit")
 
 
+@dataclass(frozen=True)
+class BranchSum:
+    """Parallel branches over one input, summed: what a re-parameterisable block (RepVGG, MobileOne,
+    FastViT's RepMixer, RepViT's RepVggDw) computes before it is re-parameterised. Every member is an
+    affine function of ``x`` that one convolution computes: convs reading ``x`` (each with its BatchNorm),
+    ``x`` itself and BatchNorms of it, added or subtracted, scaled by per-channel parameters. A lifting carve
+    merges the members into that one conv's (weight, bias) pair (region_module), so the region is a plain
+    conv wherever the model wrote the branches out."""
+
+    root: str                   # the value the merged conv computes
+    x: str                      # the input every branch reads
+    convs: tuple[str, ...]      # the branch convs, in graph order
+    members: tuple[str, ...]    # every node the merged conv replaces, in graph order (root last)
+
+
+def branch_sums(region: Iterable[str], g: FactGraph) -> list[BranchSum]:
+    """The branch sums inside ``region`` (see :class:`BranchSum`), at most one per value, none overlapping.
+
+    A residual around a sum (``x + f(x)``, RepMixer's ``x + ls * (mixer(x) - norm(x))``) is left out of it: a
+    kernel adds a residual exactly, where merged into the weights an identity term rounds the branch it is added
+    to at fp16 (a layer scale of 1e-5 would vanish). A sum whose value a non-member also reads, or that holds
+    no add, is none (a single conv's BatchNorm and layer scale are folded by the plain lift)."""
+    inside = set(region)
+    names = sorted(inside, key=lambda n: g.order.get(n, 0))
+    xs: list[str] = []
+    for name in names:
+        n = g.nodes[name]
+        if n.op == "call_function" and n.base in CONV_BASES and len(n.inputs) >= 2 and n.inputs[0] not in xs \
+                and all(i in g.weights for i in n.inputs[1:]) and n.inputs[0] not in g.weights:
+            xs.append(n.inputs[0])
+    out: list[BranchSum] = []
+    claimed: set[str] = set()
+    for x in xs:
+        aff = _affine_in(x, names, g)
+        for root in [m for m in names if m in aff and (any(u not in aff for u in g.users.get(m, []))
+                                                        or not g.users.get(m))]:
+            n = g.nodes[root]
+            if n.base == "add" and x in n.inputs:  # a residual around the sum stays a residual
+                root = next((i for i in n.inputs if i != x), root)
+                if root not in aff:
+                    continue
+            members = _cone_of(root, aff, g)
+            if members is None or members & claimed:
+                continue
+            kinds = {g.nodes[m].base for m in members}
+            convs = tuple(m for m in sorted(members, key=g.order.get) if g.nodes[m].base in CONV_BASES)
+            if not convs or not kinds & {"add", "sub"}:
+                continue
+            if len({tuple(g.nodes[c].shapes[2]) if len(g.nodes[c].shapes) > 2 else None for c in convs}
+                   ) > 1 and not _same_geometry(convs, g):
+                continue
+            claimed |= members
+            out.append(BranchSum(root=root, x=x, convs=convs, members=tuple(sorted(members, key=g.order.get))))
+    return sorted(out, key=lambda b: g.order.get(b.root, 0))
+
+
+def _affine_in(x: str, names: list[str], g: FactGraph) -> set[str]:
+    """The region's nodes whose value one convolution of ``x`` computes (convs of ``x``, their BatchNorms, sums
+    and differences of same-shaped such values and ``x``, per-channel scaling by a parameter)."""
+    aff: set[str] = set()
+
+    def weights_only(ins: tuple[str, ...]) -> bool:
+        return all(i in g.weights for i in ins)
+
+    for name in names:
+        n = g.nodes[name]
+        if n.op != "call_function" or not n.inputs:
+            continue
+        b, first = n.base, n.inputs[0]
+        if b in CONV_BASES:
+            ok = first == x and len(n.inputs) >= 2 and weights_only(n.inputs[1:])
+        elif b in BN_BASES:
+            ok = (first in aff or first == x) and len(n.inputs) > 1 and weights_only(n.inputs[1:])
+        elif b == "getitem":  # the normalised value of a BatchNorm's (value, mean, invstd) tuple
+            src = g.nodes.get(first)
+            ok = first in aff and src is not None and src.base in BN_BASES and len(n.inputs) == 1 \
+                and bool(n.shapes) and len(src.shapes) > 1 and tuple(n.shapes[0]) == tuple(src.shapes[1])
+        elif b in IDENTITY:
+            ok = first in aff and len(n.inputs) == 1
+        elif b in ("add", "sub"):  # of two such values, or of one and a number (MobileOne's ``0 + branch``)
+            tensors = [(i, sh) for i, sh in zip(n.inputs, n.shapes[1:]) if not g.is_literal(i)]
+            ok = len(n.shapes) == len(n.inputs) + 1 and 1 <= len(tensors) <= 2 \
+                and all((i in aff or i == x) and sh == n.shapes[0] for i, sh in tensors) \
+                and any(i in aff for i, _ in tensors)
+        elif b == "mul":
+            ok = len(n.inputs) == 2 and any(i in aff for i in n.inputs) and _per_channel(n, g)
+        else:
+            ok = False
+        if ok:
+            aff.add(name)
+    return aff
+
+
+def _per_channel(mul: NodeFacts, g: FactGraph) -> bool:
+    """A product with a ``[C, 1, 1]`` (or ``[1, C, 1, 1]``) parameter: a layer scale."""
+    w = [i for i in mul.inputs if i in g.weights]
+    out = mul.shapes[0] if mul.shapes else None
+    if len(w) != 1 or out is None or len(out) != 4:
+        return False
+    ws = tuple(g.nodes[w[0]].shapes[0]) if g.nodes[w[0]].shapes else None
+    return ws in ((out[1], 1, 1), (1, out[1], 1, 1))
+
+
+def _cone_of(root: str, aff: set[str], g: FactGraph) -> set[str] | None:
+    """``root`` and the affine nodes it is computed from, when no node outside reads any of them but ``root``."""
+    cone, todo = {root}, [root]
+    while todo:
+        for i in g.nodes[todo.pop()].inputs:
+            if i in aff and i not in cone:
+                cone.add(i)
+                todo.append(i)
+    if any(u not in cone for m in cone - {root} for u in g.users.get(m, [])):
+        return None
+    # the numbers it adds (``x + 0`` traces as an add of a scalar_tensor), where nothing else reads them
+    return cone | {i for m in cone for i in g.nodes[m].inputs
+                   if g.is_literal(i) and all(u in cone for u in g.users.get(i, []))}
+
+
+def _same_geometry(convs: tuple[str, ...], g: FactGraph) -> bool:
+    """Convs of one sum with different weight shapes merge when only their kernel sizes differ (odd ones,
+    centred: RepVGG's 3x3 and 1x1)."""
+    shapes = [tuple(g.nodes[c].shapes[2]) for c in convs]
+    return len({s[:2] for s in shapes}) == 1 and all(k % 2 for s in shapes for k in s[2:])
+
+
 def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> list[str]:
     """The weights (parameters, buffers, lifted constants) a region's program keeps inside it, in
     first-use order: every weight its nodes read, less, when convs are lifted (``lift``, the carve's
     default), each conv's own weight and bias, the parameters of a BatchNorm and a layer scale folded into it
-    (:func:`folded_scale`), and each
+    (:func:`folded_scale`), every parameter of a branch sum merged into one conv (:func:`branch_sums`), and each
     LayerNorm's weight and bias when the region lifts a conv (a channel norm in a conv's epilogue, see
     :func:`grow_epilogue`); a region without a conv lifts nothing.
 
@@ -385,6 +510,8 @@ def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> lis
     lifted: set[str] = set()
     if not any(g.nodes[name].op == "call_function" and g.nodes[name].base in CONV_BASES for name in names):
         return read
+    for b in branch_sums(names, g):  # merged into one conv's pair
+        lifted.update(i for m in b.members for i in g.nodes[m].inputs if i in g.weights)
     for name in names:
         n = g.nodes[name]
         if lifted_norm(n, g):

@@ -38,6 +38,7 @@ def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     pre = "transposed " if sig.get("transpose") else ""
     pre += {1: "1-D ", 3: "3-D "}.get(len(sig.get("k") or [0, 0]), "")  # a Conv1d's "conv 3 s1" read as a 3x3
     dil += {"Ln": " + LayerNorm", "LnNhwc": " + LayerNorm (NHWC out)"}.get(sig.get("norm") or "", "")
+    dil += f", {sig['branches']} branches merged" if sig.get("branches") else ""  # a RepVGG-style block
     if kind == "depthwise_conv":
         return f"{pre}depthwise {k} s{s}{dil}"
     if kind == "grouped_conv":

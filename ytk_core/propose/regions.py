@@ -22,7 +22,8 @@ from typing import Any, get_args
 from ytk_hookspecs.models.kernel import KernelDtype
 
 from ..errors import UsageError
-from ..frontend.region_rules import FactGraph, baked_weights, convexity_witness, grow_epilogue, whole_onnx_nodes
+from ..frontend.region_rules import (FactGraph, baked_weights, branch_sums, convexity_witness, grow_epilogue,
+                                     whole_onnx_nodes)
 from ..frontend.regions import GraphIndex, GraphView, around_parts, grow_around
 from .modules import ModuleIndex
 from .onnx_graph import OnnxGraph
@@ -68,15 +69,16 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     stacks = {n: _heavy_stack(mods, facts, n) for n in weighted}
     stacks.update({n: mods.owner[n] for n in attn})
     # Heavy ops per module, in one call of it: a module called twice (a detection head shared by two levels)
-    # holds its conv once, and is two sites, not a module of two convs.
-    per_call: dict[tuple[str, int], int] = {}
+    # holds its conv once, and is two sites, not a module of two convs. The parallel convs of a branch sum (a
+    # RepVGG / MobileOne block as its training code writes it) are one: the carve merges them into one conv.
+    unit = _branch_units(mods, facts, weighted)
+    per_call: dict[tuple[str, int], set[str]] = {}
     for n in (*weighted, *attn):
         for p, _ in stacks[n]:
-            at = (p, _call(mods, facts, n, p))
-            per_call[at] = per_call.get(at, 0) + 1
+            per_call.setdefault((p, _call(mods, facts, n, p)), set()).add(unit.get(n, n))
     heavy_in: dict[str, int] = {}
-    for (p, _c), count in per_call.items():
-        heavy_in[p] = max(heavy_in.get(p, 0), count)
+    for (p, _c), units in per_call.items():
+        heavy_in[p] = max(heavy_in.get(p, 0), len(units))
 
     regions: dict[str, Region] = {}
     taken: set[str] = set()
@@ -131,6 +133,8 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
                                    kind="squeeze_excite" if path in excite else "gemm", around=False,
                                    anchors=[n], nodes=nodes, epilogue=epilogue,
                                    baked=tuple(baked_weights(fx, facts, lift=lift)))
+        if n in unit:  # a branch sum's convs are its heavy ops together
+            r.anchors = [m for m in nodes if unit.get(m) == unit[n]] or r.anchors
         _shared(r, taken)
         taken.update(r.nodes)
     out = sorted([*regions.values(), *around], key=lambda r: min(g.by_name[a].index for a in r.anchors))
@@ -141,6 +145,18 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
         r.cannot = r.cannot or cannot_express(g, r)
     outside = [m for m in node_ms if m in mods.owner and m not in taken]
     return out, outside
+
+
+def _branch_units(mods: ModuleIndex, facts: FactGraph, weighted: list[str]) -> dict[str, str]:
+    """Each weighted ONNX node whose conv is a branch of a branch sum (region_rules.branch_sums over the whole
+    graph) -> the sum's root: what the carve will merge into one conv."""
+    of_conv = {c: b.root for b in branch_sums([n.name for n in facts.calls()], facts) for c in b.convs}
+    out = {}
+    for n in weighted:
+        roots = {of_conv[f] for f in mods.fx_of.get(n, []) if f in of_conv}
+        if len(roots) == 1:
+            out[n] = roots.pop()
+    return out
 
 
 #: ONNX spellings of a global average pool over H and W
@@ -252,6 +268,15 @@ def _with(block: Region, fx: list[str], nodes: set[str], part: int | None, facts
                   nodes=sorted(nodes), part=part, baked=tuple(baked_weights(fx, facts)))
 
 
+def _kernel_area(g: OnnxGraph, conv: Any) -> int:
+    w = g.shape(conv.inputs[1]) if len(conv.inputs) > 1 else None
+    k = [d for d in (conv.attrs.get("kernel_shape") or (w or [])[2:]) if isinstance(d, int)]
+    area = 1
+    for d in k:
+        area *= d
+    return area
+
+
 def _climb(stack: tuple[tuple[str, str], ...], heavy_in: dict[str, int], blocks: set[str]) -> str:
     i = len(stack) - 1
     while i > 1 and heavy_in.get(stack[i - 1][0], 0) == 1 and stack[i - 1][0] not in blocks:
@@ -265,6 +290,14 @@ def _climb(stack: tuple[tuple[str, str], ...], heavy_in: dict[str, int], blocks:
 
 def _describe(g: OnnxGraph, r: Region) -> None:
     a = g.by_name[r.anchors[0]]
+    if r.kind not in ("squeeze_excite", "attention") and len(r.anchors) > 1 and all(
+            g.by_name[m].op_type == "Conv" for m in r.anchors):
+        # a branch sum's convs, merged by the carve into one conv of the largest kernel: described as that one
+        a = max((g.by_name[m] for m in r.anchors), key=lambda n: _kernel_area(g, n))
+        r.sig["branches"] = len(r.anchors)
+        merged = {"Conv", "Add", "Sub", "Mul", "BatchNormalization", "Identity"}  # what the merge absorbs
+    else:
+        merged = {a.op_type}
     ins, _outs, _c = boundary(g, r.nodes)
     r.sig["inputs"] = [g.shape(t) for t in ins]
     # The carve makes one plugin of sites that compute the same ops: a conv with and one without
@@ -279,7 +312,7 @@ def _describe(g: OnnxGraph, r: Region) -> None:
     used = {t for n in r.nodes for t in g.by_name[n].inputs} | set(ins) | set(_outs)
     r.sig["taps"] = tuple((g.by_name[n].op_type, tuple(i for i, o in enumerate(g.by_name[n].outputs) if o in used))
                           for n in r.nodes if len(g.by_name[n].outputs) > 1)
-    r.sig["extra_ops"] = tuple(sorted(op for op in inv if op != a.op_type))
+    r.sig["extra_ops"] = tuple(sorted(op for op in inv if op not in merged))
     if a.op_type == "Conv" and r.kind not in ("squeeze_excite", "attention") and inv.get("LayerNormalization"):
         # a LayerNorm over the conv's channels (its epilogue): part of what the kernel computes, so part of every
         # name; its permutes only say whether the result leaves in NCHW (LayerNorm2d) or NHWC (a Linear follows)
