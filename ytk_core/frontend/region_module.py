@@ -201,7 +201,7 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
 
 def _merged_sum(b: Any, by_name: dict[str, Any], where: str) -> MergedSum:
     """The one conv a branch sum becomes, refused (with why) where its branches do not line up exactly: the
-    facts propose decides on hold shapes, the traced convs their stride, padding and dilation."""
+    facts propose decides on hold only shapes, the traced convs hold their stride, padding and dilation."""
     convs = [by_name[c] for c in b.convs]
     parts = [_conv_parts(c) for c in convs]
     shapes = [tuple(int(d) for d in p[1].meta["val"].shape) for p in parts]
@@ -238,7 +238,7 @@ def _merged_sum(b: Any, by_name: dict[str, Any], where: str) -> MergedSum:
                      dilation=next(iter(dilations)), groups=next(iter(groups)))
 
 
-def _merged_pair(spec: RegionSpec, m: MergedSum, values: dict[str, Any]) -> tuple[Any, Any]:
+def _merged_pair(m: MergedSum, values: dict[str, Any]) -> tuple[Any, Any]:
     """The (weight, bias) of the one conv a branch sum computes, in float64 then float32: each member's value
     as ``conv(x, W) + b`` over the merged kernel, composed in graph order."""
     import torch
@@ -261,9 +261,6 @@ def _merged_pair(spec: RegionSpec, m: MergedSum, values: dict[str, Any]) -> tupl
         # a number: a bias only
         return torch.zeros(cout, cpg, *m.kernel, dtype=dt), torch.full((cout,), float(a), dtype=dt)
 
-    def vec(p: Any) -> Any:
-        return values[p.name].detach().to(dt).reshape(-1)
-
     for n in m.members:
         base = op_name(n).split(".")[0]
         if n in m.convs:
@@ -273,13 +270,10 @@ def _merged_pair(spec: RegionSpec, m: MergedSum, values: dict[str, Any]) -> tupl
             for d in reversed(range(len(m.kernel))):
                 extra = (m.kernel[d] - wt.shape[2 + d]) // 2
                 pad += [extra, extra]
-            pairs[n] = (F.pad(wt, pad), vec(b) if b is not None else torch.zeros(cout, dtype=dt))
+            pairs[n] = (F.pad(wt, pad), values[b.name].detach().to(dt).reshape(-1) if b is not None
+                        else torch.zeros(cout, dtype=dt))
         elif is_batch_norm(n):
-            wt, bt = of(n.args[0])
-            g, beta, mean, var, eps = _bn_parts(n)
-            scale = (vec(g) if g is not None else torch.ones(cout, dtype=dt)) / torch.sqrt(vec(var) + eps)
-            shift = vec(beta) if beta is not None else torch.zeros(cout, dtype=dt)
-            pairs[n] = (wt * scale.reshape(-1, *([1] * (wt.dim() - 1))), (bt - vec(mean)) * scale + shift)
+            pairs[n] = _through_bn(n, *of(n.args[0]), values)
         elif n.target is operator.getitem:
             if n.args[1] != 0:
                 raise UsageError(f"region uses BatchNorm statistics output {n.name}; it cannot be folded "
@@ -292,11 +286,9 @@ def _merged_pair(spec: RegionSpec, m: MergedSum, values: dict[str, Any]) -> tupl
             sign = -1.0 if base == "sub" else 1.0
             alpha = float(n.kwargs.get("alpha", 1)) * sign
             pairs[n] = (wa + alpha * wb, ba + alpha * bb)
-        elif base == "mul":
+        elif base == "mul":  # by a per-channel parameter (a layer scale)
             a, p = (n.args[0], n.args[1]) if n.args[0] in pairs else (n.args[1], n.args[0])
-            wt, bt = of(a)
-            s = vec(p)
-            pairs[n] = (wt * s.reshape(-1, *([1] * (wt.dim() - 1))), bt * s)
+            pairs[n] = _scaled(*of(a), values[p.name].detach())
         else:  # an identity (eval dropout, clone)
             pairs[n] = of(n.args[0])
     wt, bt = pairs[m.members[-1]]
@@ -311,7 +303,7 @@ def folded_weights(spec: RegionSpec, values: dict[str, Any]) -> list[tuple[Any, 
     pairs = []
     with torch.no_grad():
         for c in spec.convs:
-            pairs.append(_merged_pair(spec, spec.sums[c], values) if c in spec.sums else _fold_one(spec, c, values))
+            pairs.append(_merged_pair(spec.sums[c], values) if c in spec.sums else _fold_one(spec, c, values))
         for n in spec.norms:
             w, b = _norm_parts(n)
             wt = values[w.name].detach().float().contiguous()
@@ -328,19 +320,28 @@ def _fold_one(spec: RegionSpec, c: Any, values: dict[str, Any]) -> tuple[Any, An
     bt = values[b.name].detach().to(torch.float64) if b is not None else torch.zeros(wt.shape[0], dtype=torch.float64)
     bn = spec.folded_bn.get(c)
     if bn is not None:
-        g, beta, mean, var, eps = _bn_parts(bn)
-        gv = values[g.name].double() if g is not None else torch.ones_like(bt)
-        betav = values[beta.name].double() if beta is not None else torch.zeros_like(bt)
-        scale = gv / torch.sqrt(values[var.name].double() + eps)
-        wt = wt * scale.reshape(-1, *([1] * (wt.dim() - 1)))
-        bt = (bt - values[mean.name].double()) * scale + betav
+        wt, bt = _through_bn(bn, wt, bt, values)
     if c in spec.folded_scale:  # a layer scale after it: y * s = conv(x, w * s) + b * s
-        s = values[spec.folded_scale[c][1].name].double().reshape(-1)
-        wt = wt * s.reshape(-1, *([1] * (wt.dim() - 1)))
-        bt = bt * s
+        wt, bt = _scaled(wt, bt, values[spec.folded_scale[c][1].name])
     return wt.float().contiguous(), bt.float().contiguous()
 
 
+def _through_bn(bn: Any, wt: Any, bt: Any, values: dict[str, Any]) -> tuple[Any, Any]:
+    """(weight, bias) of ``bn(conv(x, wt) + bt)`` in eval mode (float64)."""
+    import torch
+
+    g, beta, mean, var, eps = _bn_parts(bn)
+    gv = values[g.name].double().reshape(-1) if g is not None else torch.ones_like(bt)
+    betav = values[beta.name].double().reshape(-1) if beta is not None else torch.zeros_like(bt)
+    scale = gv / torch.sqrt(values[var.name].double().reshape(-1) + eps)
+    wt, bt = _scaled(wt, bt - values[mean.name].double().reshape(-1), scale)
+    return wt, bt + betav
+
+
+def _scaled(wt: Any, bt: Any, s: Any) -> tuple[Any, Any]:
+    """(weight, bias) of ``(conv(x, wt) + bt) * s`` for a per-output-channel ``s`` (float64)."""
+    s = s.double().reshape(-1)
+    return wt * s.reshape(-1, *([1] * (wt.dim() - 1))), bt * s
 
 
 def _emit_conv(g: Any, conv: Any, x: Any, w: Any, b: Any, stride: list[int], padding: Any, dilation: list[int],
