@@ -78,6 +78,7 @@ LONGEST_FIRST = (
     "tests/hookspecs/test_conformance_plugin.py",
     "tests/autoloop/test_trial_models.py",
     "tests/gaia/test_ray.py",
+    "tests/frontend/test_branch_sums.py",
     "tests/trust/test_admission_gate.py",  # ~40 s; the rest take under 30 s each
 )
 
