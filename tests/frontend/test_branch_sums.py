@@ -59,6 +59,10 @@ def test_each_block_is_proposed_whole_named_by_its_largest_kernel(proposed):  # 
     assert "RepMixer" in props and "RepVggDw" in props and "MobileOneBlock" in props
     assert not any("ConvBN" in s for s in props), props  # no branch is proposed on its own
     assert {"DwConv3x3s2C16", "Conv3x3s1C16to16", "Conv1x1s1C16to16", "Conv1x1s1C16to32"} <= names, names
+    labels = {p.name: p.label for p in report.candidates if p.selector}
+    assert "3 branches merged" in labels["Conv3x3s1C16to16"]  # RepVGG: 3x3 + 1x1 + the identity BatchNorm
+    assert "2 branches merged" in labels["Conv1x1s1C16to16"]  # a 1x1 and the identity
+    assert "2 branches merged" in labels["DwConv3x3s2C16"]  # stride 2: no identity
     # every block but the dense 3x3s (the stem, RepVGG's) is one the templates take
     assert all(p.supported == (not p.name.startswith("Conv3x3")) for p in report.candidates if p.selector)
 

@@ -376,6 +376,7 @@ class BranchSum:
     x: str                      # the input every branch reads
     convs: tuple[str, ...]      # the branch convs, in graph order
     members: tuple[str, ...]    # every node the merged conv replaces, in graph order (root last)
+    identity: bool = False      # a branch is x itself (or a BatchNorm of it)
 
 
 def branch_sums(region: Iterable[str], g: FactGraph) -> list[BranchSum]:
@@ -384,7 +385,7 @@ def branch_sums(region: Iterable[str], g: FactGraph) -> list[BranchSum]:
     A residual around a sum (``x + f(x)``, RepMixer's ``x + ls * (mixer(x) - norm(x))``) is left out of it: a
     kernel adds a residual exactly, where merged into the weights an identity term rounds the branch it is added
     to at fp16 (a layer scale of 1e-5 would vanish). A sum whose value a non-member also reads, or that holds
-    no add, is none (a single conv's BatchNorm and layer scale are folded by the plain lift)."""
+    fewer than two branches, is none (a single conv's BatchNorm and layer scale are folded by the plain lift)."""
     inside = set(region)
     names = sorted(inside, key=lambda n: g.order.get(n, 0))
     xs: list[str] = []
@@ -407,15 +408,17 @@ def branch_sums(region: Iterable[str], g: FactGraph) -> list[BranchSum]:
             members = _cone_of(root, aff, g)
             if members is None or members & claimed:
                 continue
-            kinds = {g.nodes[m].base for m in members}
             convs = tuple(m for m in sorted(members, key=g.order.get) if g.nodes[m].base in CONV_BASES)
-            if not convs or not kinds & {"add", "sub"}:
+            identity = any(x in g.nodes[m].inputs for m in members if m not in convs)
+            # two branches at least: a conv plus a number is a bias (``relu6(conv + 3)`` stays a hardsigmoid)
+            if len(convs) + identity < 2:
                 continue
             if len({tuple(g.nodes[c].shapes[2]) if len(g.nodes[c].shapes) > 2 else None for c in convs}
                    ) > 1 and not _same_geometry(convs, g):
                 continue
             claimed |= members
-            out.append(BranchSum(root=root, x=x, convs=convs, members=tuple(sorted(members, key=g.order.get))))
+            out.append(BranchSum(root=root, x=x, convs=convs, members=tuple(sorted(members, key=g.order.get)),
+                                 identity=identity))
     return sorted(out, key=lambda b: g.order.get(b.root, 0))
 
 

@@ -22,8 +22,8 @@ from typing import Any, get_args
 from ytk_hookspecs.models.kernel import KernelDtype
 
 from ..errors import UsageError
-from ..frontend.region_rules import (FactGraph, baked_weights, branch_sums, convexity_witness, grow_epilogue,
-                                     whole_onnx_nodes)
+from ..frontend.region_rules import (BranchSum, FactGraph, baked_weights, branch_sums, convexity_witness,
+                                     grow_epilogue, whole_onnx_nodes)
 from ..frontend.regions import GraphIndex, GraphView, around_parts, grow_around
 from .modules import ModuleIndex
 from .onnx_graph import OnnxGraph
@@ -75,7 +75,7 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     per_call: dict[tuple[str, int], set[str]] = {}
     for n in (*weighted, *attn):
         for p, _ in stacks[n]:
-            per_call.setdefault((p, _call(mods, facts, n, p)), set()).add(unit.get(n, n))
+            per_call.setdefault((p, _call(mods, facts, n, p)), set()).add(unit[n].root if n in unit else n)
     heavy_in: dict[str, int] = {}
     for (p, _c), units in per_call.items():
         heavy_in[p] = max(heavy_in.get(p, 0), len(units))
@@ -134,7 +134,8 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
                                    anchors=[n], nodes=nodes, epilogue=epilogue,
                                    baked=tuple(baked_weights(fx, facts, lift=lift)))
         if n in unit:  # a branch sum's convs are its heavy ops together
-            r.anchors = [m for m in nodes if unit.get(m) == unit[n]] or r.anchors
+            r.anchors = [m for m in nodes if m in unit and unit[m].root == unit[n].root] or r.anchors
+            r.sig["branches"] = len(unit[n].convs) + unit[n].identity
         _shared(r, taken)
         taken.update(r.nodes)
     out = sorted([*regions.values(), *around], key=lambda r: min(g.by_name[a].index for a in r.anchors))
@@ -147,15 +148,15 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     return out, outside
 
 
-def _branch_units(mods: ModuleIndex, facts: FactGraph, weighted: list[str]) -> dict[str, str]:
+def _branch_units(mods: ModuleIndex, facts: FactGraph, weighted: list[str]) -> dict[str, BranchSum]:
     """Each weighted ONNX node whose conv is a branch of a branch sum (region_rules.branch_sums over the whole
-    graph) -> the sum's root: what the carve will merge into one conv."""
-    of_conv = {c: b.root for b in branch_sums([n.name for n in facts.calls()], facts) for c in b.convs}
+    graph) -> that sum: what the carve will merge into one conv."""
+    of_conv = {c: b for b in branch_sums([n.name for n in facts.calls()], facts) for c in b.convs}
     out = {}
     for n in weighted:
-        roots = {of_conv[f] for f in mods.fx_of.get(n, []) if f in of_conv}
-        if len(roots) == 1:
-            out[n] = roots.pop()
+        sums = {of_conv[f].root: of_conv[f] for f in mods.fx_of.get(n, []) if f in of_conv}
+        if len(sums) == 1:
+            out[n] = next(iter(sums.values()))
     return out
 
 
@@ -290,11 +291,9 @@ def _climb(stack: tuple[tuple[str, str], ...], heavy_in: dict[str, int], blocks:
 
 def _describe(g: OnnxGraph, r: Region) -> None:
     a = g.by_name[r.anchors[0]]
-    if r.kind not in ("squeeze_excite", "attention") and len(r.anchors) > 1 and all(
-            g.by_name[m].op_type == "Conv" for m in r.anchors):
+    if r.sig.get("branches"):
         # a branch sum's convs, merged by the carve into one conv of the largest kernel: described as that one
         a = max((g.by_name[m] for m in r.anchors), key=lambda n: _kernel_area(g, n))
-        r.sig["branches"] = len(r.anchors)
         merged = {"Conv", "Add", "Sub", "Mul", "BatchNormalization", "Identity"}  # what the merge absorbs
     else:
         merged = {a.op_type}
