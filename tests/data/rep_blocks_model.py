@@ -8,10 +8,19 @@ class ConvBN(nn.Sequential):
         super().__init__(nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout))
 
 
+class SE(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.expand(torch.relu(self.reduce(x.mean((2, 3), keepdim=True)))))
+
+
 class MobileOneBlock(nn.Module):
     """timm fastvit.MobileOneBlock: identity BN + 1x1 scale branch + kxk branch, then the activation."""
 
-    def __init__(self, c, k=3, stride=1, dw=True, act=True, cout=None, branches=1):
+    def __init__(self, c, k=3, stride=1, dw=True, act=True, cout=None, branches=1, se=False):
         super().__init__()
         cout = cout or c
         g = c if dw else 1
@@ -19,6 +28,7 @@ class MobileOneBlock(nn.Module):
         self.conv_scale = ConvBN(c, cout, 1, stride, g) if k > 1 else None
         self.conv_kxk = nn.ModuleList([ConvBN(c, cout, k, stride, g) for _ in range(branches)])
         self.act = nn.GELU() if act else nn.Identity()
+        self.se = SE(cout) if se else nn.Identity()
 
     def forward(self, x):
         out = 0
@@ -28,7 +38,7 @@ class MobileOneBlock(nn.Module):
             out = out + self.conv_scale(x)
         for conv in self.conv_kxk:
             out = out + conv(x)
-        return self.act(out)
+        return self.act(self.se(out))
 
 
 class RepMixer(nn.Module):
@@ -70,6 +80,7 @@ class Model(nn.Module):
         self.rep = RepVggDw(16)
         self.pw = MobileOneBlock(16, 1, dw=False)                 # a 1x1 block: identity BN + one 1x1 branch
         self.expand = MobileOneBlock(16, 1, dw=False, cout=32, branches=2)  # 16 -> 32: two 1x1s, no identity
+        self.excite = MobileOneBlock(32, 3, se=True)  # with its SE inside: the block holds three heavy ops
         for m in self.modules():
             if isinstance(m, nn.BatchNorm2d):
                 m.weight.data.uniform_(0.5, 1.5)
@@ -79,7 +90,7 @@ class Model(nn.Module):
 
     def forward(self, x):
         x = self.blocks(self.down(self.stem(x)))
-        return self.expand(self.pw(self.rep(self.mix(self.dense(x)))))
+        return self.excite(self.expand(self.pw(self.rep(self.mix(self.dense(x))))))
 
 
 def get_fwd_args():

@@ -488,3 +488,55 @@ def test_convs_on_pooled_vectors_and_on_feature_maps_are_separate_proposals(tmp_
     carved = tmp_path / "carved"
     r = prepare(model, carved, [p.selector for p in pw], size="1x32x48")
     assert r.code == 0, r.stderr
+
+
+_HEAD = '''import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self, c, k):
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1), nn.BatchNorm2d(c), nn.ReLU())
+        self.classifier = nn.Conv2d(c, k, 1)
+
+    def forward(self, x):
+        return self.classifier(self.block(x))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 16, 3, 2, 1)
+        self.head = Head(16, 8)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.stem(x)))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 3, 32, 32),)
+'''
+
+
+@pytest.mark.slow
+def test_a_conv_beside_a_plugged_sibling_is_still_proposed(tmp_path):
+    """A new user plugged seg_head.block; propose on the plugged engine then said seg_head.classifier 'overlaps
+    the plugged region seg_head.block: re-carve without that plugin': with the block's convs gone into a plugin
+    node, the classifier's region climbed to their parent. A plugged site counts as a heavy op of its modules."""
+    model = tmp_path / "model.py"
+    model.write_text(_HEAD)
+    carved = tmp_path / "carved"
+    r = prepare(model, carved, ["yasp::Block=Sequential@where=head.block"], size="1x3x32x32")
+    assert r.code == 0, r.stderr
+    r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", carved / "model.onnx", "--npz",
+                   carved / "model.npz", "-o", carved / "c.tgz", "--custom-plugin", _mock_so(tmp_path, carved, "Block"),
+                   YTK_ENGINE="mock")
+    assert r.code == 0, r.stderr
+    report = propose(carved / "c.tgz", carved / "model.onnx", carved / "fx_nodes.json",
+                     options=ProposeOptions(min_ms=0, launch_ms=0, roofline_fraction=1.0))
+    sels = [p.selector for p in report.candidates]
+    assert any(s.endswith("=Conv2d@where=*.classifier") or s.endswith("=Conv2d@where=head.classifier")
+               for s in sels), sels
+    assert not any("overlaps the plugged region" in row.reason for row in report.not_worth)

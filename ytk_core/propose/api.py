@@ -87,7 +87,7 @@ def propose_measurement(m: Measurement, onnx: Path, fx_nodes: Path, plugins: Pat
         warnings += w
         rows.append(glue_row(att))
     else:
-        regions, outside = discover_regions(graph, mods, att.node_ms)
+        regions, outside = discover_regions(graph, mods, att.node_ms, carve.site_paths if carve else None)
         _mark_overlaps(regions, carve, pnodes)
         judge = Judge(graph=graph, mods=mods, att=att, gpu=_gpu(m.arch, warnings), precision=m.precision,
                       options=opts, engine_word=word)

@@ -58,8 +58,10 @@ class Region:
         return self.kind in ("conv", "grouped_conv", "gemm")
 
 
-def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float]) -> tuple[list[Region], list[str]]:
-    """All regions in graph order, and the owned nodes that fall outside every region."""
+def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float],
+                     plugged: dict[str, str] | None = None) -> tuple[list[Region], list[str]]:
+    """All regions in graph order, and the owned nodes that fall outside every region. ``plugged``: each plugin
+    node of a plugged graph -> its site's module path (a plugin is a heavy op of the modules around it)."""
     facts = FactGraph.from_fx_nodes(mods.fx)
     weighted = [n.name for n in g.nodes if n.name in mods.owner and is_weighted(g, n)]
     attn = [n.name for n in g.nodes if n.name in mods.owner and is_attention_op(g, n)]
@@ -76,6 +78,12 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
     for n in (*weighted, *attn):
         for p, _ in stacks[n]:
             per_call.setdefault((p, _call(mods, facts, n, p)), set()).add(unit[n].root if n in unit else n)
+    # A plugged site is still a heavy op of its modules: a conv beside it (seg_head.classifier beside a plugged
+    # seg_head.block) stays its own region instead of climbing over the plugin to their parent.
+    for node, site in (plugged or {}).items():
+        parts = site.split(".") if site else []
+        for k in range(len(parts) + 1):
+            per_call.setdefault((".".join(parts[:k]), 0), set()).add(node)
     heavy_in: dict[str, int] = {}
     for (p, _c), units in per_call.items():
         heavy_in[p] = max(heavy_in.get(p, 0), len(units))
@@ -133,8 +141,9 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float])
                                    kind="squeeze_excite" if path in excite else "gemm", around=False,
                                    anchors=[n], nodes=nodes, epilogue=epilogue,
                                    baked=tuple(baked_weights(fx, facts, lift=lift)))
-        if n in unit:  # a branch sum's convs are its heavy ops together
-            r.anchors = [m for m in nodes if m in unit and unit[m].root == unit[n].root] or r.anchors
+        whole = {m for m in weighted if m in unit and unit[m].root == unit[n].root} if n in unit else set()
+        if whole and whole <= set(nodes):  # the region holds a whole branch sum: its convs are its heavy ops
+            r.anchors = sorted(whole, key=lambda m: g.by_name[m].index)
             r.sig["branches"] = len(unit[n].convs) + unit[n].identity
         _shared(r, taken)
         taken.update(r.nodes)
