@@ -260,3 +260,63 @@ def test_an_epilogue_stops_where_the_exporter_fused_a_literal_add_into_a_branch_
     cand = CandidatesFile.read(out / "candidates.json").candidates[0]
     assert cand.input_roles == ["activation", "weight", "bias"], cand.input_roles
     assert isinstance(recognise(load_graph(out / cand.files.pt2), cand), Conv1x1Region)
+
+
+_POOL_SE = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SEBlock(nn.Module):
+    """The official MobileOne code's squeeze-excite: a whole-image avg_pool2d, then a view."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.reduce = nn.Conv2d(c, c // 4, 1)
+        self.expand = nn.Conv2d(c // 4, c, 1)
+
+    def forward(self, inputs):
+        b, c, h, w = inputs.size()
+        x = F.avg_pool2d(inputs, kernel_size=[h, w])
+        x = torch.sigmoid(self.expand(F.relu(self.reduce(x))))
+        return inputs * x.view(-1, c, 1, 1)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.se = nn.Conv2d(3, 32, 3, 2, 1), SEBlock(32)
+
+    def forward(self, x):
+        return self.se(torch.relu(self.conv(x)))
+
+
+def get_fwd_args():
+    return (torch.randn(1, 3, 32, 32),)
+'''
+
+
+@pytest.mark.slow
+def test_a_squeeze_excite_pooling_with_a_whole_image_avg_pool_is_one(tmp_path):
+    """A new user's MobileOne SE (``F.avg_pool2d(x, kernel_size=[h, w])``) was no squeeze-excite to propose (its
+    convs were proposed apart) nor to the templates ('expected one convolution, found 2'). The pool's window is
+    the whole image: propose counts it as a global pool, and the carve writes it as the mean it is."""
+    from tests.propose.test_propose_carve_agree import _propose_all
+    from ytk_backend_templates.recognise import load_graph, recognise
+    from ytk_backend_templates.regions import SERegion
+
+    model = tmp_path / "model.py"
+    model.write_text(_POOL_SE)
+    report = _propose_all(model, tmp_path / "base", "1x3x32x32")
+    se = [p for p in report.candidates if p.kind == "squeeze_excite"]
+    assert [p.selector for p in se] == ["yasp::SEC32R8=SEBlock"], [p.selector for p in report.candidates]
+    out = tmp_path / "carve"
+    r = prepare(model, out, [se[0].selector], size="1x3x32x32")
+    assert r.code == 0, r.stderr
+    cand = CandidatesFile.read(out / "candidates.json").candidates[0]
+    assert "aten.mean.dim" in cand.op_inventory and "aten.avg_pool2d.default" not in cand.op_inventory
+    got = recognise(load_graph(out / cand.files.pt2), cand)
+    assert isinstance(got, SERegion) and got.gate == "sigmoid" and got.act == "relu", got
+    _assert_reproduces_reference(out)

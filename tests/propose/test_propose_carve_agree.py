@@ -544,3 +544,47 @@ def test_a_conv_beside_a_plugged_sibling_is_still_proposed(tmp_path):
                for s in sels), sels
     assert not any("overlaps the plugged region" in row.reason for row in report.not_worth)
 
+
+_SHARED = '''import torch
+from torch import nn
+
+
+class ConvBNSiLU(nn.Sequential):
+    def __init__(self, c):
+        super().__init__(nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c), nn.SiLU())
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 16, 3, 1, 1)
+        self.body = ConvBNSiLU(16)
+        self.head = ConvBNSiLU(16)   # shared by two levels: called twice
+
+    def forward(self, x):
+        a = self.body(torch.relu(self.stem(x)))
+        return self.head(a), self.head(a * 2.0)
+
+
+def get_fwd_args():
+    return (torch.randn(1, 3, 16, 16),)
+'''
+
+
+@pytest.mark.slow
+def test_a_module_called_twice_joins_the_family_of_the_same_op(tmp_path):
+    """The ONNX exporter leaves the BatchNorm of a module called twice unfolded, so a new user's shared head got
+    a family (and a plugin) of its own beside identical ConvBNSiLU blocks, named '...BatchNormalizationMul...'.
+    The carve folds that BatchNorm like any other: one family, one plugin for every site."""
+    model = tmp_path / "model.py"
+    model.write_text(_SHARED)
+    report = _propose_all(model, tmp_path / "base", "1x3x16x16")
+    fams = [p for p in report.candidates if "ConvBNSiLU" in p.selector]
+    assert len(fams) == 1 and len(fams[0].sites) == 3, [(p.selector, len(p.sites)) for p in fams]
+    assert "Bn" not in fams[0].name and "BatchNormalization" not in fams[0].name
+    carved = tmp_path / "carved"
+    r = prepare(model, carved, [fams[0].selector], size="1x3x16x16")
+    assert r.code == 0, r.stderr
+    (cand,) = CandidatesFile.read(carved / "candidates.json").candidates
+    assert len(cand.sites) == 3 and cand.input_roles == ["activation", "weight", "bias"]

@@ -11,7 +11,10 @@ get the same region -- and the same kernel:
   equals a known activation there, replaced by that activation's one aten op (hardswish written
   as ``x * relu6(x + 3) / 6`` or ``x * hardsigmoid(x)``, SiLU as ``x * sigmoid(x)``, ReLU6 as
   clamp / hardtanh / relu6 -> ``hardtanh(x, 0, 6)``, GELU written out with erf or tanh, ...);
-* **zero padding as the convolution's own**, where a symmetric ``constant_pad_nd`` feeds only a conv.
+* **zero padding as the convolution's own**, where a symmetric ``constant_pad_nd`` feeds only a conv;
+* **a global average pool as a mean**: ``avg_pool2d`` whose window is the whole image (the official MobileOne
+  SE's ``F.avg_pool2d(x, kernel_size=[h, w])``) becomes ``mean(x, [2, 3], keepdim=True)``, as
+  ``x.mean((2, 3), keepdim=True)`` writes it.
 
 BatchNorm after a lifted conv is folded by the lift (region_module). The carve checks the
 rewritten module against the model's own captured outputs at every site, so a rewrite that
@@ -48,7 +51,8 @@ def canonicalise(gm: Any) -> list[str]:
     notes: list[str] = []
     for name, rewrite in (("identities removed", _drop_identities),
                           ("activations respelled", _respell_activations),
-                          ("zero padding moved into the conv", _fold_pads)):
+                          ("zero padding moved into the conv", _fold_pads),
+                          ("global average pools written as a mean", _pools_as_means)):
         n = rewrite(gm.graph)
         if n:
             notes.append(f"canonical: {name} ({n})")
@@ -266,5 +270,36 @@ def _fold_pads(graph: Any) -> int:
         conv.args = (pad.args[0], *args[1:])
         conv.kwargs = {}
         graph.erase_node(pad)
+        n += 1
+    return n
+
+
+# -- global pools ---------------------------------------------------------------------------------
+def _pools_as_means(graph: Any) -> int:
+    import torch
+
+    n = 0
+    for pool in list(graph.nodes):
+        if _base(pool) != "avg_pool2d" or not pool.args:
+            continue
+        x, vin = pool.args[0], _val(pool.args[0])
+        if vin is None or not hasattr(vin, "shape") or vin.dim() != 4:
+            continue
+        a = list(pool.args) + [None] * (7 - len(pool.args))
+        kernel = a[1] if a[1] is not None else pool.kwargs.get("kernel_size")
+        padding = a[3] if a[3] is not None else pool.kwargs.get("padding", 0)
+        ceil = a[4] if a[4] is not None else pool.kwargs.get("ceil_mode", False)
+        divisor = a[6] if a[6] is not None else pool.kwargs.get("divisor_override")
+        kernel = [kernel, kernel] if isinstance(kernel, int) else list(kernel or [])
+        padding = [padding, padding] if isinstance(padding, int) else list(padding or [0, 0])
+        hw = [int(d) for d in vin.shape[2:]]
+        if kernel != hw or any(int(p) for p in padding) or ceil or divisor is not None:
+            continue  # a window smaller than the image, padded (count_include_pad matters), or a divisor of its own
+        # one window covers the image, whatever its stride
+        with graph.inserting_before(pool):
+            mean = graph.call_function(torch.ops.aten.mean.dim, (x, [2, 3], True))
+        mean.meta.update(pool.meta)
+        pool.replace_all_uses_with(mean)
+        graph.erase_node(pool)
         n += 1
     return n

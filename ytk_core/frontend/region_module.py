@@ -373,6 +373,8 @@ def build_module(spec: RegionSpec, values: dict[str, Any]) -> Any:
     env: dict[Any, Any] = {}
     for i, a in enumerate(spec.activations):
         env[a] = g.placeholder(f"in{i}")
+        if "val" in a.meta:  # its traced shape and dtype, which the canonical passes read (canonical.py)
+            env[a].meta["val"] = a.meta["val"]
     lifted: dict[Any, tuple[Any, Any]] = {}
     for k, c in enumerate(spec.convs + spec.norms):
         lifted[c] = (g.placeholder(f"w{k}"), g.placeholder(f"b{k}"))

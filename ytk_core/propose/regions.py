@@ -185,9 +185,21 @@ def _squeeze_excites(g: OnnxGraph, mods: ModuleIndex, weighted: list[str], stack
         convs = [n for n in weighted if any(p == path for p, _ in stacks[n])]
         if len(convs) != 2 or not all(_pooled_1x1(g, g.by_name[n]) for n in convs):
             continue
-        if any(g.by_name[m].op_type in _POOLS for m in mods.nodes_of.get(path, ()) if m in g.by_name):
+        if any(_global_pool(g, g.by_name[m]) for m in mods.nodes_of.get(path, ()) if m in g.by_name):
             out.add(path)
     return out
+
+
+def _global_pool(g: OnnxGraph, node: Any) -> bool:
+    """A global average pool: GlobalAveragePool, ReduceMean, or an AveragePool whose window is the whole image
+    (the official MobileOne SE's ``F.avg_pool2d(x, kernel_size=[h, w])``; the carve writes it as a mean)."""
+    if node.op_type in _POOLS:
+        return True
+    if node.op_type != "AveragePool" or not node.inputs:
+        return False
+    x = g.shape(node.inputs[0])
+    pads = [int(p) for p in node.attrs.get("pads") or []]
+    return bool(x and len(x) == 4 and list(node.attrs.get("kernel_shape") or []) == list(x[2:]) and not any(pads))
 
 
 def _pooled_1x1(g: OnnxGraph, node: Any) -> bool:
@@ -278,6 +290,12 @@ def _with(block: Region, fx: list[str], nodes: set[str], part: int | None, facts
                   nodes=sorted(nodes), part=part, baked=tuple(baked_weights(fx, facts)))
 
 
+def _after_a_conv(g: OnnxGraph, bn: Any, nodes: list[str]) -> bool:
+    """A BatchNormalization that reads a conv of the region and is that conv's only consumer."""
+    src = g.producer.get(bn.inputs[0]) if bn.inputs else None
+    return src in nodes and g.by_name[src].op_type == "Conv" and g.consumers.get(bn.inputs[0], []) == [bn.name]
+
+
 def _kernel_area(g: OnnxGraph, conv: Any) -> int:
     w = g.shape(conv.inputs[1]) if len(conv.inputs) > 1 else None
     k = [d for d in (conv.attrs.get("kernel_shape") or (w or [])[2:]) if isinstance(d, int)]
@@ -313,6 +331,8 @@ def _describe(g: OnnxGraph, r: Region) -> None:
     inv: dict[str, int] = {}
     for n in r.nodes:
         op = g.by_name[n].op_type
+        if op == "BatchNormalization" and _after_a_conv(g, g.by_name[n], r.nodes):
+            continue  # one the exporter left unfolded (a module called twice): the carve folds it like the rest
         inv[op] = inv.get(op, 0) + 1
     r.sig["ops"] = tuple(sorted(inv.items()))
     # Which values of a many-output node (a Split) the region uses is part of what it computes: MixNet's
@@ -328,7 +348,8 @@ def _describe(g: OnnxGraph, r: Region) -> None:
         r.sig["extra_ops"] = tuple(op for op in r.sig["extra_ops"] if op not in ("LayerNormalization", "Transpose"))
     if r.kind == "squeeze_excite":
         # what every squeeze-excite holds (its pool, its convs, the gate's product) names none of them apart
-        r.sig["extra_ops"] = tuple(op for op in r.sig["extra_ops"] if op not in ("Mul", "ReduceMean", *_POOLS))
+        r.sig["extra_ops"] = tuple(op for op in r.sig["extra_ops"]
+                                   if op not in ("Mul", "ReduceMean", "AveragePool", *_POOLS))
         x = g.shape(ins[0]) if ins else None
         w = g.shape(a.inputs[1])
         r.sig.update(C=_channels(x), CR=w[0] if w else None, spatial=_spatial(x))
