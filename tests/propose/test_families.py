@@ -117,3 +117,30 @@ def test_a_proposal_and_a_roofline_row_of_one_label_show_their_sizes():
     labels, roof_labels = _apart_from_roofline(worth, [f.label for f in worth], roof)
     assert labels == ["depthwise 3x3 s1  (C=32)  32x32", "depthwise 3x3 s2  (C=32)"]
     assert roof_labels == {id(roof[0]): "depthwise 3x3 s1  (C=32)  16x16"}
+
+
+def test_the_ops_that_tell_families_apart_are_named_as_activations() -> None:
+    """A new user read 'Conv1x1s1BatchNormalizationMulSigmoidDyn': the ONNX spelling of a SiLU, and a BatchNorm
+    the exporter left unfolded in a module called twice. Plugin names and labels use words."""
+    from ytk_core.propose.naming import tag_words
+
+    assert tag_words(("Mul", "Sigmoid")) == ["Silu"]
+    assert tag_words(("BatchNormalization", "Mul", "Sigmoid")) == ["Bn", "Silu"]
+    assert tag_words(("Add", "Div", "Erf", "Mul")) == ["Gelu"]
+    assert tag_words(("HardSigmoid", "Mul")) == ["HardSwish"]
+    assert tag_words(("Clip",)) == ["Relu6"] and tag_words(("Relu",)) == ["Relu"]
+    assert tag_words(("Sigmoid",)) == ["Sigmoid"]  # a gate alone stays what it is
+
+
+def test_refusals_differing_only_in_a_regions_numbers_are_one_reason() -> None:
+    """The autoloop's note listed 'a dense 3x3 conv (input channels 64, ...)', '... (input channels 3, ...)' and
+    '... (input channels 96, ...)' as three reasons and left two more unnamed."""
+    from ytk_core.propose.models import RealSupport
+    from ytk_core.propose.report import real_support_line
+
+    refuses = {f"Conv{c}": f"a dense 3x3 conv (input channels {c}, weight [64, {c}, 3, 3]): templates cover "
+               "depthwise kxk and 1x1 convs" for c in (3, 32, 64, 96)}
+    refuses["Odd"] = "channels 64 -> 20: templates need multiples of 8 (16-byte fp16 vectors)"
+    line = real_support_line(RealSupport(chain="templates", refuses=refuses), [*refuses, "Dw"], "proposals")
+    assert "a dense 3x3 conv: templates cover depthwise kxk and 1x1 convs (4: Conv3, Conv32, Conv64, +1 more)" in line
+    assert "channels 64 -> 20: templates need multiples of 8 (1: Odd)" in line and "other reason" not in line

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .naming import family_label, family_name, remainder_label, remainder_name
+from .naming import family_label, family_name, remainder_label, remainder_name, tag_words
 from .regions import Region
 
 
@@ -65,7 +65,7 @@ class Family:
 
     @property
     def tag(self) -> str:
-        return "".join(self.sig.get("extra_ops") or ()) if self.tagged else ""
+        return "".join(tag_words(self.sig.get("extra_ops"))) if self.tagged else ""
 
     @property
     def ms(self) -> float:

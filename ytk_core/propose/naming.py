@@ -30,11 +30,29 @@ def _multiplied(kind: str, sig: dict[str, Any]) -> bool:
     return kind == "depthwise_conv" and sig.get("Cout") not in (None, sig.get("C"))
 
 
+#: ONNX ops that spell one activation between them (the exporter's decompositions), and its name
+_SPELLED = ((frozenset({"Div", "Erf", "Add", "Mul"}), "Gelu"), (frozenset({"HardSigmoid", "Mul"}), "HardSwish"),
+            (frozenset({"Sigmoid", "Mul"}), "Silu"))
+_WORDS = {"BatchNormalization": "Bn", "Clip": "Relu6", "HardSigmoid": "HardSigmoid", "Sigmoid": "Sigmoid"}
+
+
+def tag_words(ops: Any) -> list[str]:
+    """The ONNX ops around a conv that tell two families apart, as words: ``Sigmoid`` + ``Mul`` is ``Silu``,
+    ``Div Erf Add Mul`` is ``Gelu``, ``BatchNormalization`` (one the exporter left unfolded) ``Bn``."""
+    left = set(ops or ())
+    words = []
+    for spelled, word in _SPELLED:
+        if spelled <= left:
+            left -= spelled
+            words.append(word)
+    return sorted(words + [_WORDS.get(op, op) for op in left])
+
+
 def op_label(kind: str, cls: str, sig: dict[str, Any], tag: str = "") -> str:
     """The op part of a label, without channels: ``depthwise 3x3 s1``."""
     k, s = _dims(sig.get("k")), _stride(sig.get("stride"))
     dil = f" {_dil(sig)}" if _dil(sig) else ""
-    dil += f" +{'+'.join(sig.get('extra_ops') or ())}" if tag else ""
+    dil += f" +{'+'.join(tag_words(sig.get('extra_ops')))}" if tag else ""
     pre = "transposed " if sig.get("transpose") else ""
     pre += {1: "1-D ", 3: "3-D "}.get(len(sig.get("k") or [0, 0]), "")  # a Conv1d's "conv 3 s1" read as a 3x3
     dil += {"Ln": " + LayerNorm", "LnNhwc": " + LayerNorm (NHWC out)"}.get(sig.get("norm") or "", "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 from rich import box
 from rich.console import Console
@@ -123,7 +125,8 @@ def real_support_line(real: RealSupport, names: list[str], what: str) -> str:
         named: dict[str, list[str]] = {}  # reason -> the regions refused for it, so a user knows which
         for n in names:
             if n in real.refuses:
-                named.setdefault(real.refuses[n], []).append(n)
+                # one reason whatever a region's own numbers in it ('a dense 3x3 conv (input channels 64, ...)')
+                named.setdefault(re.sub(r" \([^()]*\)", "", real.refuses[n]), []).append(n)
         ranked = sorted(named.items(), key=lambda kv: -len(kv[1]))
         top = "; ".join(f"{w} ({len(ns)}: {', '.join(ns[:3])}{f', +{len(ns) - 3} more' if len(ns) > 3 else ''})"
                         for w, ns in ranked[:3])
