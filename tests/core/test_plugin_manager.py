@@ -236,6 +236,18 @@ def test_a_taken_name_keeps_the_first():
     assert "backend name 'same' from b (registered in-process) is already taken" in _only_warning(mgr, "'same'")
 
 
+def _with_ytk_entry_point(real, ep):  # type: ignore[no-untyped-def]
+    """``importlib.metadata.entry_points`` with ``ep`` added to ytk's group only. Added to every group, it broke
+    Triton's own backend discovery when Triton was first imported under the patch (``import triton`` left a
+    half-made ``triton.backends`` in sys.modules, and every later torch.export in that process failed)."""
+    from ytk_hookspecs.markers import ENTRY_POINT_GROUP
+
+    def entry_points(group=None):  # type: ignore[no-untyped-def]
+        return [ep, *real(group=group)] if group == ENTRY_POINT_GROUP else real(group=group)
+
+    return entry_points
+
+
 def test_a_load_warning_is_printed_once_in_the_format_asked_for(ytk, monkeypatch):
     """Plugins load before -q and --log-format are parsed: their warning was logged in the default format
     whatever the user asked, and `ytk backends` then printed it a second time in its report."""
@@ -251,7 +263,7 @@ def test_a_load_warning_is_printed_once_in_the_format_asked_for(ytk, monkeypatch
             raise ImportError("No module named 'cupy'")
 
     real = md.entry_points
-    monkeypatch.setattr(loader.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
+    monkeypatch.setattr(loader.md, "entry_points", _with_ytk_entry_point(real, FakeEP()))
     reset_runtime()
     try:
         r = ytk("--log-format", "console", "backends")
@@ -277,7 +289,7 @@ def test_broken_entry_point_import_names_the_distribution(monkeypatch):
             raise ImportError("No module named 'ytk_backend_broken_nope'")
 
     real = md.entry_points
-    monkeypatch.setattr(loader.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
+    monkeypatch.setattr(loader.md, "entry_points", _with_ytk_entry_point(real, FakeEP()))
     mgr = BackendManager(autoload=True)
     assert "mock" in mgr.backends  # everything else keeps working
     assert any("ytk-backend-broken 9.9" in w and "failed to import" in w for w in mgr.warnings)
@@ -329,7 +341,7 @@ def test_a_broken_installed_backend_leaves_every_command_working(ytk, monkeypatc
             return loaded
 
     real = md.entry_points
-    monkeypatch.setattr(loader.md, "entry_points", lambda group=None: [FakeEP(), *real(group=group)])
+    monkeypatch.setattr(loader.md, "entry_points", _with_ytk_entry_point(real, FakeEP()))
     reset_runtime()
     try:
         for args in (["--help"], ["backends"]):
