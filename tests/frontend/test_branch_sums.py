@@ -57,17 +57,17 @@ def test_each_block_is_proposed_whole_named_by_its_largest_kernel(proposed):  # 
     props = {p.selector.split("=", 2)[1].split("@")[0]: p for p in report.candidates if p.selector}
     names = {p.name for p in report.candidates if p.selector}
     assert "RepMixer" in props and "RepVggDw" in props and "MobileOneBlock" in props
-    # no branch is proposed on its own, but in the block that holds an SE too
-    assert all("excite" in p.selector for s, p in props.items() if s == "ConvBN"), props
+    assert "ConvBN" not in props, props  # no branch is proposed on its own
     assert {"DwConv3x3s2C16", "Conv3x3s1C16to16", "Conv1x1s1C16to16", "Conv1x1s1C16to32"} <= names, names
     labels = {p.name: p.label for p in report.candidates if p.selector}
     assert "3 branches merged" in labels["Conv3x3s1C16to16"]  # RepVGG: 3x3 + 1x1 + the identity BatchNorm
     assert "2 branches merged" in labels["Conv1x1s1C16to16"]  # a 1x1 and the identity
     assert "2 branches merged" in labels["DwConv3x3s2C16"]  # stride 2: no identity
-    # a block that also holds an SE is no one conv: its branches are proposed apart, and named as what they are
-    apart = [p for p in report.candidates
-             if p.selector and "excite" in p.selector and "@where=excite.se" not in p.selector]
-    assert apart and not any("merged" in p.label for p in apart), [(p.selector, p.label) for p in apart]
+    # a block that also holds an SE is no one conv: its branch sum is proposed alone (@branches), the SE apart
+    by_sel = {p.selector: p for p in report.candidates if p.selector}
+    assert "yasp::DwConv3x3s1C32=MobileOneBlock@where=excite@branches" in by_sel, sorted(by_sel)
+    assert "3 branches merged" in by_sel["yasp::DwConv3x3s1C32=MobileOneBlock@where=excite@branches"].label
+    assert any(s.endswith("=SE") or "=SE@where=excite.se" in s for s in by_sel), sorted(by_sel)
     # every block but the dense 3x3s (the stem, RepVGG's) is one the templates take
     assert all(p.supported == (not p.name.startswith("Conv3x3")) for p in report.candidates if p.selector)
 
@@ -95,6 +95,7 @@ def test_the_carve_merges_every_block_into_one_conv_the_templates_recognise(prop
     assert "conv1x1(act=gelu" in kinds["Conv1x1s1C16to16"]
     assert "conv1x1(act=gelu, cin=16, cout=32" in kinds["Conv1x1s1C16to32"]  # no identity: channels differ
     assert kinds["Conv3x3s1C16to16"].startswith("refused: a dense 3x3 conv")
+    assert "dwconv(k=3, stride=1, act=none, channels=32" in kinds["DwConv3x3s1C32"]  # excite's sum, its SE after
     _assert_reproduces_reference(carved)
 
 
@@ -155,3 +156,19 @@ def test_branches_that_do_not_line_up_are_refused_with_why(tmp_path: Path) -> No
     assert "cannot be merged into one conv (their strides, dilations or groups differ); use @lift=none" in r.stderr
     r = prepare(model, tmp_path / "none", ["yasp::Twin=Twin@lift=none"], size="1x8x10x12")
     assert r.code == 0, r.stderr
+
+
+def test_branches_takes_a_module_with_one_sum_and_says_why_not(tmp_path: Path) -> None:
+    from ytk_core.frontend.selectors import SelectorError, parse_selector
+
+    assert parse_selector("yasp::T=Twin@where=t@branches").branches
+    for bad in ("yasp::T=Twin:around@branches", "yasp::T=call:torch.relu@branches"):
+        with pytest.raises(SelectorError, match="@branches only with a module region"):
+            parse_selector(bad)
+    model = tmp_path / "model.py"
+    model.write_text(_TWIN)
+    r = prepare(model, tmp_path / "ok", ["yasp::T=Twin@branches"], size="1x8x10x12")
+    assert r.code == 0, r.stderr
+    r = prepare(model, tmp_path / "no", ["yasp::A=Conv2d@where=t.a@branches"], size="1x8x10x12")
+    assert r.code == 2 and "t.a holds no branch sums (parallel convs of one input, added); @branches takes a " \
+        "module that holds exactly one" in r.stderr, r.stderr

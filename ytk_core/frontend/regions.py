@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .region_rules import FactGraph, convex_parts, from_sources, grow_epilogue, whole_onnx_nodes
+from .region_rules import FactGraph, branch_sums, convex_parts, from_sources, grow_epilogue, whole_onnx_nodes
 from .selectors import Selector
 
 #: Ops an ``:around`` region targets inside a block: attention-style heavy ops. Convolutions are
@@ -470,6 +470,14 @@ def region_nodes(sel: Selector, site: Site, facts: FactGraph, gi: GraphIndex | N
     holds an op the region grew from (:func:`around_parts`). The rule propose applies too (see
     region_rules); ``gi`` and ``succ`` (each ONNX node's consumers) are needed for ``@part`` only."""
     names = [n.name for n in site.nodes]
+    if sel.branches:
+        sums = branch_sums(names, facts)
+        if len(sums) != 1:
+            where = site.module_path or sel.text
+            raise UsageError(f"selector {sel.text!r}: {where} holds {len(sums) or 'no'} branch sum"
+                             f"{'' if len(sums) == 1 else 's'} (parallel convs of one input, added); @branches takes "
+                             "a module that holds exactly one")
+        names = list(sums[0].members)
     grown = grow_epilogue(names, facts) if sel.epilogue else whole_onnx_nodes(names, facts)
     out = sorted(grown, key=facts.order.get)
     if sel.part is None:

@@ -19,6 +19,9 @@
                                               (0-based, in graph order) that holds an attention op,
                                               for a block whose region an outside op (a conv)
                                               cuts through (docs/regions.md)
+               | "@branches"                  only the module's parallel branches over one input and
+                                              their sum (a MobileOne block that also holds an SE),
+                                              merged into one conv (docs/regions.md)
 
 Each modifier appears at most once. A namespace is optional (``yasp`` by default); ``::X`` is the empty
 namespace. A malformed selector is a :class:`SelectorError` that quotes it, points at the column and says
@@ -55,7 +58,7 @@ class SelectorError(UsageError):
         super().__init__(f"malformed --plugin selector at column {col + 1}: expected {expected}\n"
                          f"    {text}\n{caret}",
                          hint="form: <namespace>::<PluginName>=<OpsName>[:around][@where=<globs>][@lift=<how>][@nojoin]"
-                              "[@epilogue][@part=<K>]")
+                              "[@epilogue][@part=<K>][@branches]")
         self.column = col
         self.expected = expected
         self.selector = str(text)  # as data: a caller carving several (the autoloop) drops just this one
@@ -74,6 +77,7 @@ class Selector:
     nojoin: bool = False
     epilogue: bool = False
     part: int | None = None
+    branches: bool = False
     call_target: str = ""
     span: tuple[str, str] = ("", "")
     nodes: tuple[str, ...] = ()
@@ -145,8 +149,8 @@ def parse_selector(text: str) -> Selector:
     while not s.at_end():
         col = s.pos
         if not s.eat("@"):
-            raise s.fail("'@' to start a modifier (@where=, @lift=, @nojoin, @epilogue, @part=) or the end of the "
-                         "selector")
+            raise s.fail("'@' to start a modifier (@where=, @lift=, @nojoin, @epilogue, @part=, @branches) or the "
+                         "end of the selector")
         if s.eat("where="):
             globs = [s.match(_GLOB, "a module-path glob")]
             while s.eat(","):
@@ -163,8 +167,10 @@ def parse_selector(text: str) -> Selector:
             key, fields["epilogue"] = "epilogue", True
         elif s.eat("part="):
             key, fields["part"] = "part", int(s.match(re.compile(r"[0-9]+"), "a part number (0, 1, ...)"))
+        elif s.eat("branches"):
+            key, fields["branches"] = "branches", True
         else:
-            raise s.fail("a modifier: @where=<globs>, @lift=<how>, @nojoin, @epilogue or @part=<K>", col + 1)
+            raise s.fail("a modifier: @where=<globs>, @lift=<how>, @nojoin, @epilogue, @part=<K> or @branches", col + 1)
         if key == "where" and key in seen:
             # two @where= could mean "either" or "both"; one list of globs says it (OR-ed, ! excludes)
             raise s.fail("@where only once: put every glob in one @where=, comma-separated (they are OR-ed; "
@@ -178,6 +184,9 @@ def parse_selector(text: str) -> Selector:
     if "part" in fields and not fields.get("around"):
         raise SelectorError(text, text.find("@part"), "@part only together with :around (it names one convex part of "
                             "an :around region)")
+    if fields.get("branches") and (fields.get("around") or fields["kind"] not in ("class", "mod")):
+        raise SelectorError(text, text.find("@branches"), "@branches only with a module region (OpsName or mod:, not "
+                            ":around): it takes the branch sum inside each matched module")
     if fields.get("where") and fields["kind"] not in ("class", "call"):
         raise SelectorError(text, text.find("@where"), "@where only with a class (OpsName) or call: region")
     return Selector(text=text, modifiers_seen=tuple(seen), **fields)

@@ -49,7 +49,7 @@ def op_key(r: Region) -> tuple[Any, ...]:
     if r.kind == "squeeze_excite":
         return (r.kind, r.cls, *ops, r.epilogue, *site)
     return (r.kind, r.cls, _t(s.get("k")), _t(s.get("stride")), _t(s.get("dilation")), _t(s.get("pads")),
-            s.get("transpose"), *ops, r.epilogue, *site)
+            s.get("transpose"), *ops, r.epilogue, r.branches, *site)
 
 
 @dataclass

@@ -68,7 +68,8 @@ class Judge:
         where = f"@where={','.join(globs)}" if globs else ""
         epilogue = "@epilogue" if fam.regions[0].epilogue else ""
         part = f"@part={fam.regions[0].part}" if fam.regions[0].part is not None else ""
-        return f"{self.options.namespace}::{name}={fam.cls}{around}{where}{epilogue}{part}"
+        branches = "@branches" if fam.regions[0].branches else ""
+        return f"{self.options.namespace}::{name}={fam.cls}{around}{where}{epilogue}{part}{branches}"
 
 
 def build_tables(j: Judge, regions: list[Region], outside: list[str],

@@ -51,6 +51,7 @@ class Region:
     cannot: str | None = None          # why the kernel contract cannot express it
     epilogue: bool = False             # the pointwise ops after the module are part of it (@epilogue)
     part: int | None = None            # the K-th convex part of an :around region (@part=K)
+    branches: bool = False             # only the module's branch sum (@branches)
     baked: tuple[str, ...] = ()        # weights its program keeps inside (region_rules.baked_weights)
 
     @property
@@ -117,6 +118,14 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float],
         if n in taken:
             continue
         path = next((p for p, _ in stacks[n] if p in excite), None) or _climb(stacks[n], heavy_in, blocks)
+        if n in unit and path not in excite:
+            r = _branches_region(g, mods, facts, stacks, n, path, [m for m in weighted if m in unit and
+                                                                      unit[m].root == unit[n].root], unit[n])
+            if r is not None:  # the sum's module holds other heavy ops too: the sum alone, @branches
+                regions[f"{r.path}@{_call(mods, facts, n, r.path)}@branches"] = r
+                _shared(r, taken)
+                taken.update(r.nodes)
+                continue
         call = _call(mods, facts, n, path) if path else 0
         key = f"{path}@{call}" if call else path  # each call of a module is a site of its own
         if key in regions:
@@ -155,6 +164,31 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float],
         r.cannot = r.cannot or cannot_express(g, r)
     outside = [m for m in node_ms if m in mods.owner and m not in taken]
     return out, outside
+
+
+def _branches_region(g: OnnxGraph, mods: ModuleIndex, facts: FactGraph, stacks: dict[str, Any], n: str, path: str,
+                     convs: list[str], b: BranchSum) -> Region | None:
+    """The region of a branch sum whose convs' region (``path``, where the climb stopped) does not hold all of
+    it -- a MobileOne block that also holds an SE: the sum alone, in the innermost module holding all its convs,
+    when that module holds no other sum (what ``Cls@branches`` carves). None where ``path`` holds the sum."""
+    if all(any(p == path for p, _ in stacks[c]) for c in convs):
+        return None
+    home = ""
+    for frames in zip(*(stacks[c] for c in convs)):
+        if len({p for p, _ in frames}) != 1:
+            break
+        home = frames[0][0]
+    if not home or mods.cls_of.get(home) in CONTAINERS:
+        return None
+    call = _call(mods, facts, n, home)
+    if len(branch_sums(facts.owned_by(home, call), facts)) != 1:
+        return None
+    fx = whole_onnx_nodes(list(b.members), facts)
+    r = Region(path=home, cls=mods.cls_of.get(home, "?"), kind="gemm", around=False,
+               anchors=sorted(convs, key=lambda m: g.by_name[m].index), nodes=sorted(_onnx_of(g, facts, fx)),
+               branches=True, baked=tuple(baked_weights(fx, facts)))
+    r.sig["branches"] = len(b.convs) + b.identity
+    return r
 
 
 def _branch_units(mods: ModuleIndex, facts: FactGraph, weighted: list[str]) -> dict[str, BranchSum]:
