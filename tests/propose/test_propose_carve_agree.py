@@ -67,14 +67,9 @@ def test_propose_on_a_plugged_engine_never_proposes_over_a_plugin(tmp_path):
     from tests.helpers import MNV3
 
     carved = tmp_path / "carved"
-    r = prepare(MNV3, carved, ["yasp::Fc1=Conv2d@where=*.se.fc1"], size="1x64x64")  # a conv inside each SE
-    assert r.code == 0, r.stderr
-    r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", carved / "model.onnx", "--npz",
-                   carved / "model.npz", "-o", carved / "c.tgz", "--custom-plugin", _mock_so(tmp_path, carved, "Fc1"),
-                   YTK_ENGINE="mock")
-    assert r.code == 0, r.stderr
-    report = propose(carved / "c.tgz", carved / "model.onnx", carved / "fx_nodes.json",
-                     options=ProposeOptions(min_ms=0, launch_ms=0))
+    # a conv inside each SE
+    report = _propose_plugged(tmp_path, MNV3, "yasp::Fc1=Conv2d@where=*.se.fc1", "1x64x64",
+                              ProposeOptions(min_ms=0, launch_ms=0))
     sites = {s.module_path for s in CandidatesFile.read(carved / "candidates.json").candidates[0].sites}
     for p in report.candidates:
         if p.already_plugged:
@@ -86,6 +81,19 @@ def test_propose_on_a_plugged_engine_never_proposes_over_a_plugin(tmp_path):
     # SE module, so fc2's region does not climb over it)
     assert any(p.selector.endswith(".se.fc2") or ".se.fc2@" in p.selector for p in report.candidates), \
         [p.selector for p in report.candidates]
+
+
+def _propose_plugged(tmp_path, model, selector, size, options):  # type: ignore[no-untyped-def]
+    """Carve ``selector`` into ``tmp_path/carved``, compile it with a mock plugin and propose on that engine."""
+    carved = tmp_path / "carved"
+    r = prepare(model, carved, [selector], size=size)
+    assert r.code == 0, r.stderr
+    name = parse_selector(selector).name
+    r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", carved / "model.onnx", "--npz",
+                   carved / "model.npz", "-o", carved / "c.tgz", "--custom-plugin", _mock_so(tmp_path, carved, name),
+                   YTK_ENGINE="mock")
+    assert r.code == 0, r.stderr
+    return propose(carved / "c.tgz", carved / "model.onnx", carved / "fx_nodes.json", options=options)
 
 
 def _mock_so(tmp_path, carved, name):  # type: ignore[no-untyped-def]
@@ -530,15 +538,8 @@ def test_a_conv_beside_a_plugged_sibling_is_still_proposed(tmp_path):
     node, the classifier's region climbed to their parent. A plugged site counts as a heavy op of its modules."""
     model = tmp_path / "model.py"
     model.write_text(_HEAD)
-    carved = tmp_path / "carved"
-    r = prepare(model, carved, ["yasp::Block=Sequential@where=head.block"], size="1x3x32x32")
-    assert r.code == 0, r.stderr
-    r = ytk_inproc("embedded", "compile", "-a", ARCH, "-p", "fp16", "--onnx", carved / "model.onnx", "--npz",
-                   carved / "model.npz", "-o", carved / "c.tgz", "--custom-plugin", _mock_so(tmp_path, carved, "Block"),
-                   YTK_ENGINE="mock")
-    assert r.code == 0, r.stderr
-    report = propose(carved / "c.tgz", carved / "model.onnx", carved / "fx_nodes.json",
-                     options=ProposeOptions(min_ms=0, launch_ms=0, roofline_fraction=1.0))
+    report = _propose_plugged(tmp_path, model, "yasp::Block=Sequential@where=head.block", "1x3x32x32",
+                              ProposeOptions(min_ms=0, launch_ms=0, roofline_fraction=1.0))
     sels = [p.selector for p in report.candidates]
     assert any(s.endswith("=Conv2d@where=*.classifier") or s.endswith("=Conv2d@where=head.classifier")
                for s in sels), sels

@@ -471,12 +471,7 @@ def _per_channel(mul: NodeFacts, g: FactGraph) -> bool:
 
 def _cone_of(root: str, aff: set[str], g: FactGraph) -> set[str] | None:
     """``root`` and the affine nodes it is computed from, when no node outside reads any of them but ``root``."""
-    cone, todo = {root}, [root]
-    while todo:
-        for i in g.nodes[todo.pop()].inputs:
-            if i in aff and i not in cone:
-                cone.add(i)
-                todo.append(i)
+    cone = _ancestors_within(root, aff, g)
     if any(u not in cone for m in cone - {root} for u in g.users.get(m, [])):
         return None
     # the numbers it adds (``x + 0`` traces as an add of a scalar_tensor), where nothing else reads them
