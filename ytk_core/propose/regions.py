@@ -10,6 +10,9 @@
 * Every other weighted op (conv, GEMM) is the region of the largest module around it that holds
   no other heavy op: the whole ``ConvNormAct`` (conv + norm + activation), but just the ``Conv2d``
   when its parent also holds a second conv. Containers (Sequential, ModuleList) are not chosen.
+* The parallel convs of a branch sum (one input, added: a RepVGG / MobileOne block in its training form) are
+  one heavy op, which the carve merges into one conv: the block is their region, or, where the block holds
+  other heavy ops too (an SE), the sum alone (``@branches``).
 * What is left (residual adds, ops at the model root) is outside every region.
 """
 
