@@ -153,14 +153,11 @@ def _kinds(variants: list) -> list:  # type: ignore[type-arg]
 def test_a_sample_of_every_kind_compiles_warning_free_in_one_translation_unit(tmp_path: Path) -> None:
     """One translation unit per family holding one variant of each kind (each variant's #if sections
     and macros must stay its own), built to PTX for sm_90 with every nvcc warning an error; and the
-    developer timeline build of a ring variant, which the product never compiles."""
+    developer timeline build of a ring variant, which the product never compiles. The families
+    test_templates_emit.py compiles (every variant, one unit per family, warnings as errors) are not compiled
+    again here: these two are the ones it lacks (a relu6 epilogue, a LayerNorm width not a multiple of 16)."""
     families = {
-        "dw3x3s1_dyn": (DwConvRegion(3, 1, "hardswish", None), 90),
-        "dw5x5s1_c384": (DwConvRegion(5, 1, "none", 384), 90),
-        "dw7x7s2_c64": (DwConvRegion(7, 2, "gelu", 64, has_bias=False), 90),
         "pw_dense": (Conv1x1Region("relu6", 32, 128), 90),
-        "pw_grouped": (Conv1x1Region("none", None, None, 16, 16), 90),
-        "litemla": (LiteMLARegion(16, 1e-15, True, 384), 90),
         "dwln_c40": (DwConvLNRegion(7, 1, 1e-6, 40), 90),
     }
     for fam, (region, sm) in families.items():

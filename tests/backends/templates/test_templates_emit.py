@@ -64,8 +64,10 @@ def _cubin(args: tuple[str, int, Path]) -> tuple[str, int, int, str]:
         variants = _one_per_stage(variants)
     cu = out / f"{family}_{sm}.cu"
     cu.write_text(PRELUDE + "\n".join(v.body for v in variants))
-    p = subprocess.run([find_nvcc(), "-cubin", "-O3", f"-arch=sm_{sm}", "-Xptxas", "-v", "-o",
-                        str(out / f"{family}_{sm}.cubin"), str(cu)], capture_output=True, text=True)
+    # every nvcc and ptxas warning an error (test_templates_cuh.py's sample relies on this for these families)
+    p = subprocess.run([find_nvcc(), "-cubin", "-O3", "-std=c++17", f"-arch=sm_{sm}", "-Werror", "all-warnings",
+                        "-Xptxas", "-v", "-o", str(out / f"{family}_{sm}.cubin"), str(cu)], capture_output=True,
+                       text=True)
     return family, sm, p.returncode, p.stdout + p.stderr
 
 
