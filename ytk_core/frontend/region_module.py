@@ -172,7 +172,6 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
     if mode != "none":
         merged = {by_name[b.root]: _merged_sum(b, by_name, where) for b in sums}
         spec.sums = merged
-        skip = {m for ms in merged.values() for m in ms.members}
         for c in convs:
             if c in in_sums:
                 continue
@@ -189,8 +188,6 @@ def analyse(nodes: list[Any], weight_names: set[str], graph_outputs: set[Any], l
                 spec.folded_scale[c] = (by_name[scale[0]], weights[scale[1]])
         # each sum's pair where its value is computed, in call order with the convs' own
         spec.convs = sorted(spec.convs + list(merged), key=nodes.index)
-        if skip:
-            spec.folded_bn = {c: bn for c, bn in spec.folded_bn.items() if c not in skip}
         # region_rules.lifted_norm on the traced graph: a LayerNorm whose weight is a parameter
         for n in nodes:
             w = _norm_parts(n)[0] if is_layer_norm(n) else None
@@ -217,8 +214,6 @@ def _merged_sum(b: Any, by_name: dict[str, Any], where: str) -> MergedSum:
         pads = [tuple(int(v) for v in p[4]) for p in parts]
     offsets = {tuple(pp[d] - kk[d] // 2 for d in range(len(kk))) if pp is not None else None
                for pp, kk in zip(pads, ks)}
-    reads_x = any(by_name[m].op == "call_function" and b.x in {a.name for a in by_name[m].all_input_nodes}
-                  and by_name[m] not in convs for m in b.members)
     why = None
     if len(strides) > 1 or len(dilations) > 1 or len(groups) > 1:
         why = "their strides, dilations or groups differ"
@@ -226,13 +221,13 @@ def _merged_sum(b: Any, by_name: dict[str, Any], where: str) -> MergedSum:
         why = "dilated kernels of different sizes do not nest"
     elif None in offsets or len(offsets) > 1:
         why = "their paddings do not centre them alike"
-    elif reads_x and offsets != {tuple([0] * len(kernel))}:
+    elif b.identity and offsets != {tuple([0] * len(kernel))}:
         why = "an identity branch needs 'same' padding"
     if why:
         raise UsageError(f"region {where or '<root>'}: the parallel convs {names} are summed but cannot be merged "
                          f"into one conv ({why}); use @lift=none")
     off = next(iter(offsets))
-    return MergedSum(x=by_name[b.x] if b.x in by_name else convs[0].args[0], convs=convs,
+    return MergedSum(x=convs[0].args[0], convs=convs,  # every branch conv reads x
                      members=[by_name[m] for m in b.members], kernel=kernel, stride=next(iter(strides)),
                      padding=tuple(kernel[d] // 2 + off[d] for d in range(len(kernel))),
                      dilation=next(iter(dilations)), groups=next(iter(groups)))

@@ -413,8 +413,7 @@ def branch_sums(region: Iterable[str], g: FactGraph) -> list[BranchSum]:
             # two branches at least: a conv plus a number is a bias (``relu6(conv + 3)`` stays a hardsigmoid)
             if len(convs) + identity < 2:
                 continue
-            if len({tuple(g.nodes[c].shapes[2]) if len(g.nodes[c].shapes) > 2 else None for c in convs}
-                   ) > 1 and not _same_geometry(convs, g):
+            if not _same_geometry(convs, g):
                 continue
             claimed |= members
             out.append(BranchSum(root=root, x=x, convs=convs, members=tuple(sorted(members, key=g.order.get)),
@@ -480,10 +479,12 @@ def _cone_of(root: str, aff: set[str], g: FactGraph) -> set[str] | None:
 
 
 def _same_geometry(convs: tuple[str, ...], g: FactGraph) -> bool:
-    """Convs of one sum with different weight shapes merge when only their kernel sizes differ (odd ones,
-    centred: RepVGG's 3x3 and 1x1)."""
-    shapes = [tuple(g.nodes[c].shapes[2]) for c in convs]
-    return len({s[:2] for s in shapes}) == 1 and all(k % 2 for s in shapes for k in s[2:])
+    """Convs of one sum merge when their weights have one shape, or differ only in odd kernel sizes (centred:
+    RepVGG's 3x3 and 1x1)."""
+    shapes = [tuple(g.nodes[c].shapes[2]) if len(g.nodes[c].shapes) > 2 else None for c in convs]
+    if len(set(shapes)) == 1:
+        return True
+    return None not in shapes and len({s[:2] for s in shapes}) == 1 and all(k % 2 for s in shapes for k in s[2:])
 
 
 def baked_weights(region: Iterable[str], g: FactGraph, lift: bool = True) -> list[str]:

@@ -78,6 +78,10 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float],
     # holds its conv once, and is two sites, not a module of two convs. The parallel convs of a branch sum (a
     # RepVGG / MobileOne block as its training code writes it) are one: the carve merges them into one conv.
     unit = _branch_units(mods, facts, weighted)
+    convs_of: dict[str, list[str]] = {}  # a sum's root -> its ONNX convs, in graph order
+    for m in weighted:
+        if m in unit:
+            convs_of.setdefault(unit[m].root, []).append(m)
     per_call: dict[tuple[str, int], set[str]] = {}
     for n in (*weighted, *attn):
         for p, _ in stacks[n]:
@@ -121,9 +125,9 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float],
         if n in taken:
             continue
         path = next((p for p, _ in stacks[n] if p in excite), None) or _climb(stacks[n], heavy_in, blocks)
-        if n in unit and path not in excite:
-            r = _branches_region(g, mods, facts, stacks, n, path, [m for m in weighted if m in unit and
-                                                                      unit[m].root == unit[n].root], unit[n])
+        whole = convs_of[unit[n].root] if n in unit else []  # the ONNX convs of n's branch sum
+        if whole and path not in excite:
+            r = _branches_region(g, mods, facts, stacks, n, path, whole, unit[n])
             if r is not None:  # the sum's module holds other heavy ops too: the sum alone, @branches
                 regions[f"{r.path}@{_call(mods, facts, n, r.path)}@branches"] = r
                 _shared(r, taken)
@@ -153,9 +157,8 @@ def discover_regions(g: OnnxGraph, mods: ModuleIndex, node_ms: dict[str, float],
                                    kind="squeeze_excite" if path in excite else "gemm", around=False,
                                    anchors=[n], nodes=nodes, epilogue=epilogue,
                                    baked=tuple(baked_weights(fx, facts, lift=lift)))
-        whole = {m for m in weighted if m in unit and unit[m].root == unit[n].root} if n in unit else set()
-        if whole and whole <= set(nodes):  # the region holds a whole branch sum: its convs are its heavy ops
-            r.anchors = sorted(whole, key=lambda m: g.by_name[m].index)
+        if whole and set(whole) <= set(nodes):  # the region holds a whole branch sum: its convs are its heavy ops
+            r.anchors = list(whole)
             r.sig["branches"] = len(unit[n].convs) + unit[n].identity
         _shared(r, taken)
         taken.update(r.nodes)
