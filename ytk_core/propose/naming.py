@@ -33,7 +33,7 @@ def _multiplied(kind: str, sig: dict[str, Any]) -> bool:
 #: ONNX ops that spell one activation between them (the exporter's decompositions), and its name
 _SPELLED = ((frozenset({"Div", "Erf", "Add", "Mul"}), "Gelu"), (frozenset({"HardSigmoid", "Mul"}), "HardSwish"),
             (frozenset({"Sigmoid", "Mul"}), "Silu"))
-_WORDS = {"BatchNormalization": "Bn", "Clip": "Relu6", "HardSigmoid": "HardSigmoid", "Sigmoid": "Sigmoid"}
+_WORDS = {"BatchNormalization": "Bn", "Clip": "Relu6"}  # any other op is its own word
 
 
 def tag_words(ops: Any) -> list[str]:
